@@ -1,0 +1,5 @@
+import sys
+
+from vrh_lmms.cli import main
+
+sys.exit(main())

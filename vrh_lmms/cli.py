@@ -1,0 +1,64 @@
+"""`vrh-lmms` command line: one subcommand per module under `vrh_lmms.commands`, imported only when used."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from vrh_lmms.errors import VRHError
+
+# name -> (module under vrh_lmms.commands, one-line help). Modules expose `configure(parser)` and `run(args) -> int`.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("demo", "discover, validate and report on the shipped tiny VLM (no weights, no hub)"),
+    "discover": ("discover", "score every head of a model on a grounding task and write a heads file"),
+    "sweep": ("sweep", "evaluate baseline, top-k, random-k and layer-matched random-k head ablations"),
+    "report": ("report", "statistics, tables and plots from sweep or lmms-eval output folders"),
+    "sample-efficiency": ("sample_efficiency", "top-k overlap of rankings from n samples vs all samples"),
+    "dpo-pairs": ("dpo_pairs", "TRL-ready preference pairs: correct answers vs ablated answers"),
+    "export-masked": ("export_masked", "write a checkpoint with heads folded out of o_proj"),
+    "eval": ("eval", "run lmms-eval with vrh tasks included and the device chosen for you"),
+    "make-tiny": ("make_tiny", "write a tiny random-weight checkpoint of a real VLM class"),
+    "train-tiny": ("train_tiny", "train the tiny grounding VLM shipped with the demo"),
+    "synth": ("synth", "write synthetic grounding data in the hub or refer layout"),
+    "tasks-path": ("tasks_path", "print the folder of the plugin's lmms-eval task YAMLs"),
+    "heads": ("heads", "show a heads file or resolve a head spec against it"),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vrh-lmms", description=__doc__.splitlines()[0] if __doc__ else None)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        if only is None or only == name:
+            _load(module).configure(p)
+    return parser
+
+
+def _load(module: str):
+    return importlib.import_module(f"vrh_lmms.commands.{module}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Configure only the chosen subcommand, so `vrh-lmms tasks-path` does not import torch-heavy modules.
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(only=chosen if chosen in COMMANDS else "__none__")
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 0
+    try:
+        return int(_load(COMMANDS[args.command][0]).run(args) or 0)
+    except VRHError as exc:
+        print(f"vrh-lmms: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("vrh-lmms: interrupted; finished work is kept and a rerun resumes", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
