@@ -7,7 +7,9 @@ from lmms_eval.models.registry_v2 import ModelManifest
 _PKG = "vrh_lmms.model_wrappers"
 
 # model id -> (module, simple class, chat class or None)
-WRAPPERS: dict[str, tuple[str, str, str | None]] = {}
+WRAPPERS: dict[str, tuple[str, str, str | None]] = {
+    "vrh_qwen25": ("qwen2_5_vl", "VRHQwen25", "VRHQwen25Chat"),
+}
 
 
 def manifests() -> list[ModelManifest]:

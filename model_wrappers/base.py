@@ -1,0 +1,196 @@
+"""The mixin that turns an lmms-eval backend into a `vrh_*` backend with head ablation.
+
+`VRHMixin` pops our model args before the base constructor (lmms-eval backends reject unknown kwargs), chooses the
+device when none works (CPU machines need `device=cpu`, `device_map=cpu`), optionally loads weights in another
+dtype, then locates the language decoder, resolves the head spec against its geometry and applies the ablation
+to the unwrapped model (so it also holds under `accelerate launch`). With `heads=none` nothing is touched: outputs
+are the base backend's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import os
+import sys
+from typing import Any
+
+import torch
+from loguru import logger
+
+from vrh_lmms.ablation import Ablator, load_means, means_path_for
+from vrh_lmms.backbone import locate_decoder
+from vrh_lmms.device import default_device, default_device_map
+from vrh_lmms.errors import VRHError
+from vrh_lmms.families import get_family
+from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file
+from vrh_lmms.heads.spec import HeadSet, resolve_spec
+from vrh_lmms.model_wrappers.results_hook import publish_record
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float16": torch.float16, "fp16": torch.float16}
+
+
+def _as_bool(value: Any, name: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if str(value).lower() in ("1", "true", "yes"):
+        return True
+    if str(value).lower() in ("0", "false", "no", "none", ""):
+        return False
+    raise VRHError(f"model arg {name}={value!r}: expected true or false")
+
+
+@contextlib.contextmanager
+def load_dtype(dtype: torch.dtype | None):
+    """Make every `from_pretrained` inside the block load weights in `dtype` (backends hard-code bfloat16)."""
+    if dtype is None:
+        yield
+        return
+    from transformers import PreTrainedModel
+
+    original = PreTrainedModel.from_pretrained.__func__
+
+    def patched(cls, *args, **kwargs):
+        kwargs.pop("torch_dtype", None)
+        kwargs["dtype"] = dtype
+        return original(cls, *args, **kwargs)
+
+    PreTrainedModel.from_pretrained = classmethod(patched)
+    try:
+        yield
+    finally:
+        PreTrainedModel.from_pretrained = classmethod(original)
+
+
+def in_lmms_eval_cli() -> bool:
+    """True when the process is the lmms-eval command line (which prints tracebacks and exits 0 on errors)."""
+    if os.environ.get("VRH_LMMS_CLI") == "1":
+        return True
+    prog = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    main = sys.modules.get("__main__")
+    main_file = str(getattr(main, "__file__", "") or "")
+    return prog == "lmms-eval" or main_file.endswith(os.path.join("lmms_eval", "__main__.py"))
+
+
+def user_errors_exit(init):
+    """Under the lmms-eval CLI, a bad model arg ends the run with one clear line and exit code 2."""
+
+    @functools.wraps(init)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return init(self, *args, **kwargs)
+        except VRHError as exc:
+            if in_lmms_eval_cli():
+                print(f"vrh-lmms: error: {exc}", file=sys.stderr, flush=True)
+                raise SystemExit(2) from None
+            raise
+
+    return wrapper
+
+
+class VRHMixin:
+    """Mix in before an lmms-eval backend class; set `vrh_family` (a key of vrh_lmms.families.FAMILIES)."""
+
+    vrh_family: str = ""
+    # names of the base constructor's device arguments (most backends use both)
+    vrh_device_args: tuple[str, ...] = ("device", "device_map")
+
+    @user_errors_exit
+    def __init__(self, *args, heads: str | None = None, heads_file: str | None = None, ablation: str = "zero",
+                 seed: int = 0, allow_cross_model: Any = False, means_file: str | None = None,
+                 ablation_method: str = "auto", heads_cell: str | None = None, dtype: str | None = None,
+                 box_convention: str | None = None, **kwargs) -> None:
+        family = get_family(self.vrh_family)
+        torch_dtype = self._parse_dtype(dtype)
+        kwargs = self._choose_device(kwargs)
+        with load_dtype(torch_dtype):
+            super().__init__(*args, **kwargs)
+        self.vrh_family_spec = family
+        model = self.model  # lmms-eval backends unwrap accelerate's wrapper here
+        self.vrh_decoder = locate_decoder(model, family)
+        self.vrh_heads_file: HeadsFile | None = load_heads_file(heads_file) if heads_file else None
+        self.vrh_headset: HeadSet = resolve_spec(
+            None if heads is None else str(heads), self.vrh_decoder.geometry, heads_file=self.vrh_heads_file,
+            seed=int(seed), allow_cross_model=_as_bool(allow_cross_model, "allow_cross_model"), cell=heads_cell)
+        self.vrh_mode = "none" if not self.vrh_headset.heads else ablation
+        self.vrh_pretrained = kwargs.get("pretrained") or (args[0] if args else None)
+        means = self._load_means(means_file, heads_file) if self.vrh_mode == "mean" else None
+        self.vrh_ablator = Ablator(model, self.vrh_decoder, method=self._ablation_method(ablation_method))
+        if self.vrh_headset.heads:
+            self.vrh_ablator.apply(self.vrh_headset, mode=ablation, means=means)
+            logger.info(f"vrh: ablating {len(self.vrh_headset.heads)} heads ({self.vrh_headset.spec}, "
+                        f"{ablation}, {self.vrh_ablator.method})")
+        self._vrh_activate_box_convention(box_convention or family.box_convention)
+        publish_record(self.vrh_record())
+
+    # ----------------------------------------------------------------------------------------------- helpers
+    @staticmethod
+    def _parse_dtype(dtype: str | None) -> torch.dtype | None:
+        if dtype is None or dtype == "auto":
+            return None
+        if str(dtype) not in _DTYPES:
+            raise VRHError(f"model arg dtype={dtype!r}: use one of {', '.join(_DTYPES)}")
+        return _DTYPES[str(dtype)]
+
+    def _choose_device(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Without CUDA, a CUDA device (lmms-eval's default) becomes the CPU; explicit CPU choices stay."""
+        params = inspect.signature(super().__init__).parameters  # type: ignore[misc]
+        if torch.cuda.is_available():
+            return kwargs
+        dev = default_device()
+        for name in self.vrh_device_args:
+            if name not in params:
+                continue
+            value = kwargs.get(name, params[name].default)
+            if value is None or str(value).startswith("cuda") or value == "auto":
+                kwargs[name] = dev if name == "device" else default_device_map()
+        return kwargs
+
+    def _ablation_method(self, requested: str) -> str:
+        accelerator = getattr(self, "accelerator", None)
+        if requested == "auto" and accelerator is not None and getattr(accelerator, "num_processes", 1) > 1:
+            from accelerate import DistributedType
+
+            if accelerator.distributed_type == DistributedType.FSDP:
+                return "hook"  # FSDP flattens parameters; editing o_proj weights in place is not safe
+        return requested
+
+    def _load_means(self, means_file: str | None, heads_file: str | None) -> torch.Tensor:
+        path = means_file or (str(means_path_for(heads_file)) if heads_file else None)
+        if path is None:
+            raise VRHError("ablation=mean needs means_file=PATH (written by `vrh-lmms discover` beside the heads "
+                           "file)")
+        return load_means(path)
+
+    def _vrh_activate_box_convention(self, name: str) -> None:
+        """Tell our tasks which box convention this model speaks (and its resize parameters)."""
+        try:
+            from vrh_lmms.boxes import context
+        except ImportError:  # tasks layer not installed
+            return
+        params = {k: getattr(self, k) for k in ("min_pixels", "max_pixels") if getattr(self, k, None) is not None}
+        context.set_active(name, **params)
+
+    # ------------------------------------------------------------------------------------------ public API
+    def vrh_apply(self, headset: HeadSet, mode: str = "zero", means: torch.Tensor | None = None) -> None:
+        """Swap in another head set without reloading the model (sweeps use this)."""
+        self.vrh_ablator.apply(headset, mode=mode, means=means)
+        self.vrh_headset = headset
+        self.vrh_mode = mode if headset.heads else "none"
+        publish_record(self.vrh_record())
+
+    def vrh_record(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The `vrh` block of results JSON (docs/contracts.md)."""
+        hs = self.vrh_headset
+        return {
+            "schema": 1,
+            "family": self.vrh_family,
+            "pretrained": str(self.vrh_pretrained) if self.vrh_pretrained is not None else None,
+            "geometry": self.vrh_decoder.geometry.to_dict(),
+            "ablation": {"spec": hs.spec, "heads": hs.names, "mode": self.vrh_mode, "seed": hs.seed,
+                         "method": self.vrh_ablator.method, "heads_file": hs.heads_file},
+            "config": config or {"id": hs.spec if hs.heads else "baseline", "kind": hs.kind, "k": hs.k,
+                                 "seed": hs.seed},
+        }

@@ -1,0 +1,116 @@
+"""Head specs, heads files and their validation."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from vrh_lmms.errors import VRHError
+from vrh_lmms.heads import Geometry, HeadRef, parse_head, resolve_spec
+from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
+
+G = Geometry(layers=4, heads=8, kv_heads=2, head_dim=16)
+
+
+def make_file(tmp_path, geometry=G, seed=0, name="heads.json"):
+    scores = np.random.default_rng(seed).random((geometry.layers, geometry.heads))
+    hf = HeadsFile(model={"id": "tiny", "family": "qwen2_5_vl"}, geometry=geometry, scores=scores,
+                   ranking=ranking_from_scores(scores), scoring={"query": "out", "key": "sum", "aggregate": "mean"})
+    save_heads_file(hf, tmp_path / name)
+    return load_heads_file(tmp_path / name), scores
+
+
+def test_parse_head_and_bad_token():
+    assert parse_head("L12H3") == HeadRef(12, 3)
+    with pytest.raises(VRHError, match="L12X3"):
+        parse_head("L12X3")
+
+
+def test_explicit_spec_sorted_and_checked():
+    hs = resolve_spec("L3H1;L0H7", G)
+    assert hs.names == ["L0H7", "L3H1"] and hs.kind == "explicit" and hs.k == 2
+    with pytest.raises(VRHError, match="L4H0 is outside"):
+        resolve_spec("L4H0", G)
+    with pytest.raises(VRHError, match="'Lx'"):
+        resolve_spec("L1H1;Lx", G)
+    with pytest.raises(VRHError, match="more than once"):
+        resolve_spec("L1H1;L1H1", G)
+
+
+def test_none_is_baseline():
+    for spec in ("none", "", None, "NONE"):
+        hs = resolve_spec(spec, G)
+        assert hs.heads == () and hs.kind == "baseline"
+
+
+def test_topk_follows_scores(tmp_path):
+    hf, scores = make_file(tmp_path)
+    hs = resolve_spec("top5", G, heads_file=hf)
+    flat = sorted(((-scores[l, h], l, h) for l in range(4) for h in range(8)))[:5]
+    assert set(hs.heads) == {HeadRef(l, h) for _, l, h in flat}
+    assert hs.heads_file["sha256"] == hf.sha256
+    with pytest.raises(VRHError, match="needs a heads file"):
+        resolve_spec("top5", G)
+
+
+def test_random_is_seeded_uniform():
+    a, b, c = (resolve_spec("random6", G, seed=s) for s in (1, 1, 2))
+    assert a.heads == b.heads and a.heads != c.heads and len(set(a.heads)) == 6
+    # Uniform over all heads: every head gets drawn at a similar rate across seeds.
+    counts = Counter(h for s in range(3000) for h in resolve_spec("random4", G, seed=s).heads)
+    rate = np.array([counts[h] for h in G.all_heads()]) / 3000
+    assert len(counts) == G.total_heads and np.allclose(rate, 4 / 32, atol=0.03)
+
+
+def test_layer_matched_same_layers_other_heads(tmp_path):
+    hf, _ = make_file(tmp_path)
+    top = resolve_spec("top6", G, heads_file=hf)
+    for spec in ("like:top6", "random_like:top6", "layer_matched6"):
+        lm = resolve_spec(spec, G, heads_file=hf, seed=3)
+        assert lm.kind == "layer_matched"
+        assert Counter(h.layer for h in lm.heads) == Counter(h.layer for h in top.heads)
+        assert not set(lm.heads) & set(top.heads)
+
+
+def test_layer_matched_impossible_is_refused(tmp_path):
+    g = Geometry(layers=1, heads=3, kv_heads=1, head_dim=4)
+    hf, _ = make_file(tmp_path, geometry=g)
+    with pytest.raises(VRHError, match="layer 0"):
+        resolve_spec("like:top2", g, heads_file=hf)
+
+
+def test_geometry_mismatch_refused_unless_forced(tmp_path):
+    hf, _ = make_file(tmp_path, geometry=Geometry(layers=4, heads=8, kv_heads=4, head_dim=16))
+    with pytest.raises(VRHError, match="allow_cross_model"):
+        resolve_spec("top3", G, heads_file=hf)
+    assert resolve_spec("top3", G, heads_file=hf, allow_cross_model=True).k == 3
+
+
+def test_heads_file_validation_names_field(tmp_path):
+    hf, _ = make_file(tmp_path)
+    data = json.loads((tmp_path / "heads.json").read_text())
+    bad = dict(data, ranking=data["ranking"][:3] + ["L9H9"])
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(VRHError, match="'ranking' item 3"):
+        load_heads_file(tmp_path / "bad.json")
+    bad = dict(data, scores=[[1.0]])
+    (tmp_path / "bad2.json").write_text(json.dumps(bad))
+    with pytest.raises(VRHError, match="'scores' has shape"):
+        load_heads_file(tmp_path / "bad2.json")
+    bad = {k: v for k, v in data.items() if k != "geometry"}
+    (tmp_path / "bad3.json").write_text(json.dumps(bad))
+    with pytest.raises(VRHError, match="missing field 'geometry'"):
+        load_heads_file(tmp_path / "bad3.json")
+    (tmp_path / "bad4.json").write_text(json.dumps(dict(data, schema="vrh-heads/9")))
+    with pytest.raises(VRHError, match="not supported"):
+        load_heads_file(tmp_path / "bad4.json")
+
+
+def test_save_refuses_overwrite(tmp_path):
+    hf, _ = make_file(tmp_path)
+    with pytest.raises(VRHError, match="exists"):
+        save_heads_file(hf, tmp_path / "heads.json")
+    save_heads_file(hf, tmp_path / "heads.json", force=True)

@@ -1,0 +1,140 @@
+"""The one parser for head-set specs, used by model_args and every CLI command.
+
+Forms (lists use `;` because lmms-eval splits model_args on commas):
+  none                   no head ablated
+  top<K>                 the K best heads of a heads file
+  random<K>              K heads drawn uniformly from all heads (seeded)
+  like:top<K>            layer-matched random: in each layer, as many heads as top<K> has there, drawn from that
+                         layer's other heads (aliases: random_like:top<K>, layer_matched<K>)
+  L12H3;L14H0            explicit heads
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vrh_lmms.errors import VRHError
+from vrh_lmms.heads.geometry import Geometry, HeadRef, parse_head
+from vrh_lmms.heads.heads_file import HeadsFile
+
+_TOP = re.compile(r"^top(\d+)$", re.IGNORECASE)
+_RANDOM = re.compile(r"^random(\d+)$", re.IGNORECASE)
+_LIKE = re.compile(r"^(?:like|random_like|random-like)[:=]top(\d+)$|^layer_matched(\d+)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class HeadSet:
+    """A resolved head set and how it came about (recorded in every result)."""
+
+    heads: tuple[HeadRef, ...]
+    spec: str
+    kind: str  # baseline | topk | random | layer_matched | explicit
+    k: int
+    seed: int | None = None
+    heads_file: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def names(self) -> list[str]:
+        return [str(h) for h in self.heads]
+
+    def by_layer(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        for h in self.heads:
+            out.setdefault(h.layer, []).append(h.head)
+        return out
+
+    def record(self) -> dict[str, Any]:
+        return {"spec": self.spec, "heads": self.names, "kind": self.kind, "k": self.k, "seed": self.seed,
+                "heads_file": self.heads_file}
+
+
+def _need_file(heads_file: HeadsFile | None, spec: str) -> HeadsFile:
+    if heads_file is None:
+        raise VRHError(f"head spec {spec!r} needs a heads file (heads_file=PATH)")
+    return heads_file
+
+
+def check_heads_file_fits(heads_file: HeadsFile, geometry: Geometry, *, allow_cross_model: bool) -> None:
+    """A heads file made on another geometry is refused unless cross-model use is forced."""
+    if heads_file.geometry != geometry and not allow_cross_model:
+        raise VRHError(
+            f"heads file {heads_file.path or ''} was made on geometry {heads_file.geometry.to_dict()} but the model "
+            f"has {geometry.to_dict()}; pass allow_cross_model=true (CLI: --allow-cross-model) to use it anyway"
+        )
+
+
+def random_heads(geometry: Geometry, k: int, seed: int) -> list[HeadRef]:
+    if k > geometry.total_heads:
+        raise VRHError(f"random{k} asks for more heads than the model has ({geometry.total_heads})")
+    rng = np.random.default_rng(seed)
+    idx = rng.choice(geometry.total_heads, size=k, replace=False)
+    return sorted(HeadRef(int(i) // geometry.heads, int(i) % geometry.heads) for i in idx)
+
+
+def layer_matched_heads(top: list[HeadRef], geometry: Geometry, seed: int) -> list[HeadRef]:
+    """Same count per layer as `top`, drawn from each layer's heads that are not in `top`."""
+    rng = np.random.default_rng(seed)
+    chosen = set(top)
+    out: list[HeadRef] = []
+    for layer, count in sorted(Counter(h.layer for h in top).items()):
+        pool = [h for h in range(geometry.heads) if HeadRef(layer, h) not in chosen]
+        if count > len(pool):
+            raise VRHError(f"layer-matched control impossible in layer {layer}: top set holds {count} of its "
+                           f"{geometry.heads} heads, leaving only {len(pool)} others")
+        out.extend(HeadRef(layer, int(h)) for h in rng.choice(pool, size=count, replace=False))
+    return sorted(out)
+
+
+def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile | None = None, seed: int = 0,
+                 allow_cross_model: bool = False, cell: str | None = None) -> HeadSet:
+    """Turn a spec string into concrete heads checked against the model's geometry."""
+    text = (spec or "none").strip()
+    hf_desc = heads_file.describe() if heads_file is not None else None
+    if heads_file is not None:
+        check_heads_file_fits(heads_file, geometry, allow_cross_model=allow_cross_model)
+    if text.lower() in ("none", ""):
+        return HeadSet((), "none", "baseline", 0, None, hf_desc)
+
+    def ranking() -> list[HeadRef]:
+        hf = _need_file(heads_file, text)
+        return hf.cell_ranking(cell) if cell else hf.ranking
+
+    if m := _TOP.match(text):
+        k = int(m.group(1))
+        rank = ranking()
+        if k > len(rank):
+            raise VRHError(f"head spec {text!r} asks for more heads than the heads file ranks ({len(rank)})")
+        heads = rank[:k]
+        kind, used_seed = "topk", None
+    elif m := _RANDOM.match(text):
+        k = int(m.group(1))
+        heads, kind, used_seed = random_heads(geometry, k, seed), "random", seed
+    elif m := _LIKE.match(text):
+        k = int(m.group(1) or m.group(2))
+        rank = ranking()
+        if k > len(rank):
+            raise VRHError(f"head spec {text!r} asks for more heads than the heads file ranks ({len(rank)})")
+        heads, kind, used_seed = layer_matched_heads(rank[:k], geometry, seed), "layer_matched", seed
+    else:
+        tokens = [t for t in re.split(r"[;\s]+", text) if t]
+        heads = []
+        for tok in tokens:
+            try:
+                heads.append(parse_head(tok))
+            except VRHError:
+                raise VRHError(
+                    f"bad head spec token {tok!r} in {text!r}: use none, top<K>, random<K>, like:top<K> or "
+                    f"heads like L12H3;L14H0"
+                ) from None
+        if len(set(heads)) != len(heads):
+            dup = [str(h) for h, c in Counter(heads).items() if c > 1]
+            raise VRHError(f"head spec {text!r} names {', '.join(dup)} more than once")
+        k, kind, used_seed = len(heads), "explicit", None
+    for h in heads:
+        geometry.check(h, where=f"head spec {text!r}: head")
+    return HeadSet(tuple(sorted(heads)), text, kind, k, used_seed, hf_desc)

@@ -1,0 +1,138 @@
+"""Metadata of one run from its results JSON: which model, which configuration, whose heads.
+
+A results JSON without a `vrh` block (plain lmms-eval) is a baseline run of the model named by `model_name` or the
+`pretrained=` model argument. Configuration labels get an `@<source>` suffix when the heads file came from another
+model (cross-model transfer), so a model's own `top20` and a transferred `top20` stay apart.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.errors import VRHError
+
+CONFIG_KINDS = ("baseline", "topk", "random", "layer_matched", "explicit")
+_ID_PATTERN = re.compile(r"^(?P<kind>top|random|layer_matched)(?P<k>\d+)(?:_s(?P<seed>\d+))?(?:_(?P<mode>[a-z]+))?$")
+
+
+@dataclass(frozen=True)
+class RunMeta:
+    """What a results JSON says about its run; `heads_source` is None for the model's own heads."""
+
+    model: str
+    config_id: str
+    kind: str
+    k: int | None
+    seed: int | None
+    mode: str | None
+    heads_source: str | None
+    heads_file: dict | None
+    results_path: Path
+
+    @property
+    def label(self) -> str:
+        if self.heads_source is None:
+            return self.config_id
+        return f"{self.config_id}@{short_model(self.heads_source)}"
+
+
+def normalize_model(name: str) -> str:
+    return name.strip().rstrip("/")
+
+
+def short_model(name: str) -> str:
+    """Last path component of a hub id or local path: `Qwen/Qwen2.5-VL-7B-Instruct` -> `Qwen2.5-VL-7B-Instruct`."""
+    return normalize_model(name).split("/")[-1] or name
+
+
+def same_model(a: str, b: str) -> bool:
+    """Hub id vs local path of the same checkpoint compare equal by their last path component (case-insensitive)."""
+    return normalize_model(a) == normalize_model(b) or short_model(a).lower() == short_model(b).lower()
+
+
+def load_json(path: Path) -> dict:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except json.JSONDecodeError as exc:
+        raise VRHError(f"{path}: not valid JSON ({exc})") from exc
+    except OSError as exc:
+        raise VRHError(f"{path}: cannot read ({exc.strerror})") from exc
+    if not isinstance(data, dict):
+        raise VRHError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def _model_from_plain(data: dict, path: Path) -> str:
+    name = data.get("model_name")
+    if isinstance(name, str) and name:
+        return normalize_model(name)
+    args = (data.get("config") or {}).get("model_args")
+    if isinstance(args, str):
+        match = re.search(r"(?:^|,)\s*pretrained=([^,]+)", args)
+        if match:
+            return normalize_model(match.group(1))
+    return path.parent.name
+
+
+def _int_or_none(value: Any, path: Path, field: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise VRHError(f"{path}: field {field} must be an integer or null, got {value!r}")
+    return value
+
+
+def _from_vrh(block: dict, path: Path) -> RunMeta:
+    if not isinstance(block, dict):
+        raise VRHError(f"{path}: field vrh must be an object")
+    schema = block.get("schema")
+    if schema != 1:
+        raise VRHError(f"{path}: field vrh.schema is {schema!r}; this report reads schema 1")
+    pretrained = block.get("pretrained")
+    if not isinstance(pretrained, str) or not pretrained:
+        raise VRHError(f"{path}: field vrh.pretrained is missing")
+    config = block.get("config")
+    if not isinstance(config, dict):
+        raise VRHError(f"{path}: field vrh.config is missing")
+    config_id, kind = config.get("id"), config.get("kind")
+    if not isinstance(config_id, str) or not config_id:
+        raise VRHError(f"{path}: field vrh.config.id is missing")
+    if kind not in CONFIG_KINDS:
+        raise VRHError(f"{path}: field vrh.config.kind is {kind!r}; expected one of {', '.join(CONFIG_KINDS)}")
+    ablation = block.get("ablation") or {}
+    if not isinstance(ablation, dict):
+        raise VRHError(f"{path}: field vrh.ablation must be an object")
+    mode = ablation.get("mode")
+    if mode is None:
+        parsed = _ID_PATTERN.match(config_id)
+        mode = (parsed and parsed["mode"]) or ("none" if kind == "baseline" else "zero")
+    heads_file = ablation.get("heads_file")
+    source = None
+    if kind != "baseline" and isinstance(heads_file, dict):
+        file_model = heads_file.get("model")
+        if isinstance(file_model, str) and file_model and not same_model(file_model, pretrained):
+            source = normalize_model(file_model)
+    return RunMeta(
+        model=normalize_model(pretrained),
+        config_id=config_id,
+        kind=kind,
+        k=_int_or_none(config.get("k"), path, "vrh.config.k"),
+        seed=_int_or_none(config.get("seed"), path, "vrh.config.seed"),
+        mode=None if kind == "baseline" else str(mode),
+        heads_source=source,
+        heads_file=heads_file if isinstance(heads_file, dict) else None,
+        results_path=path,
+    )
+
+
+def read_run_meta(path: Path) -> RunMeta:
+    """Metadata of the run whose results JSON is `path`."""
+    data = load_json(path)
+    if "vrh" in data:
+        return _from_vrh(data["vrh"], path)
+    return RunMeta(_model_from_plain(data, path), "baseline", "baseline", None, None, None, None, None, path)

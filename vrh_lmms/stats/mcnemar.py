@@ -1,0 +1,48 @@
+"""Exact McNemar test of paired binary outcomes (baseline vs ablated on the same samples).
+
+Only discordant pairs carry information; with few of them the chi-square approximation is poor, so the exact
+binomial version (statsmodels `mcnemar(exact=True)`) is used always.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from statsmodels.stats.contingency_tables import mcnemar
+
+from vrh_lmms.stats.accuracy import is_binary
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    """`lost` = baseline right and ablated wrong; `gained` = baseline wrong and ablated right."""
+
+    n_pairs: int
+    both_correct: int
+    lost: int
+    gained: int
+    both_wrong: int
+    pvalue: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def exact_mcnemar(baseline: ArrayLike, ablated: ArrayLike) -> McNemarResult:
+    """Two-sided exact McNemar p-value for paired 0/1 outcomes."""
+    b = np.asarray(baseline, dtype=float).ravel()
+    a = np.asarray(ablated, dtype=float).ravel()
+    if b.size != a.size:
+        raise ValueError(f"paired arrays differ in length: {b.size} baseline vs {a.size} ablated")
+    if not (is_binary(b) and is_binary(a)):
+        raise ValueError("McNemar needs 0/1 outcomes")
+    bb, ab = b.astype(bool), a.astype(bool)
+    table = np.array(
+        [[int(np.sum(bb & ab)), int(np.sum(bb & ~ab))], [int(np.sum(~bb & ab)), int(np.sum(~bb & ~ab))]]
+    )
+    lost, gained = int(table[0, 1]), int(table[1, 0])
+    # statsmodels returns p = min(1, 2 * binom.cdf(min(b, c), b + c, 0.5)); with no discordant pairs that is 1.
+    pvalue = 1.0 if lost + gained == 0 else float(mcnemar(table, exact=True).pvalue)
+    return McNemarResult(int(b.size), int(table[0, 0]), lost, gained, int(table[1, 1]), pvalue)

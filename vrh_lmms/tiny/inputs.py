@@ -1,0 +1,40 @@
+"""Model inputs for tiny checkpoints: a few synthetic scenes through the checkpoint's own processor.
+
+Used by tests and benchmarks of every family: the processor's chat template decides the prompt layout, so the
+same helper serves all families whose processors support image content in messages.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from vrh_lmms.synth.scenes import SceneConfig, generate_scene
+
+
+def scene_messages(expression: str, image) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "image", "image": image},
+                                          {"type": "text", "text": f"Locate {expression} in the image."}]}]
+
+
+def processor_inputs(processor, n: int = 2, seed: int = 0, image_sizes: list[int] | None = None,
+                     padding_side: str = "left", texts: list[str] | None = None):
+    """A padded batch of `n` scenes; different prompt lengths so left padding really occurs."""
+    image_sizes = image_sizes or [112] * n
+    convs, images = [], []
+    for i in range(n):
+        scene = generate_scene(i, seed, SceneConfig(image_size=image_sizes[i], min_size=16, max_size=40))
+        expr = texts[i] if texts else scene.expression + " on the left" * i
+        convs.append(scene_messages(expr, scene.image))
+        images.append(scene.image)
+    prompts = [processor.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in convs]
+    return processor(text=prompts, images=images, return_tensors="pt", padding=True, padding_side=padding_side)
+
+
+def load_tiny(path: str | Path, model_cls=None, **kwargs):
+    """Load a tiny checkpoint in float32 with its processor."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    cls = model_cls or AutoModelForImageTextToText
+    model = cls.from_pretrained(path, dtype=torch.float32, **kwargs).eval()
+    return model, AutoProcessor.from_pretrained(path)
