@@ -1,0 +1,42 @@
+"""`vrh-lmms sweep`: causal validation of a heads file against random and layer-matched controls."""
+
+from __future__ import annotations
+
+import argparse
+
+from vrh_lmms.sweep.plan import parse_int_list, plan_configurations
+from vrh_lmms.sweep.run import SweepSpec, run_sweep
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a vrh_* model name, e.g. vrh_qwen25")
+    parser.add_argument("--model_args", "--model-args", dest="model_args", default="",
+                        help="lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct (no heads=)")
+    parser.add_argument("--tasks", required=True, help="comma-separated tasks, e.g. vrh_refcoco_val,vrh_vqa")
+    parser.add_argument("--heads-file", help="heads file from `vrh-lmms discover` (needed for top-k)")
+    parser.add_argument("--k", default="1,5,10,20,40", help="head counts to ablate (default 1,5,10,20,40)")
+    parser.add_argument("--random-seeds", type=int, default=5, help="random draws per k (default 5)")
+    parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
+    parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
+    parser.add_argument("--ablation", default="zero", help="zero, mean or zero,mean (default zero)")
+    parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
+    parser.add_argument("--allow-cross-model", action="store_true",
+                        help="use a heads file made on another geometry (transfer experiments)")
+    parser.add_argument("--output", required=True, help="sweep folder (resumed if it holds the same sweep)")
+    parser.add_argument("--force", action="store_true", help="discard a different sweep found in --output")
+
+
+def run(args: argparse.Namespace) -> int:
+    limit = None if args.limit is None else (int(args.limit) if float(args.limit).is_integer() else args.limit)
+    configs = plan_configurations(parse_int_list(args.k, "--k"), args.random_seeds, args.layer_matched,
+                                  [m.strip() for m in args.ablation.split(",") if m.strip()],
+                                  random=not args.no_random)
+    spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
+                     heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
+                     gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model)
+    out = run_sweep(spec, args.output, force=args.force)
+    print(out)
+    return 0
