@@ -105,10 +105,11 @@ class VRHMixin:
         family = get_family(self.vrh_family)
         torch_dtype = self._parse_dtype(dtype)
         kwargs = self._choose_device(kwargs)
-        with load_dtype(torch_dtype):
+        with load_dtype(torch_dtype), self._vrh_load_context(args, kwargs):
             super().__init__(*args, **kwargs)
         self.vrh_family_spec = family
         model = self.model  # lmms-eval backends unwrap accelerate's wrapper here
+        self._vrh_check_model_type(model, family)
         self.vrh_decoder = locate_decoder(model, family)
         self.vrh_heads_file: HeadsFile | None = load_heads_file(heads_file) if heads_file else None
         self.vrh_headset: HeadSet = resolve_spec(
@@ -126,6 +127,18 @@ class VRHMixin:
         publish_record(self.vrh_record())
 
     # ----------------------------------------------------------------------------------------------- helpers
+    def _vrh_load_context(self, args: tuple, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
+        """Context around the base constructor, for wrappers that must correct how a backend loads its model."""
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def _vrh_check_model_type(model: Any, family: Any) -> None:
+        """A checkpoint of another family loads, but its box convention and layout would be wrong: say so."""
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        if model_type is not None and model_type not in family.model_types:
+            logger.warning(f"vrh: checkpoint model_type {model_type!r} is not one of family {family.name!r} "
+                           f"({', '.join(family.model_types)}); box convention and image layout may not fit")
+
     @staticmethod
     def _parse_dtype(dtype: str | None) -> torch.dtype | None:
         if dtype is None or dtype == "auto":
@@ -135,18 +148,42 @@ class VRHMixin:
         return _DTYPES[str(dtype)]
 
     def _choose_device(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """Without CUDA, a CUDA device (lmms-eval's default) becomes the CPU; explicit CPU choices stay."""
-        params = inspect.signature(super().__init__).parameters  # type: ignore[misc]
-        if torch.cuda.is_available():
-            return kwargs
-        dev = default_device()
-        for name in self.vrh_device_args:
-            if name not in params:
-                continue
-            value = kwargs.get(name, params[name].default)
-            if value is None or str(value).startswith("cuda") or value == "auto":
-                kwargs[name] = dev if name == "device" else default_device_map()
+        """Without CUDA, a CUDA device (lmms-eval's default) becomes the CPU; explicit CPU choices stay.
+
+        A `device_map` of "" (llava_hf's and phi4_multimodal's default, meaning "one device") becomes that device in
+        a single process: transformers 5 refuses "" (under `accelerate launch` the backend replaces it itself).
+        """
+        params = self._base_init_params()
+        if not torch.cuda.is_available():
+            dev = default_device()
+            for name in self.vrh_device_args:
+                if name not in params:
+                    continue
+                value = kwargs.get(name, params[name].default)
+                if value is None or str(value).startswith("cuda") or value == "auto":
+                    kwargs[name] = dev if name == "device" else default_device_map()
+        if "device_map" in params and "device" in params and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            if kwargs.get("device_map", params["device_map"].default) == "":
+                kwargs["device_map"] = str(kwargs.get("device", params["device"].default))
         return kwargs
+
+    def _base_init_params(self) -> dict[str, inspect.Parameter]:
+        """Parameters the backend constructor chain below this mixin accepts, with the defaults that apply.
+
+        Follows constructors that pass `**kwargs` on (InternVL3_5 -> InternVL3, test subclasses of a backend)."""
+        mro = type(self).__mro__
+        found: dict[str, inspect.Parameter] = {}
+        for cls in mro[mro.index(VRHMixin) + 1:]:
+            init = cls.__dict__.get("__init__")
+            if init is None:
+                continue
+            params = inspect.signature(init).parameters
+            for name, param in params.items():
+                if param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                    found.setdefault(name, param)
+            if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                break
+        return found
 
     def _ablation_method(self, requested: str) -> str:
         accelerator = getattr(self, "accelerator", None)
@@ -174,6 +211,17 @@ class VRHMixin:
         context.set_active(name, **params)
 
     # ------------------------------------------------------------------------------------------ public API
+    vrh_keep_loaded: bool = False
+
+    def clean(self) -> None:
+        """lmms-eval deletes the model after each evaluation; sweeps and discovery keep it for the next run."""
+        if self.vrh_keep_loaded:
+            import gc
+
+            gc.collect()
+            return
+        super().clean()  # type: ignore[misc]
+
     def vrh_apply(self, headset: HeadSet, mode: str = "zero", means: torch.Tensor | None = None) -> None:
         """Swap in another head set without reloading the model (sweeps use this)."""
         self.vrh_ablator.apply(headset, mode=mode, means=means)

@@ -43,6 +43,9 @@ def _load(module: str):
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # `eval` hands every following argument to lmms-eval untouched (argparse would claim --model etc.).
+    if argv and argv[0] == "eval" and not {"-h", "--help"} & set(argv[1:2]):
+        return _guarded(lambda: _load("eval").passthrough(argv[1:]))
     # Configure only the chosen subcommand, so `vrh-lmms tasks-path` does not import torch-heavy modules.
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only=chosen if chosen in COMMANDS else "__none__")
@@ -50,8 +53,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 0
+    return _guarded(lambda: _load(COMMANDS[args.command][0]).run(args))
+
+
+def _guarded(call) -> int:
     try:
-        return int(_load(COMMANDS[args.command][0]).run(args) or 0)
+        return int(call() or 0)
     except VRHError as exc:
         print(f"vrh-lmms: error: {exc}", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ def build_model(model: str, model_args: str, batch_size: int = 1, extra_args: di
     lm = cls.create_from_arg_string(model_args or "", args)
     if not hasattr(lm, "vrh_decoder"):
         raise VRHError(f"model {model!r} is not a vrh_* model (no head ablation support); use e.g. vrh_qwen25")
+    lm.vrh_keep_loaded = True  # one load serves every configuration
     return lm
 
 

@@ -38,7 +38,11 @@ def _add_device_map(model: str, model_args: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    rest = [a for a in args.lmms_args if a != "--"]
+    return passthrough(args.lmms_args)
+
+
+def passthrough(lmms_args: list[str]) -> int:
+    rest = [a for a in lmms_args if a != "--"]
     sys.argv = ["lmms-eval", *rest]
     os.environ["VRH_LMMS_CLI"] = "1"
     from lmms_eval.__main__ import cli_evaluate, parse_eval_args
