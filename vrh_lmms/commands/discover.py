@@ -1,0 +1,44 @@
+"""`vrh-lmms discover`: score every head of a model's language decoder on a grounding task."""
+
+from __future__ import annotations
+
+import argparse
+
+from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
+from vrh_lmms.discovery.scoring import DEFAULT_CELL, all_cells, parse_cells
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, help="a vrh_* model name, e.g. vrh_qwen25")
+    parser.add_argument("--model_args", "--model-args", dest="model_args", default="",
+                        help="lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct")
+    parser.add_argument("--tasks", required=True, help="grounding task(s), e.g. vrh_refcoco_val")
+    parser.add_argument("--limit", type=float, default=200, help="docs per task (default 200; -1 for all)")
+    parser.add_argument("--scoring", default=DEFAULT_CELL,
+                        help=f"primary cell Q,Phi,Omega (default {DEFAULT_CELL}); Q in in|out|out_coords, Phi in "
+                             "argmax|sum, Omega in mean|freq; or 'retrieval'")
+    parser.add_argument("--cells", default="all",
+                        help="cells stored in the heads file besides the primary one: 'all' (default) or a "
+                             "'+'-separated list")
+    parser.add_argument("--freq-top-k", type=int, default=None,
+                        help="k of the per-sample top-k for Omega=freq (default: 10%% of heads, at most 20)")
+    parser.add_argument("--no-means", action="store_true", help="skip per-head means (needed for ablation=mean)")
+    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", required=True, help="heads file to write (e.g. heads.json)")
+    parser.add_argument("--force", action="store_true", help="replace an existing heads file / partial run")
+
+
+def run(args: argparse.Namespace) -> int:
+    limit = None if args.limit is None or args.limit < 0 else (
+        int(args.limit) if float(args.limit).is_integer() else args.limit)
+    primary = parse_cells(args.scoring)[0]
+    cells = all_cells() if args.cells == "all" else parse_cells(args.cells)
+    spec = DiscoverySpec(model=args.model, model_args=args.model_args,
+                         tasks=[t for t in args.tasks.split(",") if t], output=args.output, limit=limit,
+                         cells=cells, primary=primary, freq_top_k=args.freq_top_k, collect_means=not args.no_means,
+                         gen_kwargs=args.gen_kwargs, seed=args.seed)
+    path = run_discovery(spec, force=args.force)
+    if path is not None:
+        print(path)
+    return 0

@@ -1,0 +1,127 @@
+"""Per-sample capture: teacher-force the model's own answer and reduce its attention rows to head statistics.
+
+Called by the generate interceptor with the exact tensors the backend built for `generate`, so the prompt, the
+image preprocessing and the chat template are the backend's own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from vrh_lmms.ablation import HeadMeanCollector
+from vrh_lmms.capture.attention import CapturePlan, capture_attention
+from vrh_lmms.capture.extras import layout_extras
+from vrh_lmms.capture.layouts import box_key_mask, image_token_map
+from vrh_lmms.discovery.interceptor import DocContext
+from vrh_lmms.discovery.queries import answer_length, coord_rows, expression_rows, out_rows, token_pieces
+from vrh_lmms.discovery.sample_stats import reduce_sample
+from vrh_lmms.discovery.store import PartStore, SamplePart
+from vrh_lmms.discovery.targets import target_from_doc
+from vrh_lmms.errors import VRHError
+
+# How each per-token input continues over the answer tokens in a teacher-forced forward.
+SEQUENCE_FILL = {"attention_mask": 1, "token_type_ids": 1, "mm_token_type_ids": 0}
+DROP = {"position_ids", "cache_position"}
+
+
+def backend_processor(lm) -> Any:
+    for name in ("vrh_processor", "processor", "_processor", "_image_processor", "image_processor"):
+        proc = getattr(lm, name, None)
+        if proc is not None and hasattr(proc, "tokenizer"):
+            return proc
+    raise VRHError(f"{type(lm).__name__} exposes no processor; discovery needs it to map image tokens")
+
+
+def stop_token_ids(lm, model) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(lm, "tokenizer", None), getattr(model, "generation_config", None)):
+        for name in ("eos_token_id", "pad_token_id"):
+            value = getattr(source, name, None)
+            if isinstance(value, int):
+                ids.add(value)
+            elif isinstance(value, (list, tuple)):
+                ids.update(int(v) for v in value)
+    return ids
+
+
+def teacher_forced_inputs(tensors: dict[str, torch.Tensor], answer: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The generate inputs extended by `answer` (1-D ids): one full forward over prompt + answer."""
+    prompt_len = tensors["input_ids"].shape[1]
+    out = {}
+    for key, value in tensors.items():
+        if key in DROP:
+            continue
+        if key == "input_ids":
+            out[key] = torch.cat([value, answer.to(value.device, value.dtype).view(1, -1)], dim=1)
+        elif key in SEQUENCE_FILL and value.dim() == 2 and value.shape[1] == prompt_len:
+            fill = torch.full((1, answer.numel()), SEQUENCE_FILL[key], dtype=value.dtype, device=value.device)
+            out[key] = torch.cat([value, fill], dim=1)
+        elif value.dim() == 2 and value.shape == (1, prompt_len) and not value.dtype.is_floating_point:
+            raise VRHError(f"discovery does not know how to extend the per-token input {key!r} over the answer")
+        else:
+            out[key] = value
+    return out
+
+
+class SampleCollector:
+    """Callback for GenerateInterceptor: capture, reduce, and store one part per doc."""
+
+    def __init__(self, lm, store: PartStore, collect_means: bool = True) -> None:
+        self.lm, self.store, self.collect_means = lm, store, collect_means
+        self.model = lm.model
+        self.family = lm.vrh_family_spec
+        self.processor = backend_processor(lm)
+        self.tokenizer = getattr(lm, "tokenizer", None) or self.processor.tokenizer
+        self.stop_ids = stop_token_ids(lm, self.model)
+
+    def __call__(self, ctx: DocContext, tensors: dict[str, torch.Tensor], continuation: torch.Tensor) -> None:
+        target = target_from_doc(ctx.doc, where=f"{ctx.task} doc {ctx.doc_id}")
+        prompt = tensors["input_ids"][0]
+        prompt_len = prompt.numel()
+        cont = continuation.detach().cpu()
+        n = answer_length(cont.tolist(), self.stop_ids)
+        answer = cont[:n]
+        inputs = teacher_forced_inputs(tensors, answer)
+        full = inputs["input_ids"][0].detach().cpu()
+        seq_len = full.numel()
+        pieces = token_pieces(self.tokenizer, full.tolist())
+        rows_by_set = {
+            "out": out_rows(prompt_len, n),
+            "out_coords": coord_rows(prompt_len, pieces[prompt_len:prompt_len + n]),
+            "in": expression_rows(pieces, target.expression, limit=prompt_len) if target.expression else [],
+        }
+        extras = layout_extras(self.family.name, self.processor, tensors, 0)
+        tmap = image_token_map(self.family.name, prompt.detach().cpu(), target.image_size, extras)
+        box = box_key_mask(tmap, target.box, seq_len)
+        rows = sorted({r for rs in rows_by_set.values() for r in rs})
+        meta: dict[str, Any] = {"task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id, "image_id": target.image_id,
+                                "n_answer": n, "prompt_len": prompt_len, "n_box_tokens": int(box.sum()),
+                                "n_image_tokens": int(tmap.positions.numel()),
+                                "rows": {k: len(v) for k, v in rows_by_set.items()},
+                                "answer": self.tokenizer.decode(answer.tolist(), skip_special_tokens=True)}
+        geometry = self.lm.vrh_decoder.geometry
+        head_sums, tokens = None, 0
+        if rows:
+            plan = CapturePlan(query_positions=torch.tensor([rows], dtype=torch.long),
+                               key_sets={"box": box.view(1, -1)}, argmax=True)
+            means = HeadMeanCollector(self.model, self.lm.vrh_decoder) if self.collect_means else None
+            with torch.no_grad(), capture_attention(self.model, plan) as handle:
+                if means is not None:
+                    with means:
+                        self.model(**inputs)
+                else:
+                    self.model(**inputs)
+            result = handle.result()
+            stats = reduce_sample(result.mass["box"][0].cpu(), result.argmax[0].cpu(), rows, rows_by_set, box, full,
+                                  needle_mask=torch.arange(seq_len) < prompt_len)
+            if means is not None:
+                head_sums, tokens = means.sums.numpy().astype(np.float32), means.count
+        else:
+            nan = np.full((geometry.layers, geometry.heads), np.nan)
+            stats = {k: nan.copy() for k in ("in_sum", "in_argmax", "out_sum", "out_argmax", "out_coords_sum",
+                                             "out_coords_argmax", "retrieval")}
+        self.store.write(SamplePart(key=ctx.key, stats=stats, answer_ids=cont.numpy(), meta=meta,
+                                    head_sums=head_sums, tokens=tokens))

@@ -1,0 +1,183 @@
+"""`vrh-lmms discover`: run a grounding task through lmms-eval, capture each answer's attention, write a heads file.
+
+Outputs beside `heads.json`:
+  heads.parts/            one part per doc (resumable; a rerun skips finished docs and replays their answers)
+  heads.eval/             the evaluation of the discovery set (lmms-eval results JSON + samples)
+  heads.samples.npz       per-sample head statistics (for `vrh-lmms sample-efficiency`)
+  heads.means.safetensors per-head mean outputs over the discovery set (for `ablation=mean`)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from vrh_lmms.errors import VRHError
+
+IDENTITY = "identity.json"
+
+
+@dataclass
+class DiscoverySpec:
+    model: str
+    model_args: str
+    tasks: list[str]
+    output: str
+    limit: int | float | None = 200
+    cells: list[str] = field(default_factory=list)
+    primary: str = "out,sum,mean"
+    freq_top_k: int | None = None
+    collect_means: bool = True
+    gen_kwargs: str | None = None
+    seed: int = 0
+
+    def identity(self) -> dict[str, Any]:
+        return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks, "limit": self.limit,
+                "gen_kwargs": self.gen_kwargs, "seed": self.seed}
+
+
+def sidecars(output: str | Path) -> dict[str, Path]:
+    out = Path(output)
+    stem = out.with_suffix("") if out.suffix == ".json" else out
+    from vrh_lmms.ablation import means_path_for
+
+    return {"parts": Path(f"{stem}.parts"), "eval": Path(f"{stem}.eval"), "samples": Path(f"{stem}.samples.npz"),
+            "means": means_path_for(out)}
+
+
+def _prepare(spec: DiscoverySpec, force: bool) -> dict[str, Path]:
+    out = Path(spec.output)
+    paths = sidecars(out)
+    if out.exists() and not force:
+        raise VRHError(f"{out} exists; choose another --output or pass --force to replace it")
+    parts = paths["parts"]
+    ident = parts / IDENTITY
+    if ident.is_file():
+        old = json.loads(ident.read_text())
+        differs = [k for k, v in spec.identity().items() if old.get(k) != v]
+        if differs and not force:
+            raise VRHError(f"{parts} holds partial results of a different discovery ({', '.join(differs)} "
+                           f"differ); pass --force to discard them")
+        if differs:
+            shutil.rmtree(parts)
+    if force:
+        for key in ("eval", "samples", "means"):
+            p = paths[key]
+            if p.is_dir():
+                shutil.rmtree(p)
+            elif p.exists():
+                p.unlink()
+    parts.mkdir(parents=True, exist_ok=True)
+    ident.write_text(json.dumps(spec.identity(), indent=1))
+    return paths
+
+
+def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:
+    """Returns the heads file path (None on non-zero ranks)."""
+    from vrh_lmms import lmms
+    from vrh_lmms.discovery.collector import SampleCollector
+    from vrh_lmms.discovery.interceptor import DocTracker, GenerateInterceptor
+    from vrh_lmms.discovery.scoring import all_cells, parse_cells
+    from vrh_lmms.discovery.store import PartStore
+
+    cells = spec.cells or all_cells()
+    primary = parse_cells(spec.primary)[0]
+    if primary not in cells:
+        cells = [primary, *cells]
+    paths = _prepare(spec, force)
+    if lm is None:
+        lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
+    if getattr(lm, "batch_size", 1) != 1:
+        raise VRHError("discovery runs with batch_size 1")
+    if lm.vrh_headset.heads:
+        raise VRHError(f"discovery scores the intact model, but model_args ablate {lm.vrh_headset.spec}; drop heads=")
+    tm = lmms.task_manager(spec.model)
+    lmms.check_tasks(tm, spec.tasks)
+    store = PartStore(paths["parts"])
+    tracker = DocTracker(lm.task_dict)
+    lm.task_dict = tracker
+    collector = SampleCollector(lm, store, collect_means=spec.collect_means)
+    interceptor = GenerateInterceptor(lm.model, tracker, collector, lambda ctx: store.cached_answer(ctx.key))
+    try:
+        results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)
+    finally:
+        interceptor.uninstall()
+        lm.task_dict = dict(tracker)
+    accelerator = getattr(lm, "accelerator", None)
+    if accelerator is not None and getattr(accelerator, "num_processes", 1) > 1:
+        accelerator.wait_for_everyone()
+    if getattr(lm, "rank", 0) != 0 or results is None:
+        return None
+    return _finish(spec, lm, results, store, paths, cells, primary)
+
+
+def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
+    """Parts of exactly the docs this evaluation covered, in task then doc order."""
+    wanted = {(task, int(row["doc_id"])) for task, rows in (results.get("samples") or {}).items() for row in rows}
+    keys = []
+    for key in store.keys():
+        task, _split, doc_id = key.rsplit("__", 2)
+        if (task, int(doc_id)) in wanted:
+            keys.append(key)
+    return sorted(keys, key=lambda k: (k.rsplit("__", 2)[0], int(k.rsplit("__", 1)[1])))
+
+
+def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> Path:
+    from vrh_lmms import __version__, lmms
+    from vrh_lmms.ablation import save_means
+    from vrh_lmms.discovery.scoring import default_freq_top_k, parse_cell, rank, score_all
+    from vrh_lmms.heads.geometry import HeadRef
+    from vrh_lmms.heads.heads_file import HeadsFile, save_heads_file
+
+    keys = _evaluated_keys(results, store)
+    if not keys:
+        raise VRHError("no doc produced attention statistics; is the task a grounding task with images?")
+    parts = [store.read(k) for k in keys]
+    geometry = lm.vrh_decoder.geometry
+    freq_k = spec.freq_top_k or default_freq_top_k(geometry.total_heads)
+    stats = [p.stats for p in parts]
+    scored = score_all(stats, cells, freq_k)
+    cell_block = {c: {"scores": np.nan_to_num(s, nan=0.0).round(8).tolist(),
+                      "ranking": [f"L{l}H{h}" for l, h in rank(s)]} for c, s in scored.items()}
+    parsed = parse_cell(primary)
+    q, k, a = (primary, primary, "mean") if isinstance(parsed, str) else (parsed.query, parsed.key, parsed.aggregate)
+    baseline = {}
+    for task in spec.tasks:
+        res = (results.get("results") or {}).get(task, {})
+        if "acc50,none" in res:
+            baseline[task] = {"acc50": res["acc50,none"], "n": len((results.get("samples") or {}).get(task, []))}
+    scoring = {"query": q, "key": k, "aggregate": a, "cell": primary, "task": ",".join(spec.tasks),
+               "n_samples": len(parts), "limit": spec.limit, "freq_top_k": freq_k, "box_rule": "overlap",
+               "model_args": spec.model_args, "model": spec.model, "gen_kwargs": spec.gen_kwargs,
+               "command": " ".join(["vrh-lmms", *sys.argv[1:]]) if sys.argv else None,
+               "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "version": __version__,
+               "samples_file": paths["samples"].name,
+               "samples_without_box_tokens": sum(1 for p in parts if p.meta.get("n_box_tokens", 0) == 0)}
+    primary_scores = np.nan_to_num(scored[primary], nan=0.0)
+    hf = HeadsFile(model={"id": str(lm.vrh_pretrained), "family": lm.vrh_family},
+                   geometry=geometry, scores=primary_scores,
+                   ranking=[HeadRef(l, h) for l, h in rank(scored[primary])],
+                   scoring=scoring, cells=cell_block, baseline=baseline or None)
+    # Side outputs first, the heads file last: its presence means the run is complete.
+    np.savez_compressed(paths["samples"], keys=np.array(keys),
+                        **{name: np.stack([p.stats[name] for p in parts]) for name in parts[0].stats})
+    if spec.collect_means and all(p.head_sums is not None for p in parts):
+        sums = np.sum([p.head_sums.astype(np.float64) for p in parts], axis=0)
+        tokens = sum(p.tokens for p in parts)
+        means = torch.from_numpy((sums / max(tokens, 1)).astype(np.float32)).reshape(
+            geometry.layers, geometry.heads, geometry.head_dim)
+        save_means(means, paths["means"], geometry, tokens)
+    if paths["eval"].exists():
+        shutil.rmtree(paths["eval"])
+    lmms.write_run(paths["eval"], results, lm.vrh_record(config={"id": "discovery", "kind": "baseline", "k": 0,
+                                                                  "seed": None}))
+    save_heads_file(hf, spec.output, force=True)
+    return Path(spec.output)
