@@ -26,7 +26,7 @@ setup(
     packages=packages,
     package_dir=package_dir,
     package_data={
-        "vrh_lmms.tasks": ["**/*.yaml", "**/*.jsonl", "**/*.parquet", "**/*.md"],
+        "vrh_lmms.tasks": ["**/*.yaml", "**/*.jsonl", "**/*.parquet", "**/*.md", "**/*.tmpl"],
         "vrh_lmms": ["assets/**/*", "py.typed"],
     },
     include_package_data=True,

@@ -1,0 +1,26 @@
+"""`vrh-lmms demo`: discovery, causal validation and the report on the shipped tiny VLM (CPU, offline)."""
+
+from __future__ import annotations
+
+import argparse
+
+from vrh_lmms.demo.pipeline import DemoSettings, run_demo
+from vrh_lmms.sweep.plan import parse_int_list
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    d = DemoSettings()
+    parser.add_argument("--output", default="runs/demo", help="output folder (default runs/demo)")
+    parser.add_argument("--n-discovery", type=int, default=d.n_discovery, help="held-out scenes for discovery")
+    parser.add_argument("--n-eval", type=int, default=d.n_eval, help="other held-out scenes for the sweep")
+    parser.add_argument("--k", default=None, help="head counts (default: about 5%% and 10%% of all heads)")
+    parser.add_argument("--random-seeds", type=int, default=d.random_seeds, help="random draws per k")
+    parser.add_argument("--model", default=None, help="another checkpoint folder (default: the shipped model)")
+    parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = DemoSettings(n_discovery=args.n_discovery, n_eval=args.n_eval,
+                            ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds)
+    run_demo(args.output, settings, force=args.force, model_path=args.model)
+    return 0

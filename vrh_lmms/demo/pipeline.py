@@ -1,0 +1,200 @@
+"""`vrh-lmms demo`: the whole method on the shipped tiny VLM, through the same code paths as real runs.
+
+1. held-out synthetic scenes (never seen in training) for discovery and, disjoint from them, for evaluation;
+2. discovery (`vrh-lmms discover`, default scoring out,sum,mean) on the discovery scenes;
+3. a sweep (baseline, top-k, random-k and layer-matched random-k over several seeds) on the evaluation scenes;
+4. the report, plus the acceptance figures computed from the sweep's own sample files.
+One model load serves every step.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vrh_lmms.errors import VRHError
+from vrh_lmms.paths import assets_path
+
+TASK = "vrh_synth_grounding"
+DISCOVERY_START = 0
+EVAL_START = 100_000  # scene ids of the evaluation set: disjoint from the discovery set
+
+
+def demo_model_path() -> Path:
+    path = assets_path() / "demo_model"
+    if not (path / "config.json").is_file():
+        raise VRHError(f"the shipped demo model is missing from {path}; reinstall vrh-lmms or train one with "
+                       f"`vrh-lmms train-tiny`")
+    return path
+
+
+@dataclass
+class DemoSettings:
+    n_discovery: int = 64
+    n_eval: int = 200
+    ks: Sequence[int] = ()  # default: from the model's geometry (about 5% and 10% of all heads)
+    random_seeds: int = 5
+    batch_size: int = 25
+    max_new_tokens: int = 16
+    n_resamples: int = 5000
+
+    def resolved_ks(self, total_heads: int) -> list[int]:
+        if self.ks:
+            return sorted(set(int(k) for k in self.ks))
+        return sorted({max(1, round(0.05 * total_heads)), max(1, total_heads // 10)})
+
+
+@dataclass
+class Acceptance:
+    """The demo's claims, recomputed from the sweep's sample files every run."""
+
+    baseline_acc: float
+    n_eval: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@contextmanager
+def _env(**values: str):
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _synth_config(spec, n: int, start: int) -> str:
+    from vrh_lmms.demo.spec import EVAL_SCENE_SEED
+
+    scene = dict(spec.scene)
+    scene["image_size"] = spec.image_size
+    return json.dumps({"n": n, "seed": EVAL_SCENE_SEED, "start": start, "scene": scene})
+
+
+def _load_records(path: Path) -> dict[int, dict]:
+    out = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            out[int(row["doc_id"])] = row["vrh_record"]
+    return out
+
+
+def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 5000) -> Acceptance:
+    """Baseline accuracy, and per k: top-k drop with a clustered bootstrap CI, mean random / layer-matched drops,
+    parse-failure rates — straight from the sample files."""
+    from vrh_lmms.stats.bootstrap import paired_bootstrap_drop
+
+    configs = sweep_dir / "configs"
+    base = _load_records(configs / "baseline" / f"samples_{TASK}.jsonl")
+    ids = sorted(base)
+    b = np.array([float(base[i]["correct"]) for i in ids])
+    clusters = np.array([str(base[i]["image_id"]) for i in ids])
+    acc = Acceptance(baseline_acc=float(b.mean()), n_eval=len(ids))
+
+    def correct(cfg: str) -> tuple[np.ndarray, float]:
+        rec = _load_records(configs / cfg / f"samples_{TASK}.jsonl")
+        c = np.array([float(rec[i]["correct"]) for i in ids])
+        pf = float(np.mean([rec[i]["status"] == "parse_failure" for i in ids]))
+        return c, pf
+
+    for k in ks:
+        top, top_pf = correct(f"top{k}")
+        drop = paired_bootstrap_drop(b, top, clusters, n_resamples=n_resamples, seed=0)
+        row: dict[str, Any] = {"k": k, "topk_acc": float(top.mean()), "topk_drop": drop.drop,
+                               "topk_drop_ci": [drop.ci_low, drop.ci_high], "topk_parse_failure": top_pf}
+        for kind in ("random", "layer_matched"):
+            runs = sorted(p.name for p in configs.glob(f"{kind}{k}_s*") if (p / "results.json").is_file())
+            drops, pfs = [], []
+            for name in runs:
+                c, pf = correct(name)
+                drops.append(float(b.mean() - c.mean()))
+                pfs.append(pf)
+            row[f"{kind}_drops"] = drops
+            row[f"{kind}_mean_drop"] = float(np.mean(drops)) if drops else None
+            row[f"{kind}_max_parse_failure"] = max(pfs) if pfs else None
+        acc.rows.append(row)
+    return acc
+
+
+def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
+    lines = [f"Baseline Acc@0.5 on {acc.n_eval} held-out scenes: **{acc.baseline_acc:.1%}**", "",
+             "| k (share of heads) | top-k Acc | top-k drop [95% CI] | random-k mean drop | layer-matched mean drop | "
+             "parse failures (top-k / worst random) |", "|---|---|---|---|---|---|"]
+    for r in acc.rows:
+        lo, hi = r["topk_drop_ci"]
+        worst = max(v for v in (r["random_max_parse_failure"], r["layer_matched_max_parse_failure"], 0.0)
+                    if v is not None)
+        lines.append(f"| {r['k']} ({r['k'] / total_heads:.0%}) | {r['topk_acc']:.1%} | "
+                     f"{r['topk_drop']:+.1%} [{lo:+.1%}, {hi:+.1%}] | {r['random_mean_drop']:+.1%} | "
+                     f"{r['layer_matched_mean_drop']:+.1%} | {r['topk_parse_failure']:.1%} / {worst:.1%} |")
+    lines += ["", f"Total time {seconds:.0f} s."]
+    return "\n".join(lines) + "\n"
+
+
+def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bool = False,
+             model_path: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    from vrh_lmms import lmms
+    from vrh_lmms.demo.spec import DemoSpec
+    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
+    from vrh_lmms.report.build import ReportSettings, build_report
+    from vrh_lmms.sweep.plan import plan_configurations
+    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+
+    settings = settings or DemoSettings()
+    started = time.time()
+    out = Path(output)
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise VRHError(f"{out} is not empty; choose another --output or pass --force to replace it")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = Path(model_path) if model_path else demo_model_path()
+    spec = DemoSpec.load(model)
+    model_args = (f"pretrained={model},dtype=float32,min_pixels={spec.pixels},max_pixels={spec.pixels}")
+    gen = f"max_new_tokens={settings.max_new_tokens}"
+    say = print if progress else (lambda *a, **k: None)
+    with _env(VRH_CACHE_DIR=str(out / "data"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"):
+        lm = lmms.build_model("vrh_qwen25", model_args, batch_size=1)
+        geometry = lm.vrh_decoder.geometry
+        ks = settings.resolved_ks(geometry.total_heads)
+        say(f"[1/3] discovery on {settings.n_discovery} held-out scenes "
+            f"({geometry.layers} layers x {geometry.heads} heads)")
+        with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_discovery, DISCOVERY_START)):
+            heads = run_discovery(DiscoverySpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK],
+                                                output=str(out / "heads.json"), limit=None, gen_kwargs=gen), lm=lm)
+        configs = plan_configurations(ks, settings.random_seeds, True, ["zero"])
+        say(f"[2/3] sweep: {len(configs)} configurations (k = {', '.join(map(str, ks))}) on {settings.n_eval} "
+            f"other held-out scenes")
+        lm.batch_size_per_gpu = settings.batch_size
+        with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_eval, EVAL_START)):
+            run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=str(heads),
+                                configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen),
+                      out / "sweep", lm=lm, progress=progress)
+    say("[3/3] report")
+    build_report([out / "sweep"], out / "report",
+                 ReportSettings(heads_files=(str(heads),), n_resamples=settings.n_resamples))
+    acc = acceptance_figures(out / "sweep", ks, settings.n_resamples)
+    seconds = time.time() - started
+    summary = {"model": str(model), "geometry": geometry.to_dict(), "settings": asdict(settings) | {"ks": ks},
+               "acceptance": acc.to_dict(), "seconds": seconds}
+    (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "demo_summary.md").write_text(summary_markdown(acc, geometry.total_heads, seconds))
+    say(summary_markdown(acc, geometry.total_heads, seconds))
+    return summary
