@@ -214,3 +214,32 @@ def test_refuses_to_overwrite_and_foreign_parts(discovered, planted_checkpoint):
     (sidecars(other.output)["parts"] / "identity.json").write_text(json.dumps({"model": "x"}))
     with pytest.raises(VRHError, match="different discovery"):
         run_discovery(other)
+
+
+@pytest.mark.parametrize("with_prompt", [True, False])
+def test_interceptor_passes_answers_and_replays_the_same_shape(with_prompt):
+    """HF generate returns prompt + answer; remote InternVL returns only the answer. Replay must match either."""
+    from vrh_lmms.discovery.interceptor import DocTracker, GenerateInterceptor
+
+    class Fake(torch.nn.Module):
+        def generate(self, input_ids=None, attention_mask=None, **kw):
+            answer = torch.tensor([[7, 8, 9]])
+            return torch.cat([input_ids, answer], 1) if with_prompt else answer
+
+    model = Fake()
+    tracker = DocTracker({"t": {"test": [{"x": 1}, {"x": 2}]}})
+    seen, store = [], {}
+
+    def on_generated(ctx, tensors, answer, includes_prompt):
+        seen.append((ctx.key, answer.tolist(), includes_prompt))
+        store[ctx.key] = (answer, includes_prompt)
+
+    icp = GenerateInterceptor(model, tracker, on_generated, lambda ctx: store.get(ctx.key))
+    assert tracker["t"]["test"][1] == {"x": 2}
+    ids = torch.tensor([[1, 2, 3, 4]])
+    first = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids))
+    replay = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids))
+    assert seen == [("t__test__1", [7, 8, 9], with_prompt)]  # the replay did not call the model again
+    assert torch.equal(first, replay)
+    icp.uninstall()
+    assert "generate" not in model.__dict__

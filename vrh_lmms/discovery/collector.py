@@ -77,7 +77,8 @@ class SampleCollector:
         self.tokenizer = getattr(lm, "tokenizer", None) or self.processor.tokenizer
         self.stop_ids = stop_token_ids(lm, self.model)
 
-    def __call__(self, ctx: DocContext, tensors: dict[str, torch.Tensor], continuation: torch.Tensor) -> None:
+    def __call__(self, ctx: DocContext, tensors: dict[str, torch.Tensor], continuation: torch.Tensor,
+                 output_includes_prompt: bool = True) -> None:
         target = target_from_doc(ctx.doc, where=f"{ctx.task} doc {ctx.doc_id}")
         prompt = tensors["input_ids"][0]
         prompt_len = prompt.numel()
@@ -98,7 +99,8 @@ class SampleCollector:
         box = box_key_mask(tmap, target.box, seq_len)
         rows = sorted({r for rs in rows_by_set.values() for r in rs})
         meta: dict[str, Any] = {"task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id, "image_id": target.image_id,
-                                "n_answer": n, "prompt_len": prompt_len, "n_box_tokens": int(box.sum()),
+                                "n_answer": n, "prompt_len": prompt_len,
+                                "output_includes_prompt": output_includes_prompt, "n_box_tokens": int(box.sum()),
                                 "n_image_tokens": int(tmap.positions.numel()),
                                 "rows": {k: len(v) for k, v in rows_by_set.items()},
                                 "answer": self.tokenizer.decode(answer.tolist(), skip_special_tokens=True)}

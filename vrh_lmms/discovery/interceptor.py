@@ -79,8 +79,8 @@ class GenerateInterceptor:
     """Wraps `model.generate` on one model instance; `uninstall()` puts the original back."""
 
     def __init__(self, model: torch.nn.Module, tracker: DocTracker,
-                 on_generated: Callable[[DocContext, dict[str, torch.Tensor], torch.Tensor], None],
-                 cached_answer: Callable[[DocContext], torch.Tensor | None]) -> None:
+                 on_generated: Callable[[DocContext, dict[str, torch.Tensor], torch.Tensor, bool], None],
+                 cached_answer: Callable[[DocContext], tuple[torch.Tensor, bool] | None]) -> None:
         self.model, self.tracker = model, tracker
         self.on_generated, self.cached_answer = on_generated, cached_answer
         self._original = model.generate
@@ -102,8 +102,16 @@ class GenerateInterceptor:
         tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
         cached = self.cached_answer(ctx)
         if cached is not None:
-            return torch.cat([input_ids, cached.to(input_ids.device).view(1, -1)], dim=1)
+            answer, with_prompt = cached
+            answer = answer.to(input_ids.device).view(1, -1)
+            return torch.cat([input_ids, answer], dim=1) if with_prompt else answer
         output = self._original(*args, **kwargs)
         sequences = output.sequences if hasattr(output, "sequences") else output
-        self.on_generated(ctx, tensors, sequences[0, input_ids.shape[1]:].detach())
+        prompt_len = input_ids.shape[1]
+        # HF generate returns prompt + answer; models that generate from inputs_embeds (remote InternVL) return
+        # only the answer. Either way the callback gets the answer, and a replay returns the same shape.
+        with_prompt = sequences.shape[1] >= prompt_len and torch.equal(
+            sequences[0, :prompt_len].to(input_ids.device), input_ids[0])
+        answer = sequences[0, prompt_len:] if with_prompt else sequences[0]
+        self.on_generated(ctx, tensors, answer.detach(), with_prompt)
         return output

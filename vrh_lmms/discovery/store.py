@@ -64,11 +64,13 @@ class PartStore:
                               meta=meta, head_sums=data["head_sums"] if "head_sums" in data.files else None,
                               tokens=int(meta.pop("tokens", 0)))
 
-    def cached_answer(self, key: str) -> torch.Tensor | None:
+    def cached_answer(self, key: str) -> tuple[torch.Tensor, bool] | None:
+        """The stored answer ids, and whether the backend's generate returned them after the prompt."""
         if not self.has(key):
             return None
         with np.load(self.path(key)) as data:
-            return torch.from_numpy(data["answer_ids"].copy())
+            meta = json.loads(bytes(data["meta"]).decode())
+            return torch.from_numpy(data["answer_ids"].copy()), bool(meta.get("output_includes_prompt", True))
 
     def keys(self) -> list[str]:
         out = []
