@@ -64,6 +64,10 @@ def load_dtype(dtype: torch.dtype | None):
         PreTrainedModel.from_pretrained = classmethod(original)
 
 
+def _default(params: dict[str, inspect.Parameter], name: str) -> Any:
+    return params[name].default if name in params else None
+
+
 def in_lmms_eval_cli() -> bool:
     """True when the process is the lmms-eval command line (which prints tracebacks and exits 0 on errors)."""
     if os.environ.get("VRH_LMMS_CLI") == "1":
@@ -162,9 +166,9 @@ class VRHMixin:
                 value = kwargs.get(name, params[name].default)
                 if value is None or str(value).startswith("cuda") or value == "auto":
                     kwargs[name] = dev if name == "device" else default_device_map()
-        if "device_map" in params and "device" in params and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-            if kwargs.get("device_map", params["device_map"].default) == "":
-                kwargs["device_map"] = str(kwargs.get("device", params["device"].default))
+        single_process = int(os.environ.get("WORLD_SIZE", "1")) <= 1
+        if single_process and "device" in params and kwargs.get("device_map", _default(params, "device_map")) == "":
+            kwargs["device_map"] = str(kwargs.get("device", params["device"].default))
         return kwargs
 
     def _base_init_params(self) -> dict[str, inspect.Parameter]:

@@ -43,3 +43,43 @@ def tiny_checkpoints(tmp_path_factory):
         return cache[family]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def tiny_or_skip(tiny_checkpoints):
+    """Like `tiny_checkpoints`, but skips the test (naming the family) while its tiny factory is not registered."""
+
+    def get(family: str):
+        from vrh_lmms.tiny.registry import FAMILIES
+
+        if family not in FAMILIES:
+            pytest.skip(f"no tiny {family} factory registered in vrh_lmms.tiny.registry yet")
+        return tiny_checkpoints(family)
+
+    return get
+
+
+# ---------------------------------------------------------------------------------------------- vrh tasks / boxes
+@pytest.fixture
+def vrh_env(monkeypatch, tmp_path):
+    """No VRH_* settings leak in or out: every VRH_ variable unset, the synth cache in tmp, no active convention."""
+    from vrh_lmms.boxes import context
+
+    for key in list(os.environ):
+        if key.startswith("VRH_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "vrh_cache"))
+    context.clear_active()
+    yield monkeypatch
+    context.clear_active()
+
+
+@pytest.fixture
+def placeholder():
+    """What lmms-eval hands a vrh task's process_docs: the one-row source spec (default: auto)."""
+    import datasets
+
+    def make(**spec):
+        return datasets.Dataset.from_list([{"vrh_source": "auto", **spec}])
+
+    return make

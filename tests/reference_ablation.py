@@ -2,7 +2,8 @@
 
 This shares no code with vrh_lmms.ablation (which edits o_proj weights or o_proj inputs): the registered attention
 function runs the model's own sdpa/eager attention and then overwrites head h of the (batch, seq, heads, dim)
-output before the module reshapes it for o_proj.
+output before the module reshapes it for o_proj. By default it runs the same kernel the text stack runs now: eager
+where the family requires it (Gemma2's soft-capping, which sdpa refuses), sdpa otherwise.
 """
 
 from __future__ import annotations
@@ -37,12 +38,18 @@ AttentionMaskInterface.register("vrh_test_reference", sdpa_mask)
 
 
 @contextlib.contextmanager
-def reference_ablation(model, heads, fill: torch.Tensor | None = None, base: str = "sdpa", text_key="text_config"):
-    """Run `model` with `heads` zeroed (or set to `fill[layer, head]`) in attention-output space."""
+def reference_ablation(model, heads, fill: torch.Tensor | None = None, base: str | None = None,
+                       text_key="text_config"):
+    """Run `model` with `heads` zeroed (or set to `fill[layer, head]`) in attention-output space.
+
+    `base` is the attention kernel underneath ("sdpa" or "eager"); None keeps the kernel the text stack runs now.
+    """
     by_layer: dict[int, list[int]] = {}
     for h in heads:
         by_layer.setdefault(h.layer, []).append(h.head)
     previous = getattr(model.config, text_key, model.config)._attn_implementation
+    if base is None:
+        base = "eager" if previous == "eager" else "sdpa"
     _STATE.update(heads=by_layer, fill=fill, base=base)
     if base == "eager":
         AttentionMaskInterface.register("vrh_test_reference", ALL_MASK_ATTENTION_FUNCTIONS["eager"])

@@ -52,6 +52,9 @@ FAMILIES: dict[str, Family] = {
                layout="paligemma", hf_class="PaliGemmaForConditionalGeneration"),
         Family("glm4v", ("glm4v", "glm4v_moe"), ("model.language_model.layers",), box_convention="glm4v",
                layout="glm4v", hf_class="Glm4vForConditionalGeneration"),
+        # Idefics3 and SmolVLM share the architecture: the text decoder is `text_model`, not `language_model`.
+        Family("idefics3", ("idefics3", "smolvlm"), ("model.text_model.layers",), layout="idefics3",
+               hf_class="Idefics3ForConditionalGeneration"),
         # Phi-4 multimodal: decoder layers sit directly under `model`; the audio encoder also has o_proj.
         Family("phi4_multimodal", ("phi4mm", "phi4_multimodal"), ("model.layers",),
                text_config_paths=("text_config", ""), box_convention="phi4_multimodal", layout="phi4_multimodal",

@@ -12,7 +12,7 @@ from vrh_lmms.report.runs import RunMeta
 from vrh_lmms.report.samples import STATUSES, SampleTable
 from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_bootstrap_drop
 
-_KIND_ORDER = {"baseline": 0, "topk": 1, "layer_matched": 2, "random": 3, "explicit": 4}
+_KIND_ORDER = {"baseline": 0, "topk": 1, "random": 2, "layer_matched": 3, "explicit": 4}
 
 
 @dataclass
@@ -139,7 +139,7 @@ def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settin
         configs.append(block)
     if base is not None and configs and not clustered:
         warnings.append(f"{model} / {task}: no image_id in the samples; bootstrap resamples docs, not images")
-    metric = settings.score_field or {"grounding": "acc50", "vqa": "acc"}.get(kind, "score")
+    metric = settings.score_field or {"grounding": "acc50", "pointing": "acc", "vqa": "acc"}.get(kind, "score")
     group = {
         "model": model,
         "task": task,

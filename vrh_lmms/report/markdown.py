@@ -89,7 +89,7 @@ def null_section(groups: list[dict]) -> list[str]:
 
 
 def taxonomy_section(groups: list[dict], kind: str) -> list[str]:
-    wrong = "mislocated" if kind == "grounding" else "wrong"
+    wrong = "wrong" if kind == "vqa" else "mislocated"
     header = ["Model", "Task", "Config", "n", "Correct %", f"{wrong.capitalize()} %", "Parse failure %",
               f"Lost → {wrong}", "Lost → parse failure"]
     rows = []
@@ -136,13 +136,16 @@ def overlap_section(overlap: dict) -> list[str]:
 def render(report: dict) -> str:
     s = report["settings"]
     groups = report["groups"]
-    out = [
-        "# Visual retrieval heads: ablation report",
-        "",
+    intro = (
         f"Created {report['created']} by vrh-lmms {report['version']}. Accuracies and drops in percentage points; "
         f"CIs at {100 * (1 - s['alpha']):.0f}%; drop CIs from {s['n_resamples']} paired bootstrap resamples of "
         f"images (seed {s['seed']}); p-values corrected over all {report['multiple_testing']['n_tests']} tests "
-        f"of this report (Holm: family-wise error; BH: false discovery rate). See docs/reports.md for definitions.",
+        f"of this report (Holm: family-wise error; BH: false discovery rate). See docs/reports.md for definitions."
+    )
+    out = [
+        "# Visual retrieval heads: ablation report",
+        "",
+        intro,
         "",
         "## Baseline vs VRH (top-k) vs random heads",
         "",
@@ -157,7 +160,7 @@ def render(report: dict) -> str:
         *null_section(groups),
         "",
     ]
-    for kind, title in (("grounding", "grounding"), ("vqa", "VQA")):
+    for kind, title in (("grounding", "grounding"), ("pointing", "pointing"), ("vqa", "VQA")):
         table = taxonomy_section(groups, kind)
         if table:
             out += [f"## Functional specificity: failure taxonomy ({title})", "", *table, ""]

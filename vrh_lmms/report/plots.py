@@ -9,10 +9,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from vrh_lmms.report.heads_files import HeadsFile  # noqa: E402
+from vrh_lmms.report.heads_files import HeadsFile
 
 _COLORS = {"baseline": "0.3", "topk": "tab:red", "random": "tab:blue", "layer_matched": "tab:green",
            "explicit": "tab:purple"}
@@ -55,7 +55,7 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
         ax.axhspan(acc["ci_low"], acc["ci_high"], color=_COLORS["baseline"], alpha=0.12)
     ks = list(tops)
     top = [tops[k][0]["accuracy"] for k in ks]
-    ax.plot(ks, [a["mean"] for a in top], "o-", color=_COLORS["topk"], label="top-k (VRH)")
+    ax.plot(ks, [a["mean"] for a in top], "o-", color=_COLORS["topk"], label="top-k (VRH), Wilson CI")
     ax.fill_between(ks, [a["ci_low"] for a in top], [a["ci_high"] for a in top], color=_COLORS["topk"], alpha=0.2)
     for kind, name in (("random", "random-k"), ("layer_matched", "layer-matched random-k")):
         pools = _by_k(configs, kind, mode)
@@ -63,8 +63,13 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
             continue
         xs = list(pools)
         accs = [np.array([c["accuracy"]["mean"] for c in pools[k]]) for k in xs]
-        ax.plot(xs, [a.mean() for a in accs], "s-", color=_COLORS[kind], label=f"{name} (mean over seeds)")
-        ax.fill_between(xs, [a.min() for a in accs], [a.max() for a in accs], color=_COLORS[kind], alpha=0.2)
+        means = np.array([a.mean() for a in accs])
+        lows, highs = np.array([a.min() for a in accs]), np.array([a.max() for a in accs])
+        ax.errorbar(xs, means, yerr=[means - lows, highs - means], fmt="s-", color=_COLORS[kind], capsize=3,
+                    label=f"{name} (mean, min-max over seeds)")
+        if len(xs) > 1:
+            ax.fill_between(xs, lows, highs, color=_COLORS[kind], alpha=0.15)
+    ax.set_xticks(sorted({c["k"] for c in configs if c["k"] is not None and c["heads_source"] is None}))
     ax.set_xlabel("k (heads masked)")
     ax.set_ylabel(group["metric"])
     ax.set_title(f"{group['model'].split('/')[-1]} / {group['task']} ({mode})", fontsize=9)
@@ -110,7 +115,7 @@ def taxonomy_plot(group: dict, path: Path) -> Path | None:
     ax.set_ylim(0, 1)
     ax.set_ylabel("fraction of samples")
     ax.set_title(f"{group['model'].split('/')[-1]} / {group['task']}", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 

@@ -67,16 +67,17 @@ def load_json(path: Path) -> dict:
     return data
 
 
-def _model_from_plain(data: dict, path: Path) -> str:
+def _model_from_lmms(data: dict) -> str | None:
+    """`model_name` (written by lmms-eval's tracker), else `pretrained=` in `config.model_args`."""
     name = data.get("model_name")
     if isinstance(name, str) and name:
         return normalize_model(name)
-    args = (data.get("config") or {}).get("model_args")
+    args = (data.get("config") or {}).get("model_args") if isinstance(data.get("config"), dict) else None
     if isinstance(args, str):
         match = re.search(r"(?:^|,)\s*pretrained=([^,]+)", args)
         if match:
             return normalize_model(match.group(1))
-    return path.parent.name
+    return None
 
 
 def _int_or_none(value: Any, path: Path, field: str) -> int | None:
@@ -87,7 +88,7 @@ def _int_or_none(value: Any, path: Path, field: str) -> int | None:
     return value
 
 
-def _from_vrh(block: dict, path: Path) -> RunMeta:
+def _from_vrh(block: dict, path: Path, fallback_model: str | None) -> RunMeta:
     if not isinstance(block, dict):
         raise VRHError(f"{path}: field vrh must be an object")
     schema = block.get("schema")
@@ -95,7 +96,9 @@ def _from_vrh(block: dict, path: Path) -> RunMeta:
         raise VRHError(f"{path}: field vrh.schema is {schema!r}; this report reads schema 1")
     pretrained = block.get("pretrained")
     if not isinstance(pretrained, str) or not pretrained:
-        raise VRHError(f"{path}: field vrh.pretrained is missing")
+        pretrained = fallback_model
+    if not pretrained:
+        raise VRHError(f"{path}: field vrh.pretrained is missing (and no model_name or pretrained= model argument)")
     config = block.get("config")
     if not isinstance(config, dict):
         raise VRHError(f"{path}: field vrh.config is missing")
@@ -134,5 +137,5 @@ def read_run_meta(path: Path) -> RunMeta:
     """Metadata of the run whose results JSON is `path`."""
     data = load_json(path)
     if "vrh" in data:
-        return _from_vrh(data["vrh"], path)
-    return RunMeta(_model_from_plain(data, path), "baseline", "baseline", None, None, None, None, None, path)
+        return _from_vrh(data["vrh"], path, _model_from_lmms(data))
+    return RunMeta(_model_from_lmms(data) or path.parent.name, "baseline", "baseline", None, None, None, None, None, path)

@@ -19,6 +19,7 @@ from vrh_lmms.errors import VRHError
 
 STATUSES = {
     "grounding": ("correct", "mislocated", "parse_failure"),
+    "pointing": ("correct", "mislocated", "parse_failure"),  # RefSpatial-style points in a mask
     "vqa": ("correct", "wrong", "parse_failure"),
 }
 
@@ -32,7 +33,7 @@ class SampleTable:
     scores: np.ndarray
     statuses: list[str] | None
     image_ids: list[str] | None
-    kind: str  # "grounding", "vqa" or "score"
+    kind: str  # "grounding", "pointing", "vqa" or "score" (no vrh_record)
     raw_lines: list[dict] | None = None
 
     def index(self) -> dict[str, int]:
@@ -59,81 +60,86 @@ def _as_score(value: Any, where: str) -> float:
     raise VRHError(f"{where}: expected a finite number, got {value!r}")
 
 
+@dataclass
+class _Row:
+    doc_id: str
+    score: float
+    kind: str | None
+    status: str | None
+    image_id: str | None
+
+
+def _parse_line(line: Any, where: str, score_field: str | None) -> _Row:
+    """One sample line -> its outcome; every malformed field is named with file and line."""
+    if not isinstance(line, dict) or "doc_id" not in line:
+        raise VRHError(f"{where}: sample line has no doc_id")
+    record = line.get("vrh_record")
+    if record is not None and not isinstance(record, dict):
+        raise VRHError(f"{where}: field vrh_record must be an object")
+    if record is None and score_field is None:
+        raise VRHError(f"{where}: no vrh_record in this sample line; pass --score-field NAME to read a numeric "
+                       f"per-sample field of a plain lmms-eval task")
+    if score_field is not None:
+        value = _lookup(line, score_field)
+        if value is _MISSING:
+            raise VRHError(f"{where}: field {score_field} not found in the sample line")
+        score = _as_score(value, f"{where}: field {score_field}")
+    else:
+        if "correct" not in record:
+            raise VRHError(f"{where}: field vrh_record.correct is missing")
+        score = _as_score(record["correct"], f"{where}: field vrh_record.correct")
+    if record is None:
+        return _Row(str(line["doc_id"]), score, None, None, None)
+    kind = record.get("kind")
+    if kind not in STATUSES:
+        raise VRHError(f"{where}: field vrh_record.kind is {kind!r}; expected one of {', '.join(STATUSES)}")
+    status = record.get("status")
+    if status not in STATUSES[kind]:
+        raise VRHError(f"{where}: field vrh_record.status is {status!r}; expected one of {', '.join(STATUSES[kind])}")
+    image = record.get("image_id")
+    return _Row(str(line["doc_id"]), score, kind, status, None if image is None else str(image))
+
+
 def read_samples(path: Path, score_field: str | None = None, keep_lines: bool = False) -> SampleTable:
     """Read one samples JSONL; raise VRHError naming the file, line and field of anything malformed."""
-    doc_ids: list[str] = []
-    scores: list[float] = []
-    statuses: list[str] = []
-    image_ids: list[str | None] = []
-    kinds: set[str] = set()
-    lines: list[dict] = []
-    has_record = None
     try:
-        handle = open(path, encoding="utf-8")
+        texts = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise VRHError(f"{path}: cannot read ({exc.strerror})") from exc
-    with handle:
-        for number, text in enumerate(handle, start=1):
-            if not text.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                line = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise VRHError(f"{where}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(line, dict) or "doc_id" not in line:
-                raise VRHError(f"{where}: sample line has no doc_id")
-            record = line.get("vrh_record")
-            if has_record is None:
-                has_record = isinstance(record, dict)
-            elif has_record != isinstance(record, dict):
-                raise VRHError(f"{where}: vrh_record present on some lines and missing on others")
-            if record is None and score_field is None:
-                raise VRHError(
-                    f"{where}: no vrh_record in this sample line; pass --score-field NAME to read a numeric "
-                    f"per-sample field of a plain lmms-eval task"
-                )
-            if score_field is not None:
-                value = _lookup(line, score_field)
-                if value is _MISSING:
-                    raise VRHError(f"{where}: field {score_field} not found in the sample line")
-                scores.append(_as_score(value, f"{where}: field {score_field}"))
-            else:
-                if "correct" not in record:
-                    raise VRHError(f"{where}: field vrh_record.correct is missing")
-                scores.append(_as_score(record["correct"], f"{where}: field vrh_record.correct"))
-            if has_record:
-                kind = record.get("kind")
-                if kind not in STATUSES:
-                    raise VRHError(f"{where}: field vrh_record.kind is {kind!r}; expected grounding or vqa")
-                status = record.get("status")
-                if status not in STATUSES[kind]:
-                    raise VRHError(
-                        f"{where}: field vrh_record.status is {status!r}; expected one of {', '.join(STATUSES[kind])}"
-                    )
-                kinds.add(kind)
-                statuses.append(status)
-                image = record.get("image_id")
-                image_ids.append(None if image is None else str(image))
-            doc_ids.append(str(line["doc_id"]))
-            if keep_lines:
-                lines.append(line)
-    if not doc_ids:
-        raise VRHError(f"{path}: no samples in the file")
-    if len(kinds) > 1:
-        raise VRHError(f"{path}: mixes vrh_record kinds {sorted(kinds)}")
+    except UnicodeDecodeError as exc:
+        raise VRHError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    rows: list[_Row] = []
+    lines: list[dict] = []
     seen: set[str] = set()
-    for doc in doc_ids:
-        if doc in seen:
-            raise VRHError(f"{path}: doc_id {doc} appears more than once (one line per document expected)")
-        seen.add(doc)
-    has_images = bool(has_record) and all(i is not None for i in image_ids)
+    for number, text in enumerate(texts, start=1):
+        if not text.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise VRHError(f"{where}: not valid JSON ({exc.msg})") from exc
+        row = _parse_line(line, where, score_field)
+        if rows and (row.kind is None) != (rows[0].kind is None):
+            raise VRHError(f"{where}: vrh_record present on some lines and missing on others")
+        if rows and row.kind != rows[0].kind:
+            raise VRHError(f"{where}: vrh_record.kind {row.kind!r} differs from earlier lines ({rows[0].kind!r})")
+        if row.doc_id in seen:
+            raise VRHError(f"{where}: doc_id {row.doc_id} appears twice (one line per document expected)")
+        seen.add(row.doc_id)
+        rows.append(row)
+        if keep_lines:
+            lines.append(line)
+    if not rows:
+        raise VRHError(f"{path}: no samples in the file")
+    has_record = rows[0].kind is not None
+    image_ids = [r.image_id for r in rows]
     return SampleTable(
         path=path,
-        doc_ids=doc_ids,
-        scores=np.asarray(scores, dtype=float),
-        statuses=statuses if has_record else None,
-        image_ids=[str(i) for i in image_ids] if has_images else None,
-        kind=kinds.pop() if kinds else "score",
+        doc_ids=[r.doc_id for r in rows],
+        scores=np.asarray([r.score for r in rows], dtype=float),
+        statuses=[r.status for r in rows] if has_record else None,
+        image_ids=image_ids if has_record and all(i is not None for i in image_ids) else None,
+        kind=rows[0].kind or "score",
         raw_lines=lines if keep_lines else None,
     )

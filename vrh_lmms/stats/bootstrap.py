@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike
 
-# Resamples per vectorised block: keeps the (block x clusters) index matrix near 40 MB for 5,000 clusters.
-_BLOCK = 2048
+# Cells (resamples x clusters) per vectorised block: bounds the index and gathered matrices to ~16 MB each.
+_BLOCK_CELLS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,9 @@ def bootstrap_mean_diffs(
     rng = np.random.default_rng(seed)
     out = np.empty(n_resamples, dtype=float)
     index_type = np.int32 if g < 2**31 else np.int64
-    for start in range(0, n_resamples, _BLOCK):
-        stop = min(start + _BLOCK, n_resamples)
+    block = max(1, _BLOCK_CELLS // g)
+    for start in range(0, n_resamples, block):
+        stop = min(start + block, n_resamples)
         idx = rng.integers(0, g, size=(stop - start, g), dtype=index_type)
         out[start:stop] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
     return out

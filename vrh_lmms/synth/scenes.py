@@ -42,6 +42,9 @@ class SceneConfig:
     conjunctive_share: float = 0.8
     # Amplitude (0-255) of a smooth colour ramp that encodes (x, y) in every pixel; 0 disables it.
     position_tint: int = 0
+    # Compress every base colour (background included) into [tint/2, 255 - tint/2] first, so the ramp never clips
+    # and the (x, y) code stays exact for every colour.
+    tint_headroom: bool = False
     max_overlap_iou: float = 0.0
 
 
@@ -111,11 +114,18 @@ def _place(rng: np.random.Generator, cfg: SceneConfig, n: int) -> list[tuple[flo
     return boxes
 
 
+def _base(colour: tuple[int, ...], cfg: SceneConfig) -> tuple[float, ...]:
+    if not (cfg.tint_headroom and cfg.position_tint > 0):
+        return tuple(colour)
+    half = cfg.position_tint / 2
+    return tuple(half + c * (255 - cfg.position_tint) / 255 for c in colour)
+
+
 def _tint(colour: tuple[int, int, int], x: float, y: float, cfg: SceneConfig) -> tuple[int, int, int]:
     if cfg.position_tint <= 0:
         return colour
     fx, fy = x / cfg.image_size - 0.5, y / cfg.image_size - 0.5
-    r, g, b = colour
+    r, g, b = _base(colour, cfg)
     return (int(np.clip(r + cfg.position_tint * fx, 0, 255)), int(np.clip(g + cfg.position_tint * fy, 0, 255)),
             int(np.clip(b - cfg.position_tint * (fx + fy) / 2, 0, 255)))
 
@@ -123,7 +133,7 @@ def _tint(colour: tuple[int, int, int], x: float, y: float, cfg: SceneConfig) ->
 def _background(cfg: SceneConfig) -> Image.Image:
     s = cfg.image_size
     base = np.empty((s, s, 3), dtype=np.float32)
-    base[:] = cfg.background
+    base[:] = _base(cfg.background, cfg)
     if cfg.position_tint > 0:
         ramp = (np.arange(s, dtype=np.float32) / s - 0.5) * cfg.position_tint
         base[:, :, 0] += ramp[None, :]

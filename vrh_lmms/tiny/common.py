@@ -37,3 +37,16 @@ def save_checkpoint(out_dir: str | Path, model, processor, tokenizer) -> Path:
         processor.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+# Text backbone geometry shared by the tiny families: 2 layers, 4 query heads sharing 2 kv heads (GQA), head_dim 16.
+# GLM-4V, whose attention derives head_dim from hidden_size / heads, gets 64 / 4 = 16 as well.
+DEFAULT_TEXT: dict = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "num_key_value_heads": 2, "head_dim": 16}
+
+
+def set_generation_eos(model, eos_ids: list[int], pad_id: int | None = None) -> None:
+    """Stop ids as the real checkpoints' generation_config.json lists them (often more than the tokenizer's eos)."""
+    model.generation_config.eos_token_id = eos_ids if len(eos_ids) > 1 else eos_ids[0]
+    if pad_id is not None:
+        model.generation_config.pad_token_id = pad_id

@@ -1,7 +1,8 @@
 """Model inputs for tiny checkpoints: a few synthetic scenes through the checkpoint's own processor.
 
 Used by tests and benchmarks of every family: the processor's chat template decides the prompt layout, so the
-same helper serves all families whose processors support image content in messages.
+same helper serves all families whose processors support image content in messages. Families that ship no chat
+template (PaliGemma2 "pt") get their raw prompt format instead: the image placeholder, then the text.
 """
 
 from __future__ import annotations
@@ -16,6 +17,17 @@ def scene_messages(expression: str, image) -> list[dict]:
                                           {"type": "text", "text": f"Locate {expression} in the image."}]}]
 
 
+def render_prompt(processor, conversation: list[dict]) -> str:
+    """Prompt text of one conversation: the checkpoint's chat template, else image placeholders + text."""
+    if getattr(processor, "chat_template", None):
+        return processor.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True)
+    parts = []
+    for message in conversation:
+        for item in message["content"]:
+            parts.append(processor.image_token if item["type"] == "image" else item.get("text", ""))
+    return "".join(parts)
+
+
 def processor_inputs(processor, n: int = 2, seed: int = 0, image_sizes: list[int] | None = None,
                      padding_side: str = "left", texts: list[str] | None = None):
     """A padded batch of `n` scenes; different prompt lengths so left padding really occurs."""
@@ -26,8 +38,10 @@ def processor_inputs(processor, n: int = 2, seed: int = 0, image_sizes: list[int
         expr = texts[i] if texts else scene.expression + " on the left" * i
         convs.append(scene_messages(expr, scene.image))
         images.append(scene.image)
-    prompts = [processor.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in convs]
-    return processor(text=prompts, images=images, return_tensors="pt", padding=True, padding_side=padding_side)
+    prompts = [render_prompt(processor, c) for c in convs]
+    batch = processor(text=prompts, images=images, return_tensors="pt", padding=True, padding_side=padding_side)
+    batch.pop("labels", None)  # PaliGemma's processor derives training labels; inference inputs never want them
+    return batch
 
 
 def load_tiny(path: str | Path, model_cls=None, **kwargs):

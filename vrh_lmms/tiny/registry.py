@@ -10,6 +10,12 @@ from vrh_lmms.errors import VRHError
 # family name -> module under vrh_lmms.tiny
 FAMILIES: dict[str, str] = {
     "qwen2_5_vl": "qwen2_5_vl",
+    "qwen3_vl": "qwen3_vl",
+    "internvl": "internvl",
+    "llava_next": "llava_next",
+    "paligemma": "paligemma",
+    "glm4v": "glm4v",
+    "idefics3": "idefics3",
 }
 
 

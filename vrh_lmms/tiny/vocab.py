@@ -10,7 +10,7 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable, Mapping, Sequence
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 UNK = "<unk>"
@@ -37,6 +37,7 @@ BASE_WORDS: tuple[str, ...] = tuple(
 def build_tokenizer(
     special_tokens: Sequence[str],
     *,
+    plain_tokens: Sequence[str] = (),
     extra_words: Iterable[str] = (),
     max_integer: int = 1024,
     named_specials: Mapping[str, str] | None = None,
@@ -46,11 +47,15 @@ def build_tokenizer(
     chat_template: str | None = None,
     lowercase: bool = True,
     model_max_length: int = 32768,
+    add_bos_token: bool = False,
 ) -> PreTrainedTokenizerFast:
     """Build a word-level fast tokenizer whose ids start with the special tokens in the given order.
 
     `named_specials` maps attribute names that processors read (e.g. ``image_token``) to token strings; they are
     registered as extra special tokens so ``tok.image_token`` and ``tok.image_token_id`` work.
+    `plain_tokens` come right after the special tokens: whole-word added tokens that decoding keeps (PaliGemma's
+    ``<locNNNN>``, GLM's ``<|begin_of_box|>``), because box parsers read them from the decoded text.
+    `add_bos_token` prepends the BOS token on every encode, as Llama-3 tokenizers do.
     """
     vocab: dict[str, int] = {}
 
@@ -59,7 +64,7 @@ def build_tokenizer(
             vocab[tok] = len(vocab)
 
     add(UNK)
-    for tok in special_tokens:
+    for tok in (*special_tokens, *plain_tokens):
         add(tok)
     for ch in string.punctuation:
         add(ch)
@@ -93,10 +98,13 @@ def build_tokenizer(
         pad_token=pad_token,
         model_max_length=model_max_length,
         extra_special_tokens=extra_special or None,
+        **({"add_bos_token": True} if add_bos_token else {}),
     )
     # Register every special token so it is matched before pre-tokenization and skipped on decode.
     tok.add_special_tokens({"additional_special_tokens": [t for t in specials if t not in _core(tok)]},
                            replace_extra_special_tokens=False)
+    if plain_tokens:
+        tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in plain_tokens])
     if chat_template is not None:
         tok.chat_template = chat_template
     _check_ids_stable(tok, vocab)

@@ -1,0 +1,1 @@
+"""Shared code of the vrh task YAMLs: data sources, per-benchmark doc builders, prompts, scoring, records."""

@@ -1,0 +1,178 @@
+"""Where a task's rows come from: the hub, local files in the hub schema, or a benchmark's own local layout.
+
+Every vrh task YAML loads ``common/placeholder.jsonl`` (one row, ``{"vrh_source": "auto"}``) through lmms-eval,
+so nothing touches the network before our ``process_docs`` decides where the data really is:
+
+1. A *source spec* row. The shipped placeholder says ``auto``; a derived YAML may point ``dataset_kwargs.data_files``
+   at its own one-row JSONL such as ``{"vrh_source": "refer", "root": "/data/refer"}`` (the task-level way to
+   choose a source). Keys: ``vrh_source`` (hub | files | refer | raw | synth | auto) plus that kind's options.
+2. For ``auto``, environment variables, per benchmark key (``REFCOCO``, ``TOLOKA``, ...):
+   ``VRH_<KEY>_SOURCE`` (force a kind), ``VRH_<KEY>_DATA`` (files), ``VRH_<KEY>_ROOT`` (the benchmark's local
+   layout), ``VRH_<KEY>_IMAGES`` (image folder for local layouts), ``VRH_<KEY>_HUB`` (hub id override).
+3. Otherwise the benchmark's default (usually the hub dataset lmms-eval uses).
+
+A derived YAML may also set ``dataset_path``/``dataset_kwargs`` to real rows in the benchmark's hub schema (a
+hub id, or ``parquet`` + ``data_files``): ``process_docs`` then just normalises what lmms-eval loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SPEC_COLUMN = "vrh_source"
+KINDS = ("hub", "files", "refer", "raw", "synth")
+DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow")
+
+
+class SourceError(ValueError):
+    """A data source is misconfigured; the message names the setting (env var, spec key, file) at fault."""
+
+
+@dataclass(frozen=True)
+class Source:
+    kind: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+    origin: str = "default"  # what chose it, for error messages
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = self.options.get(key)
+        return default if value in (None, "") else value
+
+    def require(self, key: str, hint: str) -> Any:
+        value = self.get(key)
+        if value is None:
+            raise SourceError(f"{self.kind} source from {self.origin} needs {key!r} ({hint})")
+        return value
+
+
+def env_name(key: str, what: str) -> str:
+    return f"VRH_{key}_{what}"
+
+
+def spec_row(dataset) -> dict[str, Any] | None:
+    """The source spec of a placeholder dataset, or None when lmms-eval loaded real rows."""
+    if dataset is None or SPEC_COLUMN not in dataset.column_names:
+        return None
+    if len(dataset) != 1:
+        raise SourceError(f"a source spec file must hold exactly one row, got {len(dataset)}")
+    return {k: v for k, v in dataset[0].items() if v is not None}
+
+
+def resolve(key: str, spec: Mapping[str, Any] | None, default: Source, local_kind: str | None,
+            allowed: tuple[str, ...], root_fallback: str | None = None) -> Source:
+    """Pick the source: an explicit spec row wins, then ``VRH_<key>_*`` variables, then ``default``.
+
+    ``root_fallback`` names another variable read when ``VRH_<key>_ROOT`` is unset (RefCOCO+/g share RefCOCO's).
+    """
+    spec = dict(spec or {})
+    kind = str(spec.pop(SPEC_COLUMN, "auto") or "auto")
+    if kind != "auto":
+        if kind not in allowed:
+            raise SourceError(f"source spec: vrh_source={kind!r} is not available here; use one of "
+                              f"{', '.join(('auto', *allowed))}")
+        return Source(kind, spec, "the task's source spec")
+    env = {what: os.environ.get(env_name(key, what), "").strip()
+           for what in ("SOURCE", "DATA", "ROOT", "IMAGES", "HUB")}
+    if not env["ROOT"] and root_fallback and os.environ.get(root_fallback, "").strip():
+        env["ROOT"] = os.environ[root_fallback].strip()
+    if env["SOURCE"]:
+        chosen, origin = env["SOURCE"], env_name(key, "SOURCE")
+        if chosen not in allowed:
+            raise SourceError(f"{origin}={chosen!r} is not available for this benchmark; use one of "
+                              f"{', '.join(allowed)}")
+    elif env["DATA"]:
+        chosen, origin = "files", env_name(key, "DATA")
+    elif env["ROOT"] and local_kind:
+        chosen, origin = local_kind, env_name(key, "ROOT")
+    else:
+        chosen, origin = default.kind, "the default"
+    options = dict(default.options) if chosen == default.kind else {}
+    if chosen == "hub" and env["HUB"]:
+        options["path"], origin = env["HUB"], env_name(key, "HUB")
+    if chosen == "files":
+        if not env["DATA"] and not options.get("path"):
+            raise SourceError(f"{origin}=files needs {env_name(key, 'DATA')}=PATH (a folder of "
+                              f"<split>.parquet/.jsonl files, or one file)")
+        if env["DATA"]:
+            options["path"] = env["DATA"]
+    if chosen == local_kind:
+        if env["ROOT"]:
+            options["root"] = env["ROOT"]
+        if not options.get("root") and chosen != default.kind:
+            raise SourceError(f"{origin}={chosen} needs {env_name(key, 'ROOT')}=PATH")
+    if env["IMAGES"]:
+        options["images"] = env["IMAGES"]
+    return Source(chosen, options, origin)
+
+
+# --------------------------------------------------------------------------------------------------- loading
+def data_file(path: str | Path, split: str, origin: str) -> Path:
+    """``path`` itself if it is a file, else ``<path>/<split>.<ext>`` for the first known suffix present."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p
+    if not p.is_dir():
+        raise SourceError(f"{origin}: {p} does not exist")
+    for suffix in DATA_SUFFIXES:
+        cand = p / f"{split}{suffix}"
+        if cand.is_file():
+            return cand
+    raise SourceError(f"{origin}: no {split}{{{','.join(DATA_SUFFIXES)}}} in {p}")
+
+
+def load_files(source: Source, split: str):
+    """Rows of ``split`` from local files in the benchmark's hub schema."""
+    import datasets
+
+    path = data_file(source.require("path", "a file or folder of <split>.parquet files"), split, source.origin)
+    builder = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".arrow": "arrow"}[
+        path.suffix]
+    return datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+
+
+def load_hub(source: Source, split: str):
+    """Rows of ``split`` from a hub dataset (the local HF cache answers when HF_DATASETS_OFFLINE=1)."""
+    import datasets
+
+    path = source.require("path", "a hub dataset id")
+    kwargs = {}
+    if source.get("name"):
+        kwargs["name"] = source.get("name")
+    try:
+        return datasets.load_dataset(path, split=split, **kwargs)
+    except Exception as exc:
+        raise SourceError(f"could not load hub dataset {path!r} split {split!r} (chosen by {source.origin}): {exc}. "
+                          f"Download it once online, or point the task at local data (docs/tasks.md)") from exc
+
+
+def load_rows(source: Source, split: str):
+    if source.kind == "hub":
+        return load_hub(source, split)
+    if source.kind == "files":
+        return load_files(source, split)
+    raise SourceError(f"internal: {source.kind} sources are read by the benchmark's own loader")
+
+
+def resolve_image_path(name: str, folders: list[Path]) -> Path | None:
+    """``name`` (absolute, or relative to one of ``folders``), if it exists."""
+    p = Path(name)
+    if p.is_absolute():
+        return p if p.exists() else None
+    for folder in folders:
+        cand = folder / name
+        if cand.exists():
+            return cand
+    return None
+
+
+def existing_dir(path: str | Path | None, origin: str) -> Path:
+    if path is None:
+        raise SourceError(f"{origin}: no folder given")
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise SourceError(f"{origin}: {p} is not a folder")
+    return p

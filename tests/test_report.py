@@ -1,0 +1,235 @@
+"""`vrh-lmms report` end to end on fabricated lmms-eval-style folders; numbers recomputed here from the files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from statsmodels.stats.contingency_tables import mcnemar
+from statsmodels.stats.multitest import multipletests
+from statsmodels.stats.proportion import proportion_confint
+
+from vrh_lmms.cli import main
+
+MODEL = "org/Tiny-VLM-2B"
+OTHER = "org/Other-VLM-7B"
+TASK = "vrh_refcoco_val"
+N_IMAGES = 40
+
+
+def _docs(rng: np.random.Generator) -> list[tuple[int, str]]:
+    docs, doc_id = [], 0
+    for image in range(N_IMAGES):
+        for _ in range(int(rng.integers(2, 5))):
+            docs.append((doc_id, f"img{image}"))
+            doc_id += 1
+    return docs
+
+
+def _record(image_id: str, status: str) -> dict:
+    gt = [10.0, 10.0, 50.0, 50.0]
+    pred = {"correct": [12.0, 11.0, 49.0, 52.0], "mislocated": [100.0, 100.0, 140.0, 140.0], "parse_failure": None}
+    iou = {"correct": 0.9, "mislocated": 0.0, "parse_failure": 0.0}[status]
+    return {"kind": "grounding", "image_id": image_id, "pred_box": pred[status], "gt_box": gt, "iou": iou,
+            "correct": status == "correct", "status": status, "n_boxes": 0 if status == "parse_failure" else 1,
+            "convention": "qwen2_5_vl", "image_size": [200, 200], "raw": f"answer {status}", "expression": "the dog"}
+
+
+def _statuses(rng, docs, p_correct: float, p_parse: float) -> list[str]:
+    """Image-level difficulty makes outcomes within an image correlated (as in RefCOCO)."""
+    ease = {img: rng.normal() for _, img in docs}
+    out = []
+    for _, img in docs:
+        p = 1 / (1 + np.exp(-(np.log(p_correct / (1 - p_correct)) + 1.5 * ease[img])))
+        u = rng.random()
+        out.append("correct" if u < p else ("parse_failure" if u < p + (1 - p) * p_parse else "mislocated"))
+    return out
+
+
+def _vrh_block(model: str, config_id: str, kind: str, k, seed, heads_model: str | None) -> dict:
+    heads_file = None if heads_model is None else {"path": "heads.json", "sha256": "0" * 64, "model": heads_model}
+    return {"schema": 1, "family": "qwen2_5_vl", "pretrained": model,
+            "geometry": {"layers": 4, "heads": 8, "kv_heads": 2, "head_dim": 16},
+            "ablation": {"spec": config_id, "heads": ["L0H1"], "mode": "none" if kind == "baseline" else "zero",
+                         "seed": seed or 0, "method": None if kind == "baseline" else "hook", "heads_file": heads_file},
+            "config": {"id": config_id, "kind": kind, "k": k, "seed": seed}}
+
+
+def _write_config(root: Path, config_id: str, vrh: dict | None, lines: list[dict], task: str = TASK) -> None:
+    folder = root / "configs" / config_id
+    folder.mkdir(parents=True)
+    with open(folder / f"samples_{task}.jsonl", "w") as fh:
+        fh.writelines(json.dumps(line) + "\n" for line in lines)
+    results = {"results": {task: {"alias": task}}, "model_name": MODEL}
+    if vrh is not None:
+        results["vrh"] = vrh
+    (folder / "results.json").write_text(json.dumps(results))
+
+
+def _lines(docs, statuses) -> list[dict]:
+    return [{"doc_id": d, "target": "[10, 10, 50, 50]", "filtered_resps": f"answer {s}", "input": "Locate the dog.",
+             "acc50": float(s == "correct"), "vrh_record": _record(img, s)}
+            for (d, img), s in zip(docs, statuses, strict=True)]
+
+
+# (config id, kind, k, seed, p_correct, p_parse)
+CONFIGS = [
+    ("baseline", "baseline", None, None, 0.85, 0.1),
+    ("top4", "topk", 4, None, 0.45, 0.1),
+    ("top8", "topk", 8, None, 0.2, 0.15),
+    *[(f"random4_s{s}", "random", 4, s, 0.82, 0.1) for s in range(3)],
+    *[(f"random8_s{s}", "random", 8, s, 0.8, 0.1) for s in range(3)],
+    *[(f"layer_matched4_s{s}", "layer_matched", 4, s, 0.75, 0.1) for s in range(3)],
+]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> Path:
+    """A sweep folder: baseline, top-k for two k, random-k with 3 seeds each, layer-matched random-k."""
+    rng = np.random.default_rng(7)
+    root = tmp_path_factory.mktemp("sweep")
+    docs = _docs(rng)
+    (root / "sweep.json").write_text(json.dumps({"model": MODEL, "tasks": [TASK]}))
+    for config_id, kind, k, seed, p, parse in CONFIGS:
+        lines = _lines(docs, _statuses(rng, docs, p, parse))
+        if config_id == "top8":
+            lines = lines[3:]  # a mismatched doc set: paired on the intersection
+        _write_config(root, config_id, _vrh_block(MODEL, config_id, kind, k, seed, MODEL if k else None), lines)
+    (root / "configs" / "random12_s0").mkdir()  # incomplete: no results.json
+    return root
+
+
+def _read(path: Path) -> dict[str, dict]:
+    return {str(json.loads(t)["doc_id"]): json.loads(t) for t in path.read_text().splitlines() if t.strip()}
+
+
+def _cluster_bootstrap_ci(diffs, clusters, n_resamples, seed, alpha=0.05):
+    """Independent re-implementation (loop over resamples) of the clustered percentile bootstrap."""
+    labels = sorted(set(clusters))
+    sums = np.array([sum(d for d, c in zip(diffs, clusters) if c == lab) for lab in labels])
+    counts = np.array([sum(1 for c in clusters if c == lab) for lab in labels], dtype=float)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(labels), size=(n_resamples, len(labels)), dtype=np.int32)
+    boots = np.array([sums[row].sum() / counts[row].sum() for row in idx])
+    return np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+
+
+@pytest.fixture(scope="module")
+def report(sweep, tmp_path_factory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("reports") / "r1"
+    rc = main(["report", str(sweep), "--output", str(out), "--n-resamples", "2000", "--seed", "3"])
+    assert rc == 0
+    return out, json.loads((out / "report.json").read_text())
+
+
+def _config(report_json, label):
+    (group,) = report_json["groups"]
+    if label == "baseline":
+        return group["baseline"]
+    return next(c for c in group["configs"] if c["label"] == label)
+
+
+def test_accuracy_drop_mcnemar_match_direct_computation(sweep, report):
+    _, rep = report
+    base = _read(sweep / "configs/baseline" / f"samples_{TASK}.jsonl")
+    b_acc = np.mean([line["vrh_record"]["correct"] for line in base.values()])
+    low, high = proportion_confint(sum(line["vrh_record"]["correct"] for line in base.values()), len(base),
+                                   method="wilson")
+    assert _config(rep, "baseline")["accuracy"]["mean"] == pytest.approx(b_acc)
+    assert _config(rep, "baseline")["accuracy"]["ci_low"] == pytest.approx(low)
+    assert _config(rep, "baseline")["accuracy"]["ci_high"] == pytest.approx(high)
+    for config_id, *_ in CONFIGS[1:]:
+        abl = _read(sweep / "configs" / config_id / f"samples_{TASK}.jsonl")
+        common = [d for d in base if d in abl]
+        b = np.array([base[d]["vrh_record"]["correct"] for d in common], dtype=float)
+        a = np.array([abl[d]["vrh_record"]["correct"] for d in common], dtype=float)
+        got = _config(rep, config_id)
+        assert got["accuracy"]["mean"] == pytest.approx(np.mean([x["vrh_record"]["correct"] for x in abl.values()]))
+        assert got["paired"]["n_paired"] == len(common)
+        assert got["drop"]["drop"] == pytest.approx(b.mean() - a.mean())
+        clusters = [base[d]["vrh_record"]["image_id"] for d in common]
+        assert got["drop"]["n_clusters"] == len(set(clusters))
+        lo, hi = _cluster_bootstrap_ci(b - a, clusters, 2000, seed=3)
+        assert (got["drop"]["ci_low"], got["drop"]["ci_high"]) == pytest.approx((lo, hi))
+        table = [[np.sum((b == 1) & (a == 1)), np.sum((b == 1) & (a == 0))],
+                 [np.sum((b == 0) & (a == 1)), np.sum((b == 0) & (a == 0))]]
+        assert got["mcnemar"]["pvalue"] == pytest.approx(mcnemar(table, exact=True).pvalue)
+        assert got["mcnemar"]["lost"] == table[0][1] and got["mcnemar"]["gained"] == table[1][0]
+
+
+def test_mismatched_doc_sets_are_paired_on_intersection_and_reported(report):
+    _, rep = report
+    top8 = _config(rep, "top8")
+    assert top8["paired"]["n_paired"] == top8["paired"]["n_baseline"] - 3
+    assert top8["paired"]["n_config"] == top8["paired"]["n_baseline"] - 3
+    assert any("top8" in w and "paired on the" in w for w in rep["warnings"])
+    assert any("random12_s0" in w and "incomplete" in w for w in rep["warnings"])
+
+
+def test_null_comparison_and_corrections(report):
+    _, rep = report
+    (group,) = rep["groups"]
+    for k in (4, 8):
+        comp = next(n for n in group["null_comparisons"] if n["config"] == f"top{k}" and n["null_kind"] == "random")
+        observed = _config(rep, f"top{k}")["drop"]["drop"]
+        null = [_config(rep, f"random{k}_s{s}")["drop"]["drop"] for s in range(3)]
+        assert comp["null_drops"] == pytest.approx(null)
+        assert comp["null_mean"] == pytest.approx(np.mean(null))
+        assert comp["null_sd"] == pytest.approx(np.std(null, ddof=1))
+        assert comp["pvalue"] == pytest.approx((1 + sum(x >= observed for x in null)) / (1 + len(null)))
+    kinds = {(n["config"], n["null_kind"]) for n in group["null_comparisons"]}
+    assert kinds == {("top4", "random"), ("top8", "random"), ("top4", "layer_matched")}
+    tests = rep["multiple_testing"]["tests"]
+    assert len(tests) == len(CONFIGS) - 1 + 3  # one McNemar per ablation + three null comparisons
+    raw = [t["p"] for t in tests]
+    assert [t["p_holm"] for t in tests] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+    assert [t["p_bh"] for t in tests] == pytest.approx(list(multipletests(raw, method="fdr_bh")[1]))
+    top4 = _config(rep, "top4")
+    holm_top4 = next(t for t in tests if t["config"] == "top4" and t["test"] == "mcnemar")["p_holm"]
+    assert top4["mcnemar"]["p_holm"] == pytest.approx(holm_top4)
+
+
+def test_summary_and_taxonomy(sweep, report):
+    _, rep = report
+    (group,) = rep["groups"]
+    row = next(r for r in group["summary"] if r["k"] == 4)
+    accs = [_config(rep, f"random4_s{s}")["accuracy"]["mean"] for s in range(3)]
+    assert row["random"]["acc_mean"] == pytest.approx(np.mean(accs))
+    assert row["random"]["acc_sd"] == pytest.approx(np.std(accs, ddof=1))
+    assert row["layer_matched"]["n"] == 3
+    base = _read(sweep / "configs/baseline" / f"samples_{TASK}.jsonl")
+    abl = _read(sweep / "configs/top4" / f"samples_{TASK}.jsonl")
+    tax = _config(rep, "top4")["taxonomy"]
+    for status in ("correct", "mislocated", "parse_failure"):
+        expected = sum(line["vrh_record"]["status"] == status for line in abl.values())
+        assert tax["counts"][status] == expected
+    lost = [abl[d]["vrh_record"]["status"] for d in base
+            if base[d]["vrh_record"]["status"] == "correct" and abl[d]["vrh_record"]["status"] != "correct"]
+    assert _config(rep, "top4")["lost_to"] == {"mislocated": lost.count("mislocated"),
+                                               "parse_failure": lost.count("parse_failure")}
+
+
+def test_markdown_and_plots(report):
+    out, rep = report
+    md = (out / "report.md").read_text()
+    top4 = _config(rep, "top4")
+    base = _config(rep, "baseline")
+    d = top4["drop"]
+    row = next(line for line in md.splitlines() if line.startswith("| Tiny-VLM-2B | vrh_refcoco_val | 4 | zero |"))
+    assert f"| {100 * base['accuracy']['mean']:.1f} | {100 * top4['accuracy']['mean']:.1f} |" in row
+    assert f"{100 * d['drop']:.1f} [{100 * d['ci_low']:.1f}, {100 * d['ci_high']:.1f}]" in row
+    assert "## Functional specificity: failure taxonomy (grounding)" in md
+    assert f"| {top4['mcnemar']['pvalue']:.3g} |" in md
+    for name in ("ksweep_Tiny-VLM-2B_vrh_refcoco_val.png", "drops_Tiny-VLM-2B_vrh_refcoco_val.png",
+                 "taxonomy_Tiny-VLM-2B_vrh_refcoco_val.png"):
+        assert f"plots/{name}" in rep["files"]["plots"]
+        assert (out / "plots" / name).stat().st_size > 1000
+
+
+def test_refuses_to_overwrite_without_force(sweep, report, capsys):
+    out, _ = report
+    assert main(["report", str(sweep), "--output", str(out), "--n-resamples", "200", "--no-plots"]) == 2
+    assert "--force" in capsys.readouterr().err
+    assert main(["report", str(sweep), "--output", str(out), "--n-resamples", "200", "--no-plots", "--force"]) == 0

@@ -1,0 +1,238 @@
+"""`vrh-lmms report` on mixed inputs: plain lmms-eval baselines, missing baselines, cross-model transfer, VQA,
+`--score-field`, heads files (heatmaps, overlap) and malformed input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vrh_lmms.cli import main
+from vrh_lmms.heads.heads_file import ranking_from_scores
+
+MODEL = "org/Tiny-VLM-2B"
+OTHER = "org/Other-VLM-7B"
+
+
+def _grounding(doc_id: int, status: str) -> dict:
+    return {"doc_id": doc_id, "input": "Locate it.", "vrh_record": {
+        "kind": "grounding", "image_id": f"img{doc_id // 3}", "pred_box": None, "gt_box": [0, 0, 1, 1], "iou": 0.0,
+        "correct": status == "correct", "status": status, "n_boxes": 1, "convention": "qwen2_5_vl",
+        "image_size": [10, 10], "raw": status, "expression": "it"}}
+
+
+def _vqa(doc_id: int, status: str) -> dict:
+    return {"doc_id": doc_id, "input": "Which?", "vrh_record": {
+        "kind": "vqa", "image_id": f"img{doc_id // 2}", "correct": status == "correct", "status": status,
+        "pred": "A", "target": "A" if status == "correct" else "B", "raw": "A", "question_type": "count"}}
+
+
+def _vrh(config_id: str, kind: str, k, seed=None, heads_model: str | None = MODEL) -> dict:
+    return {"schema": 1, "family": "qwen2_5_vl", "pretrained": MODEL, "geometry": {},
+            "ablation": {"spec": config_id, "heads": [], "mode": "none" if kind == "baseline" else "zero",
+                         "seed": seed, "method": "hook",
+                         "heads_file": None if heads_model is None else {"path": "h.json", "sha256": "x",
+                                                                         "model": heads_model}},
+            "config": {"id": config_id, "kind": kind, "k": k, "seed": seed}}
+
+
+def _sweep_config(root: Path, config_id: str, vrh: dict, tasks: dict[str, list[dict]]) -> None:
+    folder = root / "configs" / config_id
+    folder.mkdir(parents=True)
+    for task, lines in tasks.items():
+        (folder / f"samples_{task}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    (folder / "results.json").write_text(json.dumps({"results": {}, "vrh": vrh}))
+
+
+def _plain(root: Path, model: str, tasks: dict[str, list[dict]], date: str = "2026-01-01T00-00-00.000001") -> None:
+    folder = root / model.replace("/", "__")
+    folder.mkdir(parents=True)
+    for task, lines in tasks.items():
+        (folder / f"{date}_samples_{task}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    results = {"results": {t: {} for t in tasks}, "model_name": model,
+               "config": {"model": "qwen2_5_vl", "model_args": f"pretrained={model},max_pixels=100"}}
+    (folder / f"{date}_results.json").write_text(json.dumps(results))
+
+
+def _statuses(n: int, n_correct: int, wrong: str = "mislocated") -> list[str]:
+    return ["correct"] * n_correct + [wrong] * (n - n_correct)
+
+
+def _group(rep: dict, task: str) -> dict:
+    return next(g for g in rep["groups"] if g["task"] == task)
+
+
+def _cfg(group: dict, label: str) -> dict:
+    return next(c for c in group["configs"] if c["label"] == label)
+
+
+@pytest.fixture()
+def mixed(tmp_path) -> tuple[Path, Path]:
+    """Plain lmms-eval baseline for task A and VQA task V; a sweep (no baseline config) with top4, random4 x2 and
+    a transferred top4; task B has no baseline anywhere."""
+    plain, sweep = tmp_path / "lmms_out", tmp_path / "sweep"
+    a_base = [_grounding(i, s) for i, s in enumerate(_statuses(30, 27))]
+    v_base = [_vqa(i, s) for i, s in enumerate(_statuses(20, 16, "wrong"))]
+    _plain(plain, MODEL, {"task_a": a_base, "task_v": v_base})
+    configs = {
+        "top4": (_vrh("top4", "topk", 4), 9),
+        "random4_s0": (_vrh("random4_s0", "random", 4, 0, None), 26),
+        "random4_s1": (_vrh("random4_s1", "random", 4, 1, None), 25),
+    }
+    for config_id, (vrh, n_ok) in configs.items():
+        _sweep_config(sweep, config_id, vrh, {
+            "task_a": [_grounding(i, s) for i, s in enumerate(_statuses(30, n_ok))],
+            "task_b": [_grounding(i, s) for i, s in enumerate(_statuses(12, 6))],
+            "task_v": [_vqa(i, s) for i, s in enumerate(_statuses(20, 5, "wrong"))],
+        })
+    other = tmp_path / "sweep_transfer"
+    _sweep_config(other, "top4", _vrh("top4", "topk", 4, heads_model=OTHER),
+                  {"task_a": [_grounding(i, s) for i, s in enumerate(_statuses(30, 20))]})
+    return plain, sweep
+
+
+def _run(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "report"
+    assert main(["report", *args, "--output", str(out), "--n-resamples", "500"]) == 0
+    return json.loads((out / "report.json").read_text())
+
+
+def test_plain_lmms_eval_baseline_pairs_with_sweep_and_missing_baseline_is_reported(mixed, tmp_path):
+    plain, sweep = mixed
+    rep = _run(tmp_path, str(plain), str(sweep), str(sweep.parent / "sweep_transfer"))
+    a = _group(rep, "task_a")
+    assert a["baseline"]["results"].endswith("_results.json") and a["baseline"]["accuracy"]["mean"] == 27 / 30
+    assert _cfg(a, "top4")["drop"]["drop"] == pytest.approx(27 / 30 - 9 / 30)
+    b = _group(rep, "task_b")
+    assert b["baseline"] is None and all(c["drop"] is None for c in b["configs"])
+    assert _cfg(b, "top4")["accuracy"]["mean"] == 0.5
+    assert any("task_b" in w and "no baseline" in w for w in rep["warnings"])
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "| Tiny-VLM-2B | task_b | 4 | zero | n/a | 50.0 | n/a |" in md
+
+
+def test_cross_model_transfer_is_shown_beside_own_heads(mixed, tmp_path):
+    plain, sweep = mixed
+    rep = _run(tmp_path, str(plain), str(sweep), str(sweep.parent / "sweep_transfer"))
+    a = _group(rep, "task_a")
+    transferred = _cfg(a, "top4@Other-VLM-7B")
+    assert transferred["heads_source"] == OTHER and transferred["accuracy"]["mean"] == pytest.approx(20 / 30)
+    (row,) = rep["transfer"]
+    assert row["heads_from"] == OTHER and row["task"] == "task_a"
+    assert row["own"]["label"] == "top4" and row["own"]["drop"] == pytest.approx(18 / 30)
+    assert row["transferred"]["drop"] == pytest.approx(7 / 30)
+    # The transferred top-k is compared with the model's own random heads (random heads ignore the heads file).
+    comp = next(n for n in a["null_comparisons"] if n["config"] == "top4@Other-VLM-7B")
+    assert comp["null_source"] == "own" and comp["null_configs"] == ["random4_s0", "random4_s1"]
+    assert "## Cross-model transfer of heads" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_vqa_uses_wrong_not_mislocated(mixed, tmp_path):
+    plain, sweep = mixed
+    rep = _run(tmp_path, str(plain), str(sweep))
+    v = _group(rep, "task_v")
+    assert v["kind"] == "vqa" and v["metric"] == "acc"
+    top = _cfg(v, "top4")
+    assert top["taxonomy"]["counts"] == {"correct": 5, "wrong": 15, "parse_failure": 0}
+    assert top["lost_to"] == {"wrong": 11, "parse_failure": 0}
+    assert top["drop"]["drop"] == pytest.approx(16 / 20 - 5 / 20)
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "## Functional specificity: failure taxonomy (VQA)" in md and "| Wrong % |" in md
+
+
+def test_score_field_reads_plain_tasks(tmp_path):
+    plain = tmp_path / "plain"
+    iou = [0.9, 0.1, 0.7, 0.4]
+    _plain(plain, MODEL, {"refcoco_bbox_rec_val": [{"doc_id": i, "iou_score": v} for i, v in enumerate(iou)]})
+    assert main(["report", str(plain), "--output", str(tmp_path / "bad"), "--no-plots"]) == 2
+    rep = _run(tmp_path, str(plain), "--score-field", "iou_score")
+    acc = rep["groups"][0]["baseline"]["accuracy"]
+    assert acc["mean"] == pytest.approx(np.mean(iou)) and acc["method"] == "t"
+    assert acc["se"] == pytest.approx(np.std(iou, ddof=1) / 2)
+
+
+def test_heads_files_give_heatmaps_and_jaccard_overlap(mixed, tmp_path):
+    plain, sweep = mixed
+    rng = np.random.default_rng(0)
+    files = []
+    for i, model in enumerate((MODEL, OTHER, OTHER)):
+        scores = rng.random((4, 6))
+        path = tmp_path / f"heads_{i}.json"
+        path.write_text(json.dumps({"schema": "vrh-heads/1", "model": {"id": model, "family": "qwen2_5_vl"},
+                                    "geometry": {"layers": 4, "heads": 6, "kv_heads": 2, "head_dim": 8},
+                                    "scoring": {}, "scores": scores.tolist(),
+                                    "ranking": [str(h) for h in ranking_from_scores(scores)]}))
+        files.append(path)
+    rep = _run(tmp_path, str(plain), str(sweep), "--heads-files", *map(str, files), "--overlap-k", "3", "5")
+    ov = rep["overlap"]
+    assert ov["labels"] == ["Tiny-VLM-2B", "Other-VLM-7B (heads_1)", "Other-VLM-7B (heads_2)"]
+    tops = [set(json.loads(f.read_text())["ranking"][:5]) for f in files]
+    assert ov["jaccard"]["5"][0][1] == pytest.approx(len(tops[0] & tops[1]) / len(tops[0] | tops[1]))
+    assert ov["jaccard"]["3"][2][2] == 1.0
+    plots = rep["files"]["plots"]
+    assert "plots/overlap_top5.png" in plots and sum(p.startswith("plots/heads_") for p in plots) == 3
+    assert all((tmp_path / "report" / p).is_file() for p in plots)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda line: line["vrh_record"].update(status="lost"), "vrh_record.status"),
+        (lambda line: line["vrh_record"].pop("correct"), "vrh_record.correct"),
+        (lambda line: line.pop("doc_id"), "doc_id"),
+    ],
+)
+def test_malformed_samples_name_the_file_and_field(tmp_path, capsys, mutate, message):
+    sweep = tmp_path / "sweep"
+    lines = [_grounding(i, "correct") for i in range(3)]
+    mutate(lines[1])
+    _sweep_config(sweep, "baseline", _vrh("baseline", "baseline", None, heads_model=None), {"t": lines})
+    assert main(["report", str(sweep), "--output", str(tmp_path / "r"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "samples_t.jsonl:2" in err
+
+
+def test_bad_vrh_block_and_duplicate_runs_are_refused(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    bad = _vrh("top4", "topk", 4)
+    bad["config"]["kind"] = "sideways"
+    _sweep_config(sweep, "top4", bad, {"t": [_grounding(0, "correct")]})
+    assert main(["report", str(sweep), "--output", str(tmp_path / "r"), "--no-plots"]) == 2
+    assert "vrh.config.kind" in capsys.readouterr().err
+    one, two = tmp_path / "one", tmp_path / "two"
+    for root in (one, two):
+        _plain(root, MODEL, {"t": [_grounding(0, "correct")]})
+    assert main(["report", str(one), str(two), "--output", str(tmp_path / "r2"), "--no-plots"]) == 2
+    assert "two runs of" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "nowhere"), "--output", str(tmp_path / "r3")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+
+
+def test_documents_of_different_images_are_not_paired(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    base = [_grounding(i, "correct") for i in range(3)]
+    abl = [_grounding(i, "mislocated") for i in range(3)]
+    abl[2]["vrh_record"]["image_id"] = "elsewhere"
+    _sweep_config(sweep, "baseline", _vrh("baseline", "baseline", None, heads_model=None), {"t": base})
+    _sweep_config(sweep, "top4", _vrh("top4", "topk", 4), {"t": abl})
+    assert main(["report", str(sweep), "--output", str(tmp_path / "r"), "--no-plots"]) == 2
+    assert "doc_id 2" in capsys.readouterr().err
+
+
+def test_pointing_records_get_their_own_taxonomy(tmp_path):
+    def point(doc_id: int, status: str) -> dict:
+        return {"doc_id": doc_id, "vrh_record": {"kind": "pointing", "image_id": f"i{doc_id}", "score": 1.0,
+                                                 "correct": status == "correct", "status": status}}
+
+    sweep = tmp_path / "sweep"
+    _sweep_config(sweep, "baseline", _vrh("baseline", "baseline", None, heads_model=None),
+                  {"refspatial": [point(i, s) for i, s in enumerate(_statuses(10, 8))]})
+    _sweep_config(sweep, "top4", _vrh("top4", "topk", 4),
+                  {"refspatial": [point(i, s) for i, s in enumerate(_statuses(10, 3, "parse_failure"))]})
+    rep = _run(tmp_path, str(sweep))
+    (group,) = rep["groups"]
+    assert group["kind"] == "pointing" and group["metric"] == "acc"
+    assert _cfg(group, "top4")["lost_to"] == {"mislocated": 0, "parse_failure": 5}
+    assert "## Functional specificity: failure taxonomy (pointing)" in (tmp_path / "report" / "report.md").read_text()

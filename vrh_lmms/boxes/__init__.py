@@ -1,0 +1,23 @@
+"""Box conventions of VLM families: prompts, tolerant output parsers, conversion to original pixels, IoU.
+
+Pure functions; nothing here imports lmms-eval, torch or transformers.
+
+    from vrh_lmms.boxes import get_convention, iou
+    conv = get_convention("qwen2_5_vl")
+    conv.prompt("the red circle")
+    reading = conv.read_box(reply, (width, height), min_pixels=..., max_pixels=...)
+    reading.box  # [x1, y1, x2, y2] in original-image pixels, or None (parse failure)
+
+Model wrappers announce their convention with ``vrh_lmms.boxes.context.set_active(name, **params)``.
+"""
+
+from vrh_lmms.boxes.context import Resolved, clear_active, get_active, resolve, set_active
+from vrh_lmms.boxes.conventions import CONVENTIONS, BoxReading, Convention, PointReading, get_convention
+from vrh_lmms.boxes.geometry import clip_box, iou, order_corners, xywh_to_xyxy
+from vrh_lmms.boxes.resize import qwen2_5_vl_model_size
+
+__all__ = [
+    "CONVENTIONS", "BoxReading", "Convention", "PointReading", "Resolved", "clear_active", "clip_box",
+    "get_active", "get_convention", "iou", "order_corners", "qwen2_5_vl_model_size", "resolve", "set_active",
+    "xywh_to_xyxy",
+]

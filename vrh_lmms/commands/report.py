@@ -1,0 +1,47 @@
+"""`vrh-lmms report DIR... --output reports/NAME`: statistics, tables and plots from sweep or lmms-eval folders."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from vrh_lmms.report import ReportSettings, build_report
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dirs", nargs="+", metavar="DIR",
+                        help="sweep folders and/or lmms-eval --output_path folders (searched recursively)")
+    parser.add_argument("--output", "-o", required=True, help="report folder to write (report.md, report.json, plots/)")
+    parser.add_argument("--heads-files", nargs="+", default=[], metavar="FILE",
+                        help="heads files for layer x head heatmaps and the top-k Jaccard overlap matrix")
+    parser.add_argument("--overlap-k", type=int, nargs="+", default=[], metavar="K",
+                        help="k values for the overlap matrix (default: the top-k values in the report, else 20)")
+    parser.add_argument("--score-field", default=None, metavar="NAME",
+                        help="numeric per-sample field to score instead of vrh_record.correct "
+                             "(plain lmms-eval tasks; dotted for nesting, e.g. vrh_record.iou)")
+    parser.add_argument("--n-resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence level of CIs (default 0.05)")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib figures")
+    parser.add_argument("--force", action="store_true", help="write into a non-empty output folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = ReportSettings(
+        alpha=args.alpha,
+        n_resamples=args.n_resamples,
+        seed=args.seed,
+        score_field=args.score_field,
+        heads_files=tuple(args.heads_files),
+        overlap_k=tuple(args.overlap_k),
+        plots=not args.no_plots,
+        force=args.force,
+        arguments={k: v for k, v in vars(args).items() if k != "command"},
+    )
+    report = build_report(args.dirs, args.output, settings)
+    for warning in report["warnings"]:
+        print(f"vrh-lmms: warning: {warning}", file=sys.stderr)
+    n_configs = sum(len(g["configs"]) for g in report["groups"])
+    print(f"{args.output}/report.md  ({len(report['groups'])} model x task groups, {n_configs} configurations, "
+          f"{report['multiple_testing']['n_tests']} tests)")
+    return 0

@@ -1,0 +1,157 @@
+"""Assemble a report: discover runs, compute statistics, write report.json, report.md and plots.
+
+The output folder is refused when it already holds anything, unless `force`; files are written to temporary names
+and moved into place so an interrupted run leaves no half-written report.json.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from vrh_lmms.errors import VRHError
+from vrh_lmms.report import plots
+from vrh_lmms.report.analysis import LoadedRun, Settings, analyze_group
+from vrh_lmms.report.comparisons import add_null_comparisons, add_summary, apply_corrections, transfer_rows
+from vrh_lmms.report.discover import discover
+from vrh_lmms.report.heads_files import overlap_block, read_heads_file
+from vrh_lmms.report.jsonable import jsonable
+from vrh_lmms.report.markdown import render
+from vrh_lmms.report.runs import read_run_meta
+from vrh_lmms.report.samples import read_samples
+
+SCHEMA = "vrh-report/1"
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    alpha: float = 0.05
+    n_resamples: int = 10_000
+    seed: int = 0
+    score_field: str | None = None
+    heads_files: tuple[str, ...] = ()
+    overlap_k: tuple[int, ...] = ()
+    plots: bool = True
+    force: bool = False
+    arguments: dict = field(default_factory=dict)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("vrh-lmms")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def _check_output(output: Path, force: bool) -> None:
+    if output.exists() and not output.is_dir():
+        raise VRHError(f"{output}: exists and is not a folder")
+    if output.is_dir() and any(output.iterdir()) and not force:
+        raise VRHError(f"{output}: folder is not empty; pass --force to write the report over it")
+
+
+def load_runs(dirs: list[str | Path], score_field: str | None) -> tuple[list[LoadedRun], list[str]]:
+    """Every (results file, task) of the folders, with duplicates of a model x task x configuration refused."""
+    found = discover(dirs)
+    runs: list[LoadedRun] = []
+    owners: dict[tuple[str, str, str], Path] = {}
+    for item in found.files:
+        meta = read_run_meta(item.results)
+        for task, path in item.samples.items():
+            key = (meta.model, task, meta.label)
+            if key in owners:
+                raise VRHError(
+                    f"two runs of {meta.model} / {task} / {meta.label}: {owners[key]} and {path}; "
+                    f"pass only one of them to the report"
+                )
+            owners[key] = path
+            runs.append(LoadedRun(meta, task, read_samples(path, score_field)))
+    return runs, found.warnings
+
+
+def _write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def _make_plots(report: dict, heads, out: Path) -> list[str]:
+    written: list[Path | None] = []
+    pdir = out / "plots"
+    for g in report["groups"]:
+        name = plots.slug(g["model"], g["task"])
+        modes = sorted({c["mode"] for c in g["configs"] if c["kind"] == "topk" and c["heads_source"] is None})
+        for mode in modes:
+            suffix = "" if mode == "zero" else f"_{mode}"
+            written.append(plots.ksweep_plot(g, mode, pdir / f"ksweep_{name}{suffix}.png"))
+        written.append(plots.drop_plot(g, pdir / f"drops_{name}.png"))
+        written.append(plots.taxonomy_plot(g, pdir / f"taxonomy_{name}.png"))
+    k_mark = max(report["overlap"]["k"]) if report["overlap"] else 20
+    for i, hf in enumerate(heads):
+        written.append(plots.heads_heatmap(hf, k_mark, pdir / f"heads_{i}_{plots.slug(hf.model)}.png"))
+    if report["overlap"] and len(heads) > 1:
+        for k in report["overlap"]["k"]:
+            written.append(plots.overlap_plot(report["overlap"]["labels"], report["overlap"]["jaccard"][str(k)], k,
+                                              pdir / f"overlap_top{k}.png"))
+    return [str(p.relative_to(out)) for p in written if p is not None]
+
+
+def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSettings = ReportSettings()) -> dict:
+    """Write report.json, report.md and plots/ under `output`; return the report dict (as written to JSON)."""
+    if not dirs:
+        raise VRHError("give at least one sweep or lmms-eval output folder")
+    if not 0 < settings.alpha < 1:
+        raise VRHError(f"--alpha must be between 0 and 1, got {settings.alpha}")
+    if settings.n_resamples < 100:
+        raise VRHError(f"--n-resamples must be at least 100, got {settings.n_resamples}")
+    out = Path(output)
+    _check_output(out, settings.force)
+    heads = [read_heads_file(p) for p in settings.heads_files]
+    runs, warnings = load_runs(dirs, settings.score_field)
+    stats_settings = Settings(settings.alpha, settings.n_resamples, settings.seed, settings.score_field)
+
+    by_group: dict[tuple[str, str], list[LoadedRun]] = {}
+    for run in runs:
+        by_group.setdefault((run.meta.model, run.task), []).append(run)
+    groups = []
+    for (model, task), members in sorted(by_group.items()):
+        group, notes = analyze_group(model, task, members, stats_settings)
+        add_null_comparisons(group)
+        add_summary(group)
+        groups.append(group)
+        warnings += notes
+    multiple = apply_corrections(groups)
+
+    ks = list(settings.overlap_k) or sorted({c["k"] for g in groups for c in g["configs"]
+                                               if c["kind"] == "topk" and c["k"]}) or [20]
+    report = {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "version": _version(),
+        "arguments": dict(settings.arguments),
+        "inputs": [str(d) for d in dirs],
+        "settings": {"alpha": settings.alpha, "n_resamples": settings.n_resamples, "seed": settings.seed,
+                     "score_field": settings.score_field, "ci": "wilson (binary) or t (numeric) for accuracy; "
+                     "percentile paired bootstrap over images for drops"},
+        "groups": groups,
+        "transfer": transfer_rows(groups),
+        "overlap": overlap_block(heads, ks) if heads else None,
+        "heads_files": [{"path": str(h.path), "model": h.model, "layers": int(h.scores.shape[0]),
+                         "heads": int(h.scores.shape[1])} for h in heads],
+        "multiple_testing": multiple,
+        "warnings": warnings,
+        "files": {"json": "report.json", "markdown": "report.md", "plots": []},
+    }
+    report = jsonable(report)
+    out.mkdir(parents=True, exist_ok=True)
+    if settings.plots:
+        report["files"]["plots"] = _make_plots(report, heads, out)
+    _write_text(out / "report.json", json.dumps(report, indent=1, allow_nan=False))
+    _write_text(out / "report.md", render(report))
+    return report
