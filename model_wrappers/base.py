@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from loguru import logger
+from vrh_lmms.model_wrappers.results_hook import publish_record
 
 from vrh_lmms.ablation import Ablator, load_means, means_path_for
 from vrh_lmms.backbone import locate_decoder
@@ -26,7 +27,6 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.families import get_family
 from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file
 from vrh_lmms.heads.spec import HeadSet, resolve_spec
-from vrh_lmms.model_wrappers.results_hook import publish_record
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}

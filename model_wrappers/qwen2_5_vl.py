@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from lmms_eval.models.chat.qwen2_5_vl import Qwen2_5_VL as _Chat
 from lmms_eval.models.simple.qwen2_5_vl import Qwen2_5_VL as _Simple
-
 from vrh_lmms.model_wrappers.base import VRHMixin
 
 

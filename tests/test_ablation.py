@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from reference_ablation import reference_ablation
+
 from vrh_lmms.ablation import Ablator, HeadMeanCollector, ablated, load_means, save_means
 from vrh_lmms.backbone import locate_decoder
 from vrh_lmms.errors import VRHError

@@ -8,8 +8,15 @@ import torch
 
 from vrh_lmms.discovery.queries import coord_rows, expression_rows, out_rows, token_pieces
 from vrh_lmms.discovery.sample_stats import reduce_sample
-from vrh_lmms.discovery.scoring import (DEFAULT_CELL, all_cells, cell_scores, parse_cell, parse_cells, rank,
-                                         top_k_membership)
+from vrh_lmms.discovery.scoring import (
+    DEFAULT_CELL,
+    all_cells,
+    cell_scores,
+    parse_cell,
+    parse_cells,
+    rank,
+    top_k_membership,
+)
 from vrh_lmms.errors import VRHError
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import offline_env
+
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads import Geometry
 from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file

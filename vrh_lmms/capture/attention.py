@@ -1,0 +1,270 @@
+"""Exact, memory-light attention capture for the language decoder, through a registered attention function.
+
+`capture_attention(model, plan)` switches only the text stack to a registered attention function that
+
+* computes the layer output with the model's normal attention (sdpa; the model's own eager function where the
+  text model runs eager, e.g. Gemma2 with soft-capping), so logits under capture equal logits without it, and
+* rebuilds the softmax rows of the plan's query positions only (vrh_lmms.capture.rows) and reduces them at once to
+  the mass on each named key set and the argmax key, so memory is O(layers x heads x Q) for the result plus one
+  (batch, heads, Q, T) block per layer, never T x T.
+
+The matching mask function is registered under the same name (`AttentionMaskInterface`): without it the model
+builds no mask for an unknown implementation and padding is silently ignored. The previous implementation is
+restored on exit, also on exceptions.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
+
+from vrh_lmms.backbone import locate_decoder, unwrap
+from vrh_lmms.capture.rows import mask_rows, reduce_rows, row_probs
+from vrh_lmms.errors import VRHError
+from vrh_lmms.heads.geometry import Geometry
+
+# Names avoid "sdpa"/"flash"/"flex": transformers applies those backends' dispatch checks to any name containing them.
+CAPTURE_IMPL = "vrh_capture"  # output through sdpa, boolean masks
+CAPTURE_IMPL_EAGER = "vrh_capture_softmax"  # output through the model's eager function, additive float masks
+BASES = {"sdpa": CAPTURE_IMPL, "eager": CAPTURE_IMPL_EAGER}
+
+
+@dataclass
+class CapturePlan:
+    """What to capture in one full (teacher-forced, cache-free) forward.
+
+    query_positions: (batch, Q) long positions in the sequence the forward sees; -1 pads a row (no capture).
+    key_sets: name -> (batch, T) bool mask of key positions whose attention mass is summed (e.g. "box", "image").
+    argmax: also record each row's argmax key position.
+    """
+
+    query_positions: torch.Tensor
+    key_sets: dict[str, torch.Tensor]
+    argmax: bool = True
+
+    def __post_init__(self) -> None:
+        qp = self.query_positions
+        if qp.dim() != 2 or qp.dtype not in (torch.int64, torch.int32):
+            raise VRHError(f"query_positions must be a (batch, Q) integer tensor, got {qp.dtype} {tuple(qp.shape)}")
+        for name, ks in self.key_sets.items():
+            if ks.dim() != 2 or ks.dtype != torch.bool or ks.shape[0] != qp.shape[0]:
+                raise VRHError(f"key set {name!r} must be a (batch={qp.shape[0]}, T) bool tensor, "
+                               f"got {ks.dtype} {tuple(ks.shape)}")
+        lengths = {ks.shape[1] for ks in self.key_sets.values()}
+        if len(lengths) > 1:
+            raise VRHError(f"key sets disagree on the sequence length: {sorted(lengths)}")
+
+    @property
+    def row_mask(self) -> torch.Tensor:
+        return self.query_positions >= 0
+
+
+@dataclass
+class CaptureResult:
+    """mass: name -> (batch, layers, heads, Q) float32; argmax: (batch, layers, heads, Q) long, -1 on padded rows."""
+
+    mass: dict[str, torch.Tensor]
+    argmax: torch.Tensor | None
+    row_mask: torch.Tensor
+
+
+@dataclass
+class CaptureHandle:
+    """Collects one forward's per-layer reductions; `result()` after the forward."""
+
+    plan: CapturePlan
+    geometry: Geometry
+    base: str
+    _mass: torch.Tensor | None = None  # (b, L, H, Q, K)
+    _argmax: torch.Tensor | None = None
+    _seen: set[int] = field(default_factory=set)
+    # Per forward: plan tensors on each device (checked once), and mask rows shared by layers with the same mask.
+    _on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+    _mask_rows: list[tuple[object, bool, torch.Tensor | None]] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.plan.key_sets)
+
+    def _prepared(self, device: torch.device, q_len: int, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Clamped query rows (b, Q) and stacked key sets (b, T, K) on `device`; validated on first use only."""
+        if device not in self._on_device:
+            plan = self.plan
+            if plan.query_positions.shape[0] != batch:
+                raise VRHError(f"plan has batch {plan.query_positions.shape[0]}, the forward batch {batch}")
+            for name, ks in plan.key_sets.items():
+                if ks.shape[1] != q_len:
+                    raise VRHError(f"key set {name!r} has length {ks.shape[1]}, the sequence has {q_len} tokens")
+            if int(plan.query_positions.max()) >= q_len:
+                raise VRHError(f"query position {int(plan.query_positions.max())} is outside the sequence of "
+                               f"{q_len} tokens")
+            idx = plan.query_positions.to(device).clamp(min=0)
+            sets = (torch.stack([plan.key_sets[n].to(device) for n in self.names], dim=-1).float() if self.names
+                    else torch.zeros(batch, q_len, 0, device=device))
+            self._on_device[device] = (idx, sets)
+        return self._on_device[device]
+
+    def _cached_mask_rows(self, attention_mask, idx: torch.Tensor, kv_len: int, causal: bool):
+        """Layers sharing one mask tensor (all full or all sliding layers) share its rows."""
+        for mask, was_causal, rows in self._mask_rows:
+            if mask is attention_mask and was_causal == causal and (rows is None or rows.device == idx.device):
+                return rows
+        rows = mask_rows(attention_mask, idx, kv_len, causal)
+        self._mask_rows.append((attention_mask, causal, rows))  # holding the mask keeps its id from being reused
+        return rows
+
+    def _record(self, layer: int, mass: torch.Tensor, argmax: torch.Tensor | None) -> None:
+        if layer in self._seen:
+            raise VRHError(f"attention capture saw decoder layer {layer} twice: capture one full forward per "
+                           "capture_attention scope (no generate, no KV cache)")
+        if self._mass is None:
+            b, h, q, k = mass.shape
+            self._mass = torch.zeros(b, self.geometry.layers, h, q, k, dtype=torch.float32, device=mass.device)
+            if argmax is not None:
+                self._argmax = torch.full((b, self.geometry.layers, h, q), -1, dtype=torch.long, device=mass.device)
+        self._mass[:, layer] = mass.to(self._mass.device)
+        if argmax is not None and self._argmax is not None:
+            self._argmax[:, layer] = argmax.to(self._argmax.device)
+        self._seen.add(layer)
+
+    def result(self) -> CaptureResult:
+        """The captured reduction; refuses when the forward did not reach every decoder layer."""
+        missing = sorted(set(range(self.geometry.layers)) - self._seen)
+        if missing:
+            raise VRHError(f"attention capture is incomplete: no rows from decoder layers {missing[:8]}"
+                           f"{'...' if len(missing) > 8 else ''} (was the forward run inside the scope?)")
+        assert self._mass is not None
+        rows = self.plan.row_mask.to(self._mass.device)
+        valid = rows[:, None, None, :]
+        mass = {name: torch.where(valid, self._mass[..., i], 0.0) for i, name in enumerate(self.names)}
+        argmax = None
+        if self._argmax is not None:
+            argmax = torch.where(valid, self._argmax, -1)
+        return CaptureResult(mass=mass, argmax=argmax, row_mask=rows)
+
+
+# id(attention module) -> (handle, layer index). Several models may capture at once; each module knows its session.
+_SESSIONS: dict[int, tuple[CaptureHandle, int]] = {}
+
+
+def _eager_function(module: nn.Module) -> Callable:
+    """The model's own eager attention (it carries family details such as soft-capping)."""
+    mod = importlib.import_module(type(module).__module__)
+    fn = getattr(mod, "eager_attention_forward", None)
+    if fn is None:
+        raise VRHError(f"{type(module).__name__} has no module-level eager_attention_forward to run under capture")
+    return fn
+
+
+def _capture_layer(handle: CaptureHandle, layer: int, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+                   attention_mask: torch.Tensor | None, kwargs: dict) -> None:
+    b, _, q_len, d = query.shape
+    kv_len = key.shape[2]
+    if kv_len != q_len:
+        raise VRHError(f"attention capture needs a full forward without a KV cache (layer {layer}: {q_len} queries, "
+                       f"{kv_len} keys)")
+    if kwargs.get("position_bias") is not None or kwargs.get("s_aux") is not None:
+        raise VRHError("attention capture does not support position biases or attention sinks")
+    idx, sets = handle._prepared(query.device, q_len, b)
+    scaling = kwargs.get("scaling")
+    scaling = d**-0.5 if scaling is None else scaling
+    is_causal = kwargs.get("is_causal")
+    is_causal = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    # A missing mask means what the base function makes of it: sdpa runs `is_causal`, eager adds nothing.
+    causal_if_none = handle.base == "sdpa" and bool(is_causal) and q_len > 1
+    with torch.no_grad():
+        add = handle._cached_mask_rows(attention_mask, idx, kv_len, causal_if_none)
+        probs = row_probs(query, key, idx, scaling, kwargs.get("softcap"), add)
+        stats = reduce_rows(probs, sets, handle.plan.argmax)
+    handle._record(layer, stats.mass, stats.argmax)
+
+
+def _make_function(base: str) -> Callable:
+    def capture_function(module, query, key, value, attention_mask, **kwargs):
+        if base == "sdpa":
+            out = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        else:
+            out = _eager_function(module)(module, query, key, value, attention_mask, **kwargs)
+        session = _SESSIONS.get(id(module))
+        if session is not None:
+            _capture_layer(session[0], session[1], module, query, key, attention_mask, kwargs)
+        return out
+
+    capture_function.__name__ = f"vrh_capture_{base}"
+    return capture_function
+
+
+AttentionInterface.register(CAPTURE_IMPL, _make_function("sdpa"))
+AttentionMaskInterface.register(CAPTURE_IMPL, sdpa_mask)
+AttentionInterface.register(CAPTURE_IMPL_EAGER, _make_function("eager"))
+AttentionMaskInterface.register(CAPTURE_IMPL_EAGER, eager_mask)
+
+
+def text_config_key(config, text_config) -> str:
+    """Dotted sub-config key under which `set_attn_implementation` reaches the text model ("" = top level)."""
+    if text_config is config:
+        return ""
+    for key in getattr(config, "sub_configs", {}) or {}:
+        sub = getattr(config, key, None)
+        if sub is text_config:
+            return key
+        if sub is not None and getattr(sub, "sub_configs", None):
+            inner = text_config_key(sub, text_config)
+            if inner:
+                return f"{key}.{inner}"
+    raise VRHError(f"cannot find the text config among the sub-configs of {type(config).__name__}")
+
+
+def _nested(key: str, value: str) -> dict | str:
+    """{"a.b": v} as set_attn_implementation wants it: {"a": {"b": v}}; "" -> {"": v}."""
+    if not key:
+        return {"": value}
+    out: dict | str = value
+    for part in reversed(key.split(".")):
+        out = {part: out}
+    return out
+
+
+def choose_base(previous: str | None, text_config) -> str:
+    """sdpa for the output, unless the text model runs eager (soft-capping, or eager chosen by the user)."""
+    if previous == "eager" or getattr(text_config, "attn_logit_softcapping", None) is not None:
+        return "eager"
+    return "sdpa"
+
+
+@contextmanager
+def capture_attention(model: nn.Module, plan: CapturePlan, base: str | None = None) -> Iterator[CaptureHandle]:
+    """Within the scope, one forward of `model` records `plan`'s rows; `handle.result()` afterwards.
+
+    base: "sdpa" or "eager" for the layer output (default: what the text model ran before, see `choose_base`).
+    """
+    model = unwrap(model)
+    dec = locate_decoder(model)
+    key = text_config_key(model.config, dec.text_config)
+    previous = dec.text_config._attn_implementation
+    base = base or choose_base(previous, dec.text_config)
+    if base not in BASES:
+        raise VRHError(f"unknown capture base {base!r}; use one of {', '.join(BASES)}")
+    handle = CaptureHandle(plan=plan, geometry=dec.geometry, base=base)
+    busy = [i for i, attn in enumerate(dec.attns) if id(attn) in _SESSIONS]
+    if busy:
+        raise VRHError("this model is already inside capture_attention; nested captures are not supported")
+    for i, attn in enumerate(dec.attns):
+        _SESSIONS[id(attn)] = (handle, i)
+    try:
+        model.set_attn_implementation(_nested(key, BASES[base]))
+        yield handle
+    finally:
+        for attn in dec.attns:
+            _SESSIONS.pop(id(attn), None)
+        handle._mask_rows.clear()
+        handle._on_device.clear()
+        model.set_attn_implementation(_nested(key, previous))
