@@ -24,7 +24,7 @@ from vrh_lmms.errors import VRHError
 
 # How each per-token input continues over the answer tokens in a teacher-forced forward.
 SEQUENCE_FILL = {"attention_mask": 1, "token_type_ids": 1, "mm_token_type_ids": 0}
-DROP = {"position_ids", "cache_position"}
+DROP = {"position_ids", "cache_position", "labels"}  # no loss is computed; positions are rebuilt
 
 
 def backend_processor(lm) -> Any:
