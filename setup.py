@@ -4,7 +4,7 @@ They ship inside the one distribution as `vrh_lmms.model_wrappers` and `vrh_lmms
 top-level import names such as `tasks` in site-packages. Everything else is declared in pyproject.toml.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, find_packages, setup
 
 ROOTS = {"vrh_lmms": "vrh_lmms", "vrh_lmms.model_wrappers": "model_wrappers", "vrh_lmms.tasks": "tasks"}
 
@@ -14,7 +14,9 @@ def _packages() -> tuple[list[str], dict[str, str]]:
     for name, folder in ROOTS.items():
         package_dir[name] = folder
         packages.append(name)
-        for sub in find_packages(folder):
+        # Task folders hold YAML and helper modules without __init__.py: list them as namespace packages.
+        finder = find_namespace_packages if folder == "tasks" else find_packages
+        for sub in finder(folder, exclude=["*__pycache__*"]):
             packages.append(f"{name}.{sub}")
             package_dir[f"{name}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
     # Packages under vrh_lmms that live in the mapped folders must not also be found under vrh_lmms/.
