@@ -6,7 +6,10 @@ librosa); lmms-eval imports a wrapper module only when its model is chosen.
 
 from __future__ import annotations
 
-from lmms_eval.models.registry_v2 import ModelManifest
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lmms_eval.models.registry_v2 import ModelManifest
 
 _PKG = "vrh_lmms.model_wrappers"
 
@@ -29,6 +32,10 @@ WRAPPERS: dict[str, tuple[str, str | None, str | None]] = {
 
 
 def manifests() -> list[ModelManifest]:
+    # Imported here, not at module level: lmms_eval.models' own import loads this entry point, and a module-level
+    # import from the same package would make `import vrh_lmms.model_wrappers.manifests` circular.
+    from lmms_eval.models.registry_v2 import ModelManifest
+
     out = []
     for model_id, (module, simple_cls, chat_cls) in WRAPPERS.items():
         out.append(
