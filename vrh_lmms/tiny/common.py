@@ -50,3 +50,17 @@ def set_generation_eos(model, eos_ids: list[int], pad_id: int | None = None) -> 
     model.generation_config.eos_token_id = eos_ids if len(eos_ids) > 1 else eos_ids[0]
     if pad_id is not None:
         model.generation_config.pad_token_id = pad_id
+
+
+def init_and_save(out_dir: str | Path, seed: int, model_cls, config, processor, tokenizer,
+                  stop_tokens: tuple[str, ...] = (), pad_token: str | None = None) -> Path:
+    """Random-init `model_cls(config)` under `seed` in float32 and save it beside its processor and tokenizer.
+
+    `stop_tokens` become the generation config's eos ids (families whose chat turns end on several tokens).
+    """
+    with seeded(seed):
+        model = model_cls(config).to(torch.float32).eval()
+    if stop_tokens:
+        ids = tokenizer.convert_tokens_to_ids
+        set_generation_eos(model, [ids(t) for t in stop_tokens], pad_id=ids(pad_token) if pad_token else None)
+    return save_checkpoint(out_dir, model, processor, tokenizer)

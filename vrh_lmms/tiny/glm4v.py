@@ -9,9 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from vrh_lmms.tiny.common import DEFAULT_TEXT, save_checkpoint, seeded, set_generation_eos
+from vrh_lmms.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.tiny.vocab import build_tokenizer
 
 # In the order of the real vocabulary (151329..151344): image/video placeholders follow the begin/end markers.
@@ -116,10 +114,7 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     from transformers import Glm4vForConditionalGeneration
 
     tokenizer = make_tokenizer(extra_words)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
     config = make_config(tokenizer, text, vision, initializer_range)
-    with seeded(seed):
-        model = Glm4vForConditionalGeneration(config).to(torch.float32).eval()
-    ids = tokenizer.convert_tokens_to_ids
-    set_generation_eos(model, [ids(t) for t in STOP], pad_id=ids("<|endoftext|>"))
-    return save_checkpoint(out_dir, model, processor, tokenizer)
+    processor = make_processor(tokenizer, **(processor_kwargs or {}))
+    return init_and_save(out_dir, seed, Glm4vForConditionalGeneration, config, processor, tokenizer,
+                         stop_tokens=STOP, pad_token="<|endoftext|>")

@@ -12,9 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from vrh_lmms.tiny.common import DEFAULT_TEXT, save_checkpoint, seeded, set_generation_eos
+from vrh_lmms.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.tiny.llava_next import SPECIALS as LLAMA3_SPECIALS
 from vrh_lmms.tiny.vocab import build_tokenizer
 
@@ -96,10 +94,7 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     from transformers import Idefics3ForConditionalGeneration
 
     tokenizer = make_tokenizer(extra_words)
-    processor = make_processor(tokenizer, vision)
     config = make_config(tokenizer, text, vision, initializer_range)
-    with seeded(seed):
-        model = Idefics3ForConditionalGeneration(config).to(torch.float32).eval()
-    ids = tokenizer.convert_tokens_to_ids
-    set_generation_eos(model, [ids(t) for t in STOP], pad_id=ids("<|reserved_special_token_0|>"))
-    return save_checkpoint(out_dir, model, processor, tokenizer)
+    processor = make_processor(tokenizer, vision)
+    return init_and_save(out_dir, seed, Idefics3ForConditionalGeneration, config, processor, tokenizer,
+                         stop_tokens=STOP, pad_token="<|reserved_special_token_0|>")

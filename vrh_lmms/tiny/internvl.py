@@ -10,9 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from vrh_lmms.tiny.common import DEFAULT_TEXT, save_checkpoint, seeded
+from vrh_lmms.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.tiny.qwen2_5_vl import SPECIALS as QWEN25_SPECIALS
 from vrh_lmms.tiny.vocab import build_tokenizer
 
@@ -98,8 +96,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     from transformers import InternVLForConditionalGeneration
 
     tokenizer = make_tokenizer(extra_words)
-    processor = make_processor(tokenizer, vision=vision, **(processor_kwargs or {}))
     config = make_config(tokenizer, text, vision, initializer_range)
-    with seeded(seed):
-        model = InternVLForConditionalGeneration(config).to(torch.float32).eval()
-    return save_checkpoint(out_dir, model, processor, tokenizer)
+    processor = make_processor(tokenizer, vision=vision, **(processor_kwargs or {}))
+    return init_and_save(out_dir, seed, InternVLForConditionalGeneration, config, processor, tokenizer)

@@ -10,9 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from vrh_lmms.tiny.common import DEFAULT_TEXT, save_checkpoint, seeded, set_generation_eos
+from vrh_lmms.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.tiny.vocab import build_tokenizer
 
 SPECIALS = (
@@ -108,10 +106,7 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     from transformers import LlavaNextForConditionalGeneration
 
     tokenizer = make_tokenizer(extra_words)
-    processor = make_processor(tokenizer)
     config = make_config(tokenizer, text, vision, initializer_range)
-    with seeded(seed):
-        model = LlavaNextForConditionalGeneration(config).to(torch.float32).eval()
-    ids = tokenizer.convert_tokens_to_ids
-    set_generation_eos(model, [ids(t) for t in STOP], pad_id=ids("<pad>"))
-    return save_checkpoint(out_dir, model, processor, tokenizer)
+    processor = make_processor(tokenizer)
+    return init_and_save(out_dir, seed, LlavaNextForConditionalGeneration, config, processor, tokenizer,
+                         stop_tokens=STOP, pad_token="<pad>")

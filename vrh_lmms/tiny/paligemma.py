@@ -12,9 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from vrh_lmms.tiny.common import DEFAULT_TEXT, save_checkpoint, seeded
+from vrh_lmms.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.tiny.vocab import build_tokenizer
 
 SPECIALS = ("<pad>", "<eos>", "<bos>", "<mask>", "<start_of_turn>", "<end_of_turn>", "<image>")
@@ -93,8 +91,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     from transformers import PaliGemmaForConditionalGeneration
 
     tokenizer = make_tokenizer(extra_words)
-    processor = make_processor(tokenizer, vision)
     config = make_config(tokenizer, text, vision, initializer_range)
-    with seeded(seed):
-        model = PaliGemmaForConditionalGeneration(config).to(torch.float32).eval()
-    return save_checkpoint(out_dir, model, processor, tokenizer)
+    processor = make_processor(tokenizer, vision)
+    return init_and_save(out_dir, seed, PaliGemmaForConditionalGeneration, config, processor, tokenizer)

@@ -5,9 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from vrh_lmms.tiny.common import save_checkpoint, seeded
+from vrh_lmms.tiny.common import init_and_save
 from vrh_lmms.tiny.vocab import build_tokenizer
 
 SPECIALS = (
@@ -79,7 +77,8 @@ def make_processor(tokenizer, *, patch_size: int = 14, merge_size: int = 2,
 
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
-                initializer_range: float = 0.02):
+                initializer_range: float = 0.02, rope_theta: float = 10000.0,
+                mrope_section: list[int] | None = None):
     from transformers import Qwen2_5_VLConfig
 
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
@@ -87,12 +86,14 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     vision_cfg["out_hidden_size"] = text_cfg["hidden_size"]
     half = text_cfg["head_dim"] // 2
     # mrope sections (t, h, w) must cover head_dim / 2 rotary frequencies.
-    mrope = [half - 2 * (half // 3), half // 3, half // 3]
+    mrope = list(mrope_section) if mrope_section else [half - 2 * (half // 3), half // 3, half // 3]
+    if sum(mrope) != half:
+        raise ValueError(f"mrope_section {mrope} must sum to head_dim / 2 = {half}")
     ids = tokenizer.convert_tokens_to_ids
     text_cfg.update(
         vocab_size=len(tokenizer),
         max_position_embeddings=4096,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": mrope},
+        rope_parameters={"rope_type": "default", "rope_theta": float(rope_theta), "mrope_section": mrope},
         bos_token_id=ids("<|endoftext|>"),
         eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("<|endoftext|>"),
@@ -117,8 +118,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     tokenizer = make_tokenizer(extra_words)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
     config = make_config(tokenizer, text, vision, initializer_range)
-    with seeded(seed):
-        model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32).eval()
-    return save_checkpoint(out_dir, model, processor, tokenizer)
+    processor = make_processor(tokenizer, **(processor_kwargs or {}))
+    return init_and_save(out_dir, seed, Qwen2_5_VLForConditionalGeneration, config, processor, tokenizer)

@@ -9,9 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from vrh_lmms.tiny.common import DEFAULT_TEXT, save_checkpoint, seeded
+from vrh_lmms.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.tiny.qwen2_5_vl import SPECIALS as QWEN25_SPECIALS
 from vrh_lmms.tiny.vocab import build_tokenizer
 
@@ -35,12 +33,12 @@ CHAT_TEMPLATE = """{%- if tools %}
         {%- endif %}
         {{- '\\n\\n' }}
     {%- endif %}
-    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}
+    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>" }}  # noqa: E501 (verbatim template text)
     {%- for tool in tools %}
         {{- "\\n" }}
         {{- tool | tojson }}
     {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
+    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}\\n</tool_call><|im_end|>\\n" }}  # noqa: E501 (verbatim template text)
 {%- else %}
     {%- if messages[0].role == 'system' %}
         {{- '<|im_start|>system\\n' }}
@@ -212,8 +210,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     from transformers import Qwen3VLForConditionalGeneration
 
     tokenizer = make_tokenizer(extra_words)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
     config = make_config(tokenizer, text, vision, initializer_range)
-    with seeded(seed):
-        model = Qwen3VLForConditionalGeneration(config).to(torch.float32).eval()
-    return save_checkpoint(out_dir, model, processor, tokenizer)
+    processor = make_processor(tokenizer, **(processor_kwargs or {}))
+    return init_and_save(out_dir, seed, Qwen3VLForConditionalGeneration, config, processor, tokenizer)
