@@ -1,0 +1,79 @@
+"""The README's main job: `vrh-lmms demo` on the shipped tiny VLM. Its figures are computed every run; this test
+recomputes them from the sweep's sample files and checks the acceptance criteria of the demo model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import offline_env
+
+from vrh_lmms.demo.pipeline import TASK
+from vrh_lmms.paths import assets_path
+
+MODEL = assets_path() / "demo_model"
+pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="no shipped demo model")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "run"
+    proc = subprocess.run([sys.executable, "-m", "vrh_lmms", "demo", "--output", str(out)],
+                          env=offline_env(OMP_NUM_THREADS="2"), capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def records(path: Path) -> dict[int, dict]:
+    with open(path) as f:
+        return {int(r["doc_id"]): r["vrh_record"] for r in map(json.loads, f)}
+
+
+def test_demo_writes_report_and_summary(demo_run):
+    out = demo_run
+    for rel in ("heads.json", "sweep/sweep.json", "report/report.md", "report/report.json", "demo_summary.json"):
+        assert (out / rel).is_file(), rel
+    assert list((out / "report" / "plots").glob("*.png"))
+
+
+def test_acceptance_figures_match_the_samples(demo_run):
+    out = demo_run
+    summary = json.loads((out / "demo_summary.json").read_text())
+    acc = summary["acceptance"]
+    configs = out / "sweep" / "configs"
+    base = records(configs / "baseline" / f"samples_{TASK}.jsonl")
+    assert acc["baseline_acc"] == pytest.approx(np.mean([r["correct"] for r in base.values()]))
+    report = json.loads((out / "report" / "report.json").read_text())
+    group = report["groups"][0]
+    assert group["baseline"]["accuracy"]["mean"] == pytest.approx(acc["baseline_acc"])
+    for row in acc["rows"]:
+        top = records(configs / f"top{row['k']}" / f"samples_{TASK}.jsonl")
+        drop = np.mean([base[i]["correct"] for i in base]) - np.mean([top[i]["correct"] for i in base])
+        assert row["topk_drop"] == pytest.approx(drop)
+        reported = next(c for c in group["configs"] if c["config_id"] == f"top{row['k']}")
+        assert reported["drop"]["drop"] == pytest.approx(drop)
+
+
+def test_demo_model_meets_the_acceptance_criteria(demo_run):
+    """Baseline >= 80%; top-k (k <= 10% of heads) drops >= 40 points with a CI excluding zero; random-k and
+    layer-matched random-k drop <= 10 points on average; parse failures stay <= 5%."""
+    out = demo_run
+    summary = json.loads((out / "demo_summary.json").read_text())
+    total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
+    acc = summary["acceptance"]
+    assert acc["baseline_acc"] >= 0.80
+    assert any(r["k"] <= 0.10 * total for r in acc["rows"])
+    for row in acc["rows"]:
+        if row["k"] > 0.10 * total:
+            continue
+        assert row["topk_drop"] >= 0.40, row
+        assert row["topk_drop_ci"][0] > 0, row
+        assert row["random_mean_drop"] <= 0.10, row
+        assert row["layer_matched_mean_drop"] <= 0.10, row
+        assert row["topk_parse_failure"] <= 0.05, row
+        assert row["random_max_parse_failure"] <= 0.05 and row["layer_matched_max_parse_failure"] <= 0.05, row
+
