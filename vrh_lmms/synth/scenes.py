@@ -46,6 +46,9 @@ class SceneConfig:
     # and the (x, y) code stays exact for every colour.
     tint_headroom: bool = False
     max_overlap_iou: float = 0.0
+    # > 0: objects fill whole cells of a grid of this pitch (pixels), one object per cell, sizes ignored. With the
+    # pitch of a model's image tokens (28 px for Qwen2.5-VL) every object is exactly one token.
+    grid_cell: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,18 @@ def _pick_attributes(rng: np.random.Generator, cfg: SceneConfig, n: int) -> list
     return attrs
 
 
+def _place_on_grid(rng: np.random.Generator, cfg: SceneConfig, n: int) -> list[tuple[float, float, float, float]]:
+    side = cfg.image_size // cfg.grid_cell
+    if n > side * side:
+        raise ValueError(f"{n} objects do not fit a {side} x {side} grid; lower max_objects or grid_cell")
+    cells = rng.choice(side * side, size=n, replace=False)
+    c = float(cfg.grid_cell)
+    return [(float(i % side) * c, float(i // side) * c, c, c) for i in cells]
+
+
 def _place(rng: np.random.Generator, cfg: SceneConfig, n: int) -> list[tuple[float, float, float, float]]:
+    if cfg.grid_cell > 0:
+        return _place_on_grid(rng, cfg, n)
     boxes: list[tuple[float, float, float, float]] = []
     tries = 0
     while len(boxes) < n:
