@@ -99,7 +99,7 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
         raise VRHError("discovery runs with batch_size 1")
     if lm.vrh_headset.heads:
         raise VRHError(f"discovery scores the intact model, but model_args ablate {lm.vrh_headset.spec}; drop heads=")
-    tm = lmms.task_manager(spec.model)
+    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     store = PartStore(paths["parts"])
     tracker = DocTracker(lm.task_dict)

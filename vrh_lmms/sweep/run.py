@@ -104,7 +104,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
             shutil.rmtree(partial, ignore_errors=True)
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
-    tm = lmms.task_manager(spec.model)
+    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     geometry = lm.vrh_decoder.geometry
     means = None
