@@ -2,15 +2,76 @@
 
 from __future__ import annotations
 
+import copy
+import re
+from collections.abc import Callable
+from typing import Any
+
 from lmms_eval.models.chat.qwen2_5_vl import Qwen2_5_VL as _Chat
 from lmms_eval.models.simple.qwen2_5_vl import Qwen2_5_VL as _Simple
-from vrh_lmms.model_wrappers.base import VRHMixin
+from vrh_lmms.model_wrappers.base import VRHMixin, user_errors_exit
+
+from vrh_lmms.errors import VRHError
+
+IMAGE_POSITIONS = ("before_prompt", "after_prompt")
+_PLACEHOLDER = re.compile(r"<image \d+>")
 
 
-class VRHQwen25(VRHMixin, _Simple):
+def with_image_after_prompt(context: str) -> str:
+    """Simple backend: the `interleave_visuals` placeholder appended unless the task already placed its images."""
+    return context if _PLACEHOLDER.search(context) else f"{context} <image 1>"
+
+
+def text_before_media(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat backend: every message's text parts moved ahead of its images (order otherwise kept)."""
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            texts = [c for c in content if c.get("type") == "text"]
+            message = {**message, "content": texts + [c for c in content if c.get("type") != "text"]}
+        out.append(message)
+    return out
+
+
+def _with_argument(request, index: int, value: Any):
+    """A shallow copy of an lmms-eval Instance with one request argument replaced."""
+    clone = copy.copy(request)
+    args = list(request.args)
+    args[index] = value
+    clone.arguments = tuple(args)
+    return clone
+
+
+def _reordered(doc_to_messages: Callable) -> Callable:
+    return lambda doc: text_before_media(doc_to_messages(doc))
+
+
+class ImagePositionMixin:
+    """`image_position=after_prompt`: the image follows the request, for models trained with the prompt first."""
+
+    @user_errors_exit
+    def __init__(self, *args, image_position: str = "before_prompt", **kwargs: Any) -> None:
+        if image_position not in IMAGE_POSITIONS:
+            raise VRHError(f"image_position={image_position!r}: expected one of {', '.join(IMAGE_POSITIONS)}")
+        if image_position == "after_prompt" and getattr(self, "is_simple", True):
+            kwargs["interleave_visuals"] = True
+        self.vrh_image_position = image_position
+        super().__init__(*args, **kwargs)
+
+    def generate_until(self, requests):
+        if self.vrh_image_position == "after_prompt":
+            if self.is_simple:
+                requests = [_with_argument(r, 0, with_image_after_prompt(r.args[0])) for r in requests]
+            else:
+                requests = [_with_argument(r, 1, _reordered(r.args[1])) for r in requests]
+        return super().generate_until(requests)
+
+
+class VRHQwen25(ImagePositionMixin, VRHMixin, _Simple):
     vrh_family = "qwen2_5_vl"
 
 
-class VRHQwen25Chat(VRHMixin, _Chat):
+class VRHQwen25Chat(ImagePositionMixin, VRHMixin, _Chat):
     vrh_family = "qwen2_5_vl"
     is_simple = False
