@@ -11,6 +11,7 @@ processor's affine rescale + normalise + patchify of the decoded JPEG (checked a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,8 +30,15 @@ def jpeg_data_url(image: Image.Image) -> str:
 
 
 def backend_messages(image: Image.Image, expression: str, spec: DemoSpec) -> list[dict]:
-    content = [{"type": "image", "image": jpeg_data_url(image), "max_pixels": spec.pixels, "min_pixels": spec.pixels},
-               {"type": "text", "text": prompt_for(expression)}]
+    """System + user messages; with `spec.prompt_first`, split around the placeholder as `interleave_visuals` does."""
+    picture = {"type": "image", "image": jpeg_data_url(image), "max_pixels": spec.pixels, "min_pixels": spec.pixels}
+    context = prompt_for(expression, spec.prompt_first)
+    if spec.prompt_first:
+        before, after = re.split(r"<image \d+>", context, maxsplit=1)
+        content = ([{"type": "text", "text": before}] if before else []) + [picture]
+        content += [{"type": "text", "text": after}] if after else []
+    else:
+        content = [picture, {"type": "text", "text": context}]
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}]
 
 
@@ -79,7 +87,8 @@ class FastEncoder:
         ids = self.template.clone()
         words = expression.split()
         if len(words) != len(self.expr_pos):
-            raise ValueError(f"expression {expression!r} has {len(words)} words; the template holds {len(self.expr_pos)}")
+            raise ValueError(f"expression {expression!r} has {len(words)} words; "
+                             f"the template holds {len(self.expr_pos)}")
         ids[self.expr_pos] = torch.tensor(self.tokenizer.convert_tokens_to_ids(words))
         return ids
 

@@ -37,6 +37,12 @@ def demo_model_path() -> Path:
     return path
 
 
+def demo_model_args(model: Path, spec) -> str:
+    """`vrh_qwen25` model_args that feed the model as it was trained (image size; prompt before the image)."""
+    args = f"pretrained={model},dtype=float32,min_pixels={spec.pixels},max_pixels={spec.pixels}"
+    return args + (",image_position=after_prompt" if spec.prompt_first else "")
+
+
 @dataclass
 class DemoSettings:
     n_discovery: int = 64
@@ -167,7 +173,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     out.mkdir(parents=True, exist_ok=True)
     model = Path(model_path) if model_path else demo_model_path()
     spec = DemoSpec.load(model)
-    model_args = (f"pretrained={model},dtype=float32,min_pixels={spec.pixels},max_pixels={spec.pixels}")
+    model_args = demo_model_args(model, spec)
     gen = f"max_new_tokens={settings.max_new_tokens}"
     say = print if progress else (lambda *a, **k: None)
     with _env(VRH_CACHE_DIR=str(out / "data"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -155,13 +154,14 @@ def evaluate(model, tokenizer, prep: Prepared, heads: Iterable[Head] = ()) -> Ev
 # ---------------------------------------------------------------- head scoring
 
 def box_token_mask(spec: DemoSpec, scene: Scene) -> np.ndarray:
-    """Image tokens (row-major over the merged grid, 28 px cells) whose cell centre lies in the GT box."""
+    """Image tokens (row-major over the merged grid, 28 px cells) with at least half their cell inside the GT box;
+    if none, the cell holding the box centre (the discovery module's default "overlap" rule)."""
     g = spec.grid
     x1, y1, x2, y2 = gt_xyxy(scene)
-    centres = (np.arange(g) + 0.5) * 28
-    rows = (centres >= y1) & (centres < y2)
-    cols = (centres >= x1) & (centres < x2)
-    mask = rows[:, None] & cols[None, :]
+    lo = np.arange(g) * 28.0
+    ov_x = np.clip(np.minimum(lo + 28, x2) - np.maximum(lo, x1), 0, None)
+    ov_y = np.clip(np.minimum(lo + 28, y2) - np.maximum(lo, y1), 0, None)
+    mask = (ov_y[:, None] * ov_x[None, :]) >= 0.5 * 28 * 28
     if not mask.any():
         mask[min(g - 1, int((y1 + y2) / 2 // 28)), min(g - 1, int((x1 + x2) / 2 // 28))] = True
     return mask.reshape(-1)
@@ -192,7 +192,8 @@ def head_scores(model, tokenizer, encoder: FastEncoder, prep: Prepared) -> np.nd
             scenes = prep.scenes[b * len(prep.batches[0]["input_ids"]):][: out.shape[0]]
             for i, scene in enumerate(scenes):
                 gen = out[i, prompt_len:].tolist()
-                n_ans = gen.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in gen else len(gen)
+                # rows emitting the answer proper (the stop token excluded), as discovery's "out" query set
+                n_ans = gen.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in gen else len(gen)
                 q = torch.arange(prompt_len - 1, prompt_len - 1 + n_ans)
                 keys = torch.from_numpy(img_pos[box_token_mask(encoder.spec, scene)])
                 mass = att[i][:, :, q][:, :, :, keys].sum(-1).mean(-1)  # layers x heads
@@ -201,6 +202,17 @@ def head_scores(model, tokenizer, encoder: FastEncoder, prep: Prepared) -> np.nd
         return total / max(count, 1)
     finally:
         model.set_attn_implementation({"text_config": "sdpa", "vision_config": "sdpa"})
+
+
+def single_head_drops(model, tokenizer, prep: Prepared, base: EvalResult | None = None) -> np.ndarray:
+    """layers x heads: Acc@0.5 drop (points) from zeroing each head alone: the causal map scores should predict."""
+    base = base or evaluate(model, tokenizer, prep)
+    n_layers, n_heads, _ = geometry(model)
+    out = np.zeros((n_layers, n_heads))
+    for l in range(n_layers):
+        for h in range(n_heads):
+            out[l, h] = 100 * (base.acc50 - evaluate(model, tokenizer, prep, [(l, h)]).acc50)
+    return out
 
 
 def ranking(scores: np.ndarray) -> list[Head]:
@@ -275,13 +287,15 @@ def run_probe(model, tokenizer, encoder: FastEncoder, prep: Prepared, ks: Sequen
 
 
 def summarise(result: dict) -> str:
-    lines = [f"baseline Acc@0.5 {100 * result['baseline_acc']:.1f}% (parse fail {100 * result['baseline_parse_fail']:.1f}%,"
-             f" mIoU {result['baseline_iou']:.3f}, n={result['n']})"]
+    lines = [f"baseline Acc@0.5 {100 * result['baseline_acc']:.1f}% "
+             f"(parse fail {100 * result['baseline_parse_fail']:.1f}%, "
+             f"mIoU {result['baseline_iou']:.3f}, n={result['n']})"]
     b = result["baseline_acc"]
     for r in result["rows"]:
         d, lo, hi = r["top_drop_ci"]
         lines.append(
-            f"k={r['k']:>2}: top {100 * r['top_acc']:5.1f} (drop {d:5.1f} [{lo:5.1f},{hi:5.1f}], parse {100 * r['top_parse_fail']:.1f}%)"
+            f"k={r['k']:>2}: top {100 * r['top_acc']:5.1f} (drop {d:5.1f} [{lo:5.1f},{hi:5.1f}], "
+            f"parse {100 * r['top_parse_fail']:.1f}%)"
             f" | random {100 * (b - r['random_acc']):5.1f} | random-excl {100 * (b - r['random_excl_acc']):5.1f}"
             f" | layer-matched {100 * (b - r['layer_matched_acc']):5.1f}  drops; top={','.join(r['top_heads'])}")
     return "\n".join(lines)

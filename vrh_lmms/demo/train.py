@@ -42,6 +42,8 @@ class Design:
     text: dict[str, Any] = field(default_factory=dict)
     vision: dict[str, Any] = field(default_factory=dict)
     init_range: float = 0.08
+    rope_theta: float = 10000.0  # Qwen2.5-VL checkpoints use 1e6
+    mrope_section: tuple = ()  # default: the factory's split of head_dim / 2 into (t, h, w)
     steps: int = 6000
     batch_size: int = 32
     lr: float = 1e-3
@@ -54,6 +56,16 @@ class Design:
     group_lasso: float = 0.0
     eval_every: int = 500
     eval_n: int = 256
+    # [[until_step, {SceneConfig overrides}], ...]: easier scenes first (e.g. fewer objects); the spec's own
+    # scene config applies from the last until_step on and is what evaluation uses.
+    curriculum: tuple = ()
+    refs_per_image: int = 1  # sequences per training image, each naming another uniquely described object
+
+    def scene_spec(self, step: int) -> DemoSpec:
+        for until, overrides in self.curriculum:
+            if step < until:
+                return replace(self.spec, scene={**self.spec.scene, **overrides})
+        return self.spec
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +74,8 @@ class Design:
     def from_dict(cls, data: dict[str, Any]) -> "Design":
         data = dict(data)
         data["spec"] = DemoSpec.from_dict(data.get("spec", {}))
+        data["curriculum"] = tuple((int(u), dict(o)) for u, o in data.get("curriculum", ()))
+        data["mrope_section"] = tuple(data.get("mrope_section", ()))
         return cls(**data)
 
 
@@ -72,7 +86,8 @@ def build_model(design: Design, tokenizer, seed: int):
     text = dict(design.text)
     if "hidden_size" in text and "num_attention_heads" in text:
         text.setdefault("head_dim", text["hidden_size"] // text["num_attention_heads"])
-    config = tiny.make_config(tokenizer, text=text, vision=design.vision, initializer_range=design.init_range)
+    config = tiny.make_config(tokenizer, text=text, vision=design.vision, initializer_range=design.init_range,
+                              rope_theta=design.rope_theta, mrope_section=list(design.mrope_section) or None)
     with seeded(seed):
         model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
     return model
@@ -86,8 +101,25 @@ def train_scene(seed: int, step: int, i: int, batch_size: int, spec: DemoSpec) -
     return generate_scene(scene_id, TRAIN_SCENE_SEED, spec.scene_config())
 
 
+def referents(scene: Scene) -> list[int]:
+    """Objects that "the <colour> <shape>" names uniquely in this scene (the scene's own target among them)."""
+    keys = [(o.colour, o.shape) for o in scene.objects]
+    return [i for i, k in enumerate(keys) if keys.count(k) == 1]
+
+
+def as_target(scene: Scene, index: int) -> Scene:
+    """The same image, asking for object `index`."""
+    o = scene.objects[index]
+    return Scene(scene_id=scene.scene_id, image=scene.image, objects=scene.objects, target=index,
+                 expression=f"the {o.colour} {o.shape}")
+
+
 class Batches:
-    """Training batches built in a helper thread (pure function of seed and step, so threading changes nothing)."""
+    """Training batches built in a helper thread (pure function of seed and step, so threading changes nothing).
+
+    With `refs_per_image` > 1 one image serves several sequences, each naming a different object of it: the
+    vision tower runs once per image, and the model cannot lower the loss without reading the expression.
+    """
 
     def __init__(self, encoder: FastEncoder, design: Design, seed: int, start: int, stop: int, depth: int = 3):
         self.encoder, self.design, self.seed = encoder, design, seed
@@ -95,15 +127,44 @@ class Batches:
         self.thread = threading.Thread(target=self._fill, args=(start, stop), daemon=True)
         self.thread.start()
 
+    def sequences(self, step: int) -> tuple[list[Scene], list[Scene], list[int]]:
+        """(images' scenes, per-sequence scenes, per-sequence image index) for this step."""
+        d = self.design
+        spec = d.scene_spec(step)
+        rng = np.random.default_rng([self.seed, step, 7])
+        images: list[Scene] = []
+        seqs: list[Scene] = []
+        index: list[int] = []
+        i = 0
+        while len(seqs) < d.batch_size:
+            scene = train_scene(self.seed, step, i, d.batch_size, spec)
+            i += 1
+            if d.refs_per_image <= 1:
+                picks = [scene.target]
+            else:
+                cands = referents(scene)
+                picks = [cands[j] for j in rng.permutation(len(cands))[: d.refs_per_image]]
+            picks = picks[: d.batch_size - len(seqs)]
+            images.append(scene)
+            for t in picks:
+                seqs.append(as_target(scene, t))
+                index.append(len(images) - 1)
+        return images, seqs, index
+
     def make(self, step: int) -> dict[str, torch.Tensor]:
         d, enc = self.design, self.encoder
-        scenes = [train_scene(self.seed, step, i, d.batch_size, d.spec) for i in range(d.batch_size)]
-        images = np.stack([decoded_image(s, d.spec) for s in scenes])
-        batch = enc.batch(scenes, images)
-        answers = torch.tensor([answer_token_ids(enc.tokenizer, d.spec.answer_box(s.target_object.bbox))
-                                for s in scenes])
-        batch["answers"] = answers
-        return batch
+        images, seqs, index = self.sequences(step)
+        pixels = np.stack([decoded_image(s, d.spec) for s in images])
+        input_ids = torch.stack([enc.input_ids(s.expression) for s in seqs])
+        return {
+            "input_ids": input_ids,
+            "mm_token_type_ids": enc.mm_token_type_ids.expand(len(seqs), -1).clone(),
+            "pixel_values": enc.pixel_values(pixels),
+            "image_grid_thw": enc.grid_thw.expand(len(images), -1).clone(),
+            "image_index": torch.tensor(index),
+            "answers": torch.tensor([answer_token_ids(enc.tokenizer, d.spec.answer_box(s.target_object.bbox))
+                                     for s in seqs]),
+        }
 
     def _fill(self, start: int, stop: int) -> None:
         for step in range(start, stop):
@@ -113,17 +174,27 @@ class Batches:
         return self.q.get()
 
 
-def with_answers(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Teacher forcing: append all answer tokens but the last to the prompt."""
+def forward_hidden(model, batch: dict[str, torch.Tensor], position_ids: torch.Tensor) -> torch.Tensor:
+    """Last hidden states of prompt + teacher-forced answer; the vision tower runs once per distinct image."""
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+
     ans = batch["answers"]
     inp = torch.cat([batch["input_ids"], ans[:, :-1]], dim=1)
-    return {
-        "input_ids": inp,
-        "attention_mask": torch.ones_like(inp),
-        "mm_token_type_ids": torch.cat([batch["mm_token_type_ids"], torch.zeros_like(ans[:, :-1])], dim=1),
-        "pixel_values": batch["pixel_values"],
-        "image_grid_thw": batch["image_grid_thw"],
-    }
+    vis = model.model.get_image_features(batch["pixel_values"], batch["image_grid_thw"])
+    feats = torch.stack(list(vis.pooler_output))[batch["image_index"]]
+    mm = {"image": BaseModelOutputWithPooling(pooler_output=tuple(feats.unbind(0)))}
+    pos = position_ids.expand(-1, inp.shape[0], -1)
+    out = model.model(input_ids=inp, attention_mask=torch.ones_like(inp), position_ids=pos,
+                      mm_encoder_outputs=mm, use_cache=False)
+    return out.last_hidden_state
+
+
+def rope_positions(model, encoder: FastEncoder, answer_len: int) -> torch.Tensor:
+    """3D M-RoPE positions of prompt + teacher-forced answer: identical for every sample (one prompt length)."""
+    ids = torch.cat([encoder.template, torch.zeros(answer_len - 1, dtype=torch.long)])[None]
+    mm = torch.cat([encoder.mm_token_type_ids, torch.zeros(answer_len - 1, dtype=torch.long)])[None]
+    pos, _ = model.model.get_rope_index(ids, mm_token_type_ids=mm, image_grid_thw=encoder.grid_thw[None])
+    return pos
 
 
 # ---------------------------------------------------------------- loss and regularisers
@@ -229,25 +300,23 @@ def train(design: Design, out_dir: str | Path, seed: int, *, threads: int = 1,
     prompt_len = encoder.seq_len
     position_ids = None  # filled on the first batch: identical for every sample
     batches = Batches(encoder, design, seed, 0, design.steps)
+    spec.save(out)
     log_path = out / "train_log.jsonl"
     log_f = log_path.open("w")
     t0 = time.time()
     history: list[dict[str, Any]] = []
     run_loss = 0.0
+    losses: list[float] = []
     log(f"[{design.name} seed {seed}] {n_params / 1e6:.2f}M params, {design.steps} steps, batch {design.batch_size}")
     for step in range(design.steps):
         batch = next(batches)
-        inputs = with_answers(batch)
         if position_ids is None:
-            position_ids, _ = model.model.get_rope_index(
-                inputs["input_ids"][:1], mm_token_type_ids=inputs["mm_token_type_ids"][:1],
-                image_grid_thw=inputs["image_grid_thw"][:1])
-        pos = position_ids.expand(-1, inputs["input_ids"].shape[0], -1)
+            position_ids = rope_positions(model, encoder, batch["answers"].shape[1])
         for g in opt.param_groups:
             g["lr"] = lr_at(step, design)
         model.train()
         drop.active = True
-        hidden = model.model(**inputs, position_ids=pos, use_cache=False).last_hidden_state
+        hidden = forward_hidden(model, batch, position_ids)
         drop.active = False
         logits = model.lm_head(hidden[:, prompt_len - 1:])
         loss = targets.loss(logits, batch["answers"])
@@ -256,7 +325,8 @@ def train(design: Design, out_dir: str | Path, seed: int, *, threads: int = 1,
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), design.grad_clip)
         opt.step()
-        run_loss += float(loss)
+        losses.append(float(loss.detach()))
+        run_loss += losses[-1]
         last = step + 1 == design.steps
         if (step + 1) % design.eval_every == 0 or last:
             model.eval()
@@ -269,14 +339,14 @@ def train(design: Design, out_dir: str | Path, seed: int, *, threads: int = 1,
             log_f.flush()
             log(f"[{design.name} seed {seed}] step {rec['step']} loss {rec['loss']:.3f} acc50 {100 * res.acc50:.1f}% "
                 f"parse_fail {100 * res.parse_rate:.1f}% mIoU {rec['miou']:.3f} ({rec['seconds']:.0f}s)")
+            save_checkpoint(out, model, processor, tokenizer)  # the latest weights, for probing mid-run
     log_f.close()
     model.eval()
     save_checkpoint(out, model, processor, tokenizer)
-    spec.save(out)
     summary = {"design": design.to_dict(), "seed": seed, "params": n_params, "seconds": time.time() - t0,
-               "final": history[-1] if history else None, "torch_threads": threads}
+               "final": history[-1] if history else None, "torch_threads": threads, "history": history}
     (out / DESIGN_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    return summary
+    return {**summary, "losses": losses}
 
 
 def load_demo_model(path: str | Path, dtype: torch.dtype = torch.float32):
@@ -288,3 +358,25 @@ def load_demo_model(path: str | Path, dtype: torch.dtype = torch.float32):
     model.set_attn_implementation({"text_config": "sdpa", "vision_config": "sdpa"})
     processor = AutoProcessor.from_pretrained(path, min_pixels=spec.pixels, max_pixels=spec.pixels)
     return model, processor, spec
+
+
+def main(argv=None) -> int:
+    """`python -m vrh_lmms.demo.train --design NAME --seed N --out DIR [--steps S]` (research entry point)."""
+    import argparse
+
+    from vrh_lmms.demo.designs import get_design
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("--design", required=True)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    design = get_design(args.design, steps=args.steps)
+    train(design, args.out, args.seed, threads=args.threads, log=lambda s: print(s, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,60 @@
+"""Named experiment designs (see docs/demo-model-experiments.md for what each measured)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from vrh_lmms.demo.spec import DemoSpec
+from vrh_lmms.demo.train import Design
+
+VISION_SMALL = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, fullatt_block_indexes=[0, 1],
+                    window_size=112)
+TEXT_4x16 = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=16,
+                 num_key_value_heads=16)
+
+_A0 = Design(
+    name="a0",
+    spec=DemoSpec(image_size=168, coord_bin=4, scene=dict(position_tint=100, min_size=28, max_size=48)),
+    text=TEXT_4x16, vision=VISION_SMALL, steps=3000, warmup=200, eval_every=250,
+)
+
+PALETTE5 = ("red", "green", "blue", "yellow", "white")
+SHAPES4 = ("circle", "square", "triangle", "cross")
+CURRICULUM = ((300, dict(min_objects=1, max_objects=1)), (900, dict(min_objects=2, max_objects=3)))
+
+_A1 = replace(
+    _A0, name="a1", lr=2e-3, curriculum=CURRICULUM,
+    spec=DemoSpec(image_size=168, coord_bin=4, scene=dict(
+        position_tint=64, tint_headroom=True, min_size=28, max_size=48, colours=PALETTE5, shapes=SHAPES4)),
+)
+
+CURRICULUM_EASY = ((300, dict(min_objects=1, max_objects=1)),
+                   (900, dict(min_objects=2, max_objects=3, conjunctive_share=0.0)))
+_A2 = replace(_A1, name="a2", refs_per_image=4, curriculum=CURRICULUM_EASY)
+
+TEXT_4x8 = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=8,
+                num_key_value_heads=8)
+_A3 = replace(_A2, name="a3", text=TEXT_4x8, rope_theta=1e6)
+
+CURRICULUM_LONG = ((300, dict(min_objects=1, max_objects=1)),
+                   (3000, dict(min_objects=2, max_objects=3, conjunctive_share=0.0)))
+_A4 = replace(_A3, name="a4", steps=12000, curriculum=CURRICULUM_LONG, eval_every=500)
+
+CURRICULUM_CONJ = ((300, dict(min_objects=1, max_objects=1)),
+                   (3000, dict(min_objects=2, max_objects=3, conjunctive_share=1.0)))
+_A5 = replace(_A4, name="a5", curriculum=CURRICULUM_CONJ)
+
+# All 8 colours x 6 shapes (48 descriptions): too many for the image tokens to tabulate "where is each
+# description", so the answer has to be looked up. Tint 48 keeps every colour pair apart by more than the ramp.
+SCENE_48 = dict(position_tint=48, tint_headroom=True, min_size=28, max_size=48)
+_A6 = replace(_A5, name="a6", spec=DemoSpec(image_size=168, coord_bin=4, scene=SCENE_48))
+
+DESIGNS: dict[str, Design] = {d.name: d for d in [
+    _A0, _A1, _A2, _A3, _A4, _A5, _A6,
+]}
+
+
+def get_design(name: str, **overrides) -> Design:
+    if name not in DESIGNS:
+        raise KeyError(f"unknown design {name!r}; known: {', '.join(DESIGNS)}")
+    return replace(DESIGNS[name], **{k: v for k, v in overrides.items() if v is not None})
