@@ -141,8 +141,9 @@ def lm(planted_checkpoint, synth_env):
 
 
 def spec_for(output, planted_checkpoint) -> DiscoverySpec:
-    return DiscoverySpec(model="vrh_qwen25", model_args=f"pretrained={planted_checkpoint}", tasks=["vrh_synth_grounding"],
-                         output=str(output), limit=N_DOCS, gen_kwargs="max_new_tokens=10")
+    return DiscoverySpec(model="vrh_qwen25", model_args=f"pretrained={planted_checkpoint}",
+                         tasks=["vrh_synth_grounding"], output=str(output), limit=N_DOCS,
+                         gen_kwargs="max_new_tokens=10")
 
 
 @pytest.fixture(scope="module")

@@ -82,7 +82,8 @@ def test_pairs_choose_correct_answers_and_reject_ablated_ones(sweep, tmp_path):
         base_status = OUTCOMES[int(doc)][0]
         assert row["prompt"] == [{"role": "user", "content": [{"type": "image"},
                                                                 {"type": "text", "text": f"Locate thing {doc}."}]}]
-        assert row["rejected"] == [{"role": "assistant", "content": [{"type": "text", "text": f"ablated answer {doc}"}]}]
+        assert row["rejected"] == [{"role": "assistant",
+                                    "content": [{"type": "text", "text": f"ablated answer {doc}"}]}]
         assert row["images"] == [str((tmp_path / "images" / f"img{int(doc) // 2}.png").resolve())]
         chosen = row["chosen"][0]["content"][0]["text"]
         if base_status == "correct":

@@ -24,7 +24,8 @@ def _dataset(rng: np.random.Generator):
     clusters = np.repeat(np.arange(N_IMAGES), sizes)
     p_base = rng.beta(*BASE_AB, N_IMAGES)[clusters]
     p_abl = rng.beta(*ABL_AB, N_IMAGES)[clusters]
-    return (rng.random(clusters.size) < p_base).astype(float), (rng.random(clusters.size) < p_abl).astype(float), clusters
+    return ((rng.random(clusters.size) < p_base).astype(float), (rng.random(clusters.size) < p_abl).astype(float),
+            clusters)
 
 
 def _coverage(clustered: bool, n_reps: int) -> float:

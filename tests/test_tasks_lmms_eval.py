@@ -157,7 +157,8 @@ def _lmms_eval() -> str:
 @pytest.mark.slow
 def test_cli_lists_every_task_offline(tmp_path):
     proc = subprocess.run([_lmms_eval(), "--tasks", "list", "--include_path", str(tasks_path())],
-                          env=offline_env(HF_HOME=str(tmp_path / "hf")), capture_output=True, text=True, timeout=300, check=False)
+                          env=offline_env(HF_HOME=str(tmp_path / "hf")), capture_output=True, text=True, timeout=300,
+                          check=False)
     listed = proc.stdout + proc.stderr
     missing = [name for name in GROUNDING + VQA + GROUPS if f" {name}\n" not in listed and f" {name} " not in listed]
     assert not missing, listed[-2000:]

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from vrh_lmms.boxes.extract import focus
 
 NUMBER_WORDS = {w: i for i, w in enumerate(
-    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"])}
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+     "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"])}
 _NUM = r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
 _ANSWER_CUE = re.compile(r"(?:final answer|answer|ans)\s*(?:is|:|=)?\s*[:\-]?\s*", re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")

@@ -93,7 +93,8 @@ def toloka_records(rows: list[dict[str, Any]], images: str | None, origin: str) 
     out = []
     folder = Path(images).expanduser() if images else None
     for i, row in enumerate(rows):
-        missing = [c for c in ("image", "width", "height", "left", "top", "right", "bottom", "question") if c not in row]
+        missing = [c for c in ("image", "width", "height", "left", "top", "right", "bottom", "question")
+                   if c not in row]
         if missing:
             raise SourceError(f"{origin}: Toloka row {i} lacks {', '.join(missing)}")
         name = str(row["image"]).rsplit("/", 1)[-1]

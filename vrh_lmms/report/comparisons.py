@@ -113,7 +113,9 @@ def transfer_rows(groups: list[dict]) -> list[dict]:
         for cfg in group["configs"]:
             if cfg["heads_source"] is None:
                 continue
-            own = next((c for c in group["configs"] if c["config_id"] == cfg["config_id"] and c["heads_source"] is None), None)
+            own = next(
+                (c for c in group["configs"] if c["config_id"] == cfg["config_id"] and c["heads_source"] is None), None
+            )
             rows.append(
                 {
                     "model": group["model"],

@@ -83,6 +83,8 @@ def discover(dirs: list[str | Path]) -> Discovery:
             )
     for item in found.files:
         if not item.samples:
-            found.warnings.append(f"{item.results}: no samples files beside it (run lmms-eval with --log_samples); skipped")
+            found.warnings.append(
+                f"{item.results}: no samples files beside it (run lmms-eval with --log_samples); skipped"
+            )
     found.files = [item for item in found.files if item.samples]
     return found

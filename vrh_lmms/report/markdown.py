@@ -128,7 +128,8 @@ def overlap_section(overlap: dict) -> list[str]:
         mat = overlap["jaccard"][str(k)]
         lines += [f"Top-{k} Jaccard overlap:", ""]
         lines += _table([""] + overlap["labels"],
-                        [[label] + [f"{v:.2f}" for v in row] for label, row in zip(overlap["labels"], mat, strict=True)])
+                        [[label] + [f"{v:.2f}" for v in row]
+                         for label, row in zip(overlap["labels"], mat, strict=True)])
         lines.append("")
     return lines
 

@@ -138,4 +138,5 @@ def read_run_meta(path: Path) -> RunMeta:
     data = load_json(path)
     if "vrh" in data:
         return _from_vrh(data["vrh"], path, _model_from_lmms(data))
-    return RunMeta(_model_from_lmms(data) or path.parent.name, "baseline", "baseline", None, None, None, None, None, path)
+    return RunMeta(_model_from_lmms(data) or path.parent.name, "baseline", "baseline",
+                   None, None, None, None, None, path)
