@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from vrh_lmms.demo.data import FastEncoder
@@ -37,3 +38,24 @@ def test_training_reduces_loss_and_is_deterministic(tmp_path):
     wa, wb = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     assert (tmp_path / "a" / "demo_spec.json").exists() and (tmp_path / "a" / "tokenizer_config.json").exists()
+
+
+def test_group_lasso_is_the_sum_of_whole_head_norms():
+    from dataclasses import replace
+
+    from vrh_lmms.demo.train import build_model, group_lasso, lasso_weight
+
+    model = build_model(MICRO, tiny.make_tokenizer(), seed=0)
+    expected = 0.0
+    for layer in model.model.language_model.layers:
+        a = layer.self_attn
+        hd = a.head_dim
+        for h in range(a.o_proj.in_features // hd):
+            rows = slice(h * hd, (h + 1) * hd)
+            parts = [a.o_proj.weight[:, rows].flatten()]
+            for proj in (a.q_proj, a.k_proj, a.v_proj):
+                parts += [proj.weight[rows].flatten()] + ([proj.bias[rows]] if proj.bias is not None else [])
+            expected += float(torch.cat(parts).norm())
+    assert float(group_lasso(model)) == pytest.approx(expected, rel=1e-5)
+    d = replace(MICRO, group_lasso=2e-3, lasso_from=10, lasso_ramp=4)
+    assert [lasso_weight(s, d) for s in (9, 10, 11, 13, 20)] == pytest.approx([0, 5e-4, 1e-3, 2e-3, 2e-3])

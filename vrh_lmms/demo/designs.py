@@ -49,9 +49,33 @@ _A5 = replace(_A4, name="a5", curriculum=CURRICULUM_CONJ)
 SCENE_48 = dict(position_tint=48, tint_headroom=True, min_size=28, max_size=48)
 _A6 = replace(_A5, name="a6", spec=DemoSpec(image_size=168, coord_bin=4, scene=SCENE_48))
 
+# Prompt before the image (backend `image_position=after_prompt`): image tokens read the expression, so the
+# answer only has to fetch the position of the matching cell. 112 px, objects fill whole 28 px token cells (4x4
+# grid, 3-5 objects, every distractor shares the referent's colour or shape). What each measured:
+# docs/demo-model-experiments.md ("Prompt before the image").
+GRID_SCENE = dict(position_tint=64, tint_headroom=True, min_objects=3, max_objects=5, grid_cell=28,
+                  conjunctive_share=1.0, colours=PALETTE5, shapes=SHAPES4)
+GRID_CURRICULUM = ((300, dict(min_objects=1, max_objects=1)),
+                   (1500, dict(min_objects=2, max_objects=3, conjunctive_share=0.0)))
+# t1: 8 heads x 16 dims, no dropout: solved by ~2,500 steps, fragile to random heads.
+_T1 = replace(_A0, name="t1", steps=3000, lr=2e-3, warmup=100, eval_every=250, coord_sigma=0.0, text=TEXT_4x8,
+              curriculum=GRID_CURRICULUM, rope_theta=1e6,
+              spec=DemoSpec(image_size=112, coord_bin=4, scene=GRID_SCENE, prompt_first=True))
+# t2: 16 heads x 8 dims, head dropout 0.1 everywhere: robust to random heads, retrieval spread over ~10 heads.
+_T2 = replace(_T1, name="t2", text=TEXT_4x16, head_drop=0.1, steps=5000)
+# t3-t5: t2 + whole-head group lasso (prune heads): 1e-3 from step 0, 3e-4 and 1e-3 ramped in from step 1500.
+_T3 = replace(_T2, name="t3", group_lasso=1e-3, steps=4000)
+_T4 = replace(_T2, name="t4", group_lasso=3e-4, lasso_from=1500, lasso_ramp=500, steps=4000)
+_T5 = replace(_T4, name="t5", group_lasso=1e-3)
+# t6: head dropout only in text layers 0-1 (where image tokens match themselves against the expression), none in
+# layers 2-3, so the answer's lookup need not be copied into many heads.
+_T6 = replace(_T2, name="t6", head_drop_layers=(0, 1), steps=3500)
+
 DESIGNS: dict[str, Design] = {d.name: d for d in [
-    _A0, _A1, _A2, _A3, _A4, _A5, _A6,
+    _A0, _A1, _A2, _A3, _A4, _A5, _A6, _T1, _T2, _T3, _T4, _T5, _T6,
 ]}
+# The shipped model's design (`vrh-lmms train-tiny` default).
+DESIGNS["demo"] = replace(_T6, name="demo")
 
 
 def get_design(name: str, **overrides) -> Design:

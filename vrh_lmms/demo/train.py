@@ -5,8 +5,8 @@ trained on what evaluation feeds it. All images share one size, so batches need 
 the answer tokens (`[ x1 , y1 , x2 , y2 ] <|im_end|>`); coordinate tokens may get Gaussian soft targets over
 neighbouring coordinate values, which teaches their order much faster than one-hot targets. Optional head dropout
 ("DropHead": zero each head's `o_proj` input slice with probability p, no rescaling, the same operation as the
-ablation) makes the model robust to losing random heads; optional group lasso on per-head `o_proj` column blocks
-pushes unused heads towards zero. Everything is a function of the seed: init, scene stream, head-drop masks.
+ablation) makes the model robust to losing random heads; an optional group lasso on whole heads (q, k, v rows and
+o_proj columns) pushes unused heads to zero. Everything is a function of the seed: init, scene stream, head-drop masks.
 """
 
 from __future__ import annotations
@@ -53,7 +53,10 @@ class Design:
     grad_clip: float = 1.0
     coord_sigma: float = 4.0  # px; 0 gives one-hot targets
     head_drop: float = 0.0
+    head_drop_layers: tuple = ()  # text layers that get head dropout (empty: all)
     group_lasso: float = 0.0
+    lasso_from: int = 0  # step at which the group lasso starts (after the task is learnt, it only prunes)
+    lasso_ramp: int = 1
     eval_every: int = 500
     eval_n: int = 256
     # [[until_step, {SceneConfig overrides}], ...]: easier scenes first (e.g. fewer objects); the spec's own
@@ -76,6 +79,7 @@ class Design:
         data["spec"] = DemoSpec.from_dict(data.get("spec", {}))
         data["curriculum"] = tuple((int(u), dict(o)) for u, o in data.get("curriculum", ()))
         data["mrope_section"] = tuple(data.get("mrope_section", ()))
+        data["head_drop_layers"] = tuple(data.get("head_drop_layers", ()))
         return cls(**data)
 
 
@@ -230,13 +234,15 @@ class SoftTargets:
 class HeadDrop:
     """Zero each (sample, layer, head) output slice with probability p during training, without rescaling."""
 
-    def __init__(self, model, p: float, generator: torch.Generator):
+    def __init__(self, model, p: float, generator: torch.Generator, layers: tuple = ()):
         from vrh_lmms.demo.probe import text_layers
 
         self.p, self.gen, self.handles, self.active = p, generator, [], False
         if p <= 0:
             return
-        for layer in text_layers(model):
+        for index, layer in enumerate(text_layers(model)):
+            if layers and index not in layers:
+                continue
             attn = layer.self_attn
             n_heads = attn.o_proj.in_features // attn.head_dim
 
@@ -252,15 +258,33 @@ class HeadDrop:
 
 
 def group_lasso(model) -> torch.Tensor:
-    """Sum over heads of the Frobenius norm of each head's `o_proj` column block."""
+    """Sum over heads of the Frobenius norm of all of a head's weights: its q, k and v rows (with their biases)
+    and its `o_proj` columns. Unused heads go to zero as a whole, so a pruned head also stops attending (a head
+    with live q/k but a dead o_proj would still look like a retrieval head to attention-based scores).
+    Needs one kv head per query head (num_key_value_heads == num_attention_heads)."""
     from vrh_lmms.demo.probe import text_layers
 
     total = torch.zeros(())
     for layer in text_layers(model):
         attn = layer.self_attn
-        w = attn.o_proj.weight  # (hidden, heads * head_dim)
-        total = total + w.view(w.shape[0], -1, attn.head_dim).pow(2).sum(dim=(0, 2)).clamp_min(1e-12).sqrt().sum()
+        hd = attn.head_dim
+        n_heads = attn.o_proj.in_features // hd
+        sq = attn.o_proj.weight.view(attn.o_proj.weight.shape[0], n_heads, hd).pow(2).sum(dim=(0, 2))
+        for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+            if proj.out_features != n_heads * hd:
+                raise ValueError("group lasso needs num_key_value_heads == num_attention_heads")
+            sq = sq + proj.weight.view(n_heads, hd, -1).pow(2).sum(dim=(1, 2))
+            if proj.bias is not None:
+                sq = sq + proj.bias.view(n_heads, hd).pow(2).sum(dim=1)
+        total = total + sq.clamp_min(1e-12).sqrt().sum()
     return total
+
+
+def lasso_weight(step: int, d: "Design") -> float:
+    """Group-lasso strength: 0 before `lasso_from`, then a linear ramp to `group_lasso` over `lasso_ramp` steps."""
+    if d.group_lasso <= 0 or step < d.lasso_from:
+        return 0.0
+    return d.group_lasso * min(1.0, (step - d.lasso_from + 1) / max(1, d.lasso_ramp))
 
 
 def lr_at(step: int, d: Design) -> float:
@@ -291,7 +315,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, threads: int = 1,
     eval_prep = probe.prepare(encoder, eval_scenes)
     targets = SoftTargets(tokenizer, spec, design.coord_sigma)
     gen = torch.Generator().manual_seed(seed)
-    drop = HeadDrop(model, design.head_drop, gen)
+    drop = HeadDrop(model, design.head_drop, gen, tuple(design.head_drop_layers))
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         (decay if p.ndim >= 2 and "embed" not in name else no_decay).append(p)
@@ -320,7 +344,8 @@ def train(design: Design, out_dir: str | Path, seed: int, *, threads: int = 1,
         drop.active = False
         logits = model.lm_head(hidden[:, prompt_len - 1:])
         loss = targets.loss(logits, batch["answers"])
-        total = loss + (design.group_lasso * group_lasso(model) if design.group_lasso > 0 else 0.0)
+        lam = lasso_weight(step, design)
+        total = loss + (lam * group_lasso(model) if lam > 0 else 0.0)
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), design.grad_clip)
