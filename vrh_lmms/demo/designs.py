@@ -74,8 +74,8 @@ _T6 = replace(_T2, name="t6", head_drop_layers=(0, 1), steps=3500)
 DESIGNS: dict[str, Design] = {d.name: d for d in [
     _A0, _A1, _A2, _A3, _A4, _A5, _A6, _T1, _T2, _T3, _T4, _T5, _T6,
 ]}
-# The shipped model's design (`vrh-lmms train-tiny` default).
-DESIGNS["demo"] = replace(_T6, name="demo")
+# The shipped model's design (`vrh-lmms train-tiny` default): t1, the only design whose top heads are causal.
+DESIGNS["demo"] = replace(_T1, name="demo")
 
 
 def get_design(name: str, **overrides) -> Design:

@@ -45,10 +45,10 @@ def demo_model_args(model: Path, spec) -> str:
 
 @dataclass
 class DemoSettings:
-    n_discovery: int = 64
-    n_eval: int = 200
-    ks: Sequence[int] = ()  # default: from the model's geometry (about 5% and 10% of all heads)
-    random_seeds: int = 5
+    n_discovery: int = 32
+    n_eval: int = 100
+    ks: Sequence[int] = ()  # default: from the model's geometry (about 5%, 10% and 15% of all heads)
+    random_seeds: int = 3
     batch_size: int = 25
     max_new_tokens: int = 16
     n_resamples: int = 5000
@@ -56,7 +56,7 @@ class DemoSettings:
     def resolved_ks(self, total_heads: int) -> list[int]:
         if self.ks:
             return sorted(set(int(k) for k in self.ks))
-        return sorted({max(1, round(0.05 * total_heads)), max(1, total_heads // 10)})
+        return sorted({max(1, round(share * total_heads)) for share in (0.05, 0.15)} | {max(1, total_heads // 10)})
 
 
 @dataclass
@@ -150,8 +150,31 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
         lines.append(f"| {r['k']} ({r['k'] / total_heads:.0%}) | {r['topk_acc']:.1%} | "
                      f"{r['topk_drop']:+.1%} [{lo:+.1%}, {hi:+.1%}] | {r['random_mean_drop']:+.1%} | "
                      f"{r['layer_matched_mean_drop']:+.1%} | {r['topk_parse_failure']:.1%} / {worst:.1%} |")
+    lines += ["", "Criteria (for some k <= 10% of all heads): baseline >= 80%; top-k drop >= 40 points with a CI",
+              "above 0; random-k and layer-matched random-k mean drops <= 10 points; parse failures <= 5%.", ""]
+    for k, checks in criteria(acc, total_heads).items():
+        failed = [name for name, ok in checks.items() if not ok]
+        lines.append(f"- k={k}: " + ("all met" if not failed else "not met: " + ", ".join(failed)))
     lines += ["", f"Total time {seconds:.0f} s."]
     return "\n".join(lines) + "\n"
+
+
+def criteria(acc: Acceptance, total_heads: int) -> dict[int, dict[str, bool]]:
+    """The demo model's acceptance checks for each k <= 10% of all heads (True = met)."""
+    out = {}
+    for r in acc.rows:
+        if r["k"] > 0.10 * total_heads:
+            continue
+        parse = [v for v in (r["random_max_parse_failure"], r["layer_matched_max_parse_failure"]) if v is not None]
+        out[r["k"]] = {
+            "baseline >= 80%": acc.baseline_acc >= 0.80,
+            "top-k drop >= 40 points": r["topk_drop"] >= 0.40,
+            "top-k drop CI above 0": r["topk_drop_ci"][0] > 0,
+            "random-k mean drop <= 10 points": r["random_mean_drop"] <= 0.10,
+            "layer-matched mean drop <= 10 points": r["layer_matched_mean_drop"] <= 0.10,
+            "parse failures <= 5%": max([r["topk_parse_failure"], *parse]) <= 0.05,
+        }
+    return out
 
 
 def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bool = False,
@@ -199,7 +222,8 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     acc = acceptance_figures(out / "sweep", ks, settings.n_resamples)
     seconds = time.time() - started
     summary = {"model": str(model), "geometry": geometry.to_dict(), "settings": asdict(settings) | {"ks": ks},
-               "acceptance": acc.to_dict(), "seconds": seconds}
+               "acceptance": acc.to_dict(),
+               "criteria": {str(k): v for k, v in criteria(acc, geometry.total_heads).items()}, "seconds": seconds}
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
     (out / "demo_summary.md").write_text(summary_markdown(acc, geometry.total_heads, seconds))
     say(summary_markdown(acc, geometry.total_heads, seconds))
