@@ -14,8 +14,8 @@ def _packages() -> tuple[list[str], dict[str, str]]:
     for name, folder in ROOTS.items():
         package_dir[name] = folder
         packages.append(name)
-        # Task folders hold YAML and helper modules without __init__.py: list them as namespace packages.
-        finder = find_namespace_packages if folder == "tasks" else find_packages
+        # Task folders (YAML + helper modules) and vrh_lmms/assets (data) have no __init__.py: namespace packages.
+        finder = find_namespace_packages if folder in ("tasks", "vrh_lmms") else find_packages
         for sub in finder(folder, exclude=["*__pycache__*"]):
             packages.append(f"{name}.{sub}")
             package_dir[f"{name}.{sub}"] = f"{folder}/{sub.replace('.', '/')}"
