@@ -70,9 +70,11 @@ _T5 = replace(_T4, name="t5", group_lasso=1e-3)
 # t6: head dropout only in text layers 0-1 (where image tokens match themselves against the expression), none in
 # layers 2-3, so the answer's lookup need not be copied into many heads.
 _T6 = replace(_T2, name="t6", head_drop_layers=(0, 1), steps=3500)
+# t7: t1's 8 heads x 16 dims with head dropout 0.1 in layers 0-1 only: robust matching, undiluted lookup heads.
+_T7 = replace(_T1, name="t7", head_drop=0.1, head_drop_layers=(0, 1))
 
 DESIGNS: dict[str, Design] = {d.name: d for d in [
-    _A0, _A1, _A2, _A3, _A4, _A5, _A6, _T1, _T2, _T3, _T4, _T5, _T6,
+    _A0, _A1, _A2, _A3, _A4, _A5, _A6, _T1, _T2, _T3, _T4, _T5, _T6, _T7,
 ]}
 # The shipped model's design (`vrh-lmms train-tiny` default): t1, the only design whose top heads are causal.
 DESIGNS["demo"] = replace(_T1, name="demo")
