@@ -81,7 +81,6 @@ class FastEncoder:
         self.rescale = float(ip.rescale_factor)
         self.patch, self.merge, self.tps = ip.patch_size, ip.merge_size, ip.temporal_patch_size
         self.seq_len = int(self.template.numel())
-        self.image_positions = torch.nonzero(self.mm_token_type_ids == 1).flatten()
 
     def input_ids(self, expression: str) -> torch.Tensor:
         ids = self.template.clone()

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vrh_lmms.capture.layouts import box_token_indices, image_token_map
 from vrh_lmms.demo.data import FastEncoder, decoded_image
 from vrh_lmms.demo.spec import EVAL_SCENE_SEED, DemoSpec
 from vrh_lmms.synth.scenes import Scene, generate_scene
@@ -153,18 +154,13 @@ def evaluate(model, tokenizer, prep: Prepared, heads: Iterable[Head] = ()) -> Ev
 
 # ---------------------------------------------------------------- head scoring
 
-def box_token_mask(spec: DemoSpec, scene: Scene) -> np.ndarray:
-    """Image tokens (row-major over the merged grid, 28 px cells) with at least half their cell inside the GT box;
-    if none, the cell holding the box centre (the discovery module's default "overlap" rule)."""
-    g = spec.grid
-    x1, y1, x2, y2 = gt_xyxy(scene)
-    lo = np.arange(g) * 28.0
-    ov_x = np.clip(np.minimum(lo + 28, x2) - np.maximum(lo, x1), 0, None)
-    ov_y = np.clip(np.minimum(lo + 28, y2) - np.maximum(lo, y1), 0, None)
-    mask = (ov_y[:, None] * ov_x[None, :]) >= 0.5 * 28 * 28
-    if not mask.any():
-        mask[min(g - 1, int((y1 + y2) / 2 // 28)), min(g - 1, int((x1 + x2) / 2 // 28))] = True
-    return mask.reshape(-1)
+def _token_map(encoder: FastEncoder):
+    """Image tokens -> cells of the prompt every sample shares, through discovery's own layout."""
+    from vrh_lmms.capture.extras import layout_extras
+
+    size = encoder.spec.image_size
+    extras = layout_extras("qwen2_5_vl", encoder.processor, {"image_grid_thw": encoder.grid_thw[None]})
+    return image_token_map("qwen2_5_vl", encoder.template, (size, size), extras)
 
 
 @torch.no_grad()
@@ -175,7 +171,7 @@ def head_scores(model, tokenizer, encoder: FastEncoder, prep: Prepared) -> np.nd
         n_layers, n_heads, _ = geometry(model)
         total = np.zeros((n_layers, n_heads))
         count = 0
-        img_pos = encoder.image_positions.numpy()
+        tmap = _token_map(encoder)
         for b, batch in enumerate(prep.batches):
             out = model.generate(**batch, do_sample=False, max_new_tokens=12, num_beams=1,
                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
@@ -195,24 +191,13 @@ def head_scores(model, tokenizer, encoder: FastEncoder, prep: Prepared) -> np.nd
                 # rows emitting the answer proper (the stop token excluded), as discovery's "out" query set
                 n_ans = gen.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in gen else len(gen)
                 q = torch.arange(prompt_len - 1, prompt_len - 1 + n_ans)
-                keys = torch.from_numpy(img_pos[box_token_mask(encoder.spec, scene)])
+                keys = tmap.positions[box_token_indices(tmap, gt_xyxy(scene))]
                 mass = att[i][:, :, q][:, :, :, keys].sum(-1).mean(-1)  # layers x heads
                 total += mass.numpy()
                 count += 1
         return total / max(count, 1)
     finally:
         model.set_attn_implementation({"text_config": "sdpa", "vision_config": "sdpa"})
-
-
-def single_head_drops(model, tokenizer, prep: Prepared, base: EvalResult | None = None) -> np.ndarray:
-    """layers x heads: Acc@0.5 drop (points) from zeroing each head alone: the causal map scores should predict."""
-    base = base or evaluate(model, tokenizer, prep)
-    n_layers, n_heads, _ = geometry(model)
-    out = np.zeros((n_layers, n_heads))
-    for l in range(n_layers):
-        for h in range(n_heads):
-            out[l, h] = 100 * (base.acc50 - evaluate(model, tokenizer, prep, [(l, h)]).acc50)
-    return out
 
 
 def ranking(scores: np.ndarray) -> list[Head]:

@@ -39,11 +39,6 @@ class DemoSpec:
         """min_pixels = max_pixels = this, so qwen_vl_utils keeps the image at its native size."""
         return self.image_size * self.image_size
 
-    @property
-    def grid(self) -> int:
-        """Image tokens per side (28 px each after the 2x2 merge)."""
-        return self.image_size // 28
-
     def scene_config(self) -> SceneConfig:
         kw = dict(self.scene)
         for key in ("colours", "shapes", "background"):
