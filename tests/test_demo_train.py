@@ -21,11 +21,18 @@ MICRO = Design(
 )
 
 
-def test_fast_inputs_match_the_backend():
+@pytest.mark.parametrize("prompt_first", [False, True])
+def test_fast_inputs_match_the_backend(prompt_first):
+    from dataclasses import replace
+
+    spec = replace(SPEC, prompt_first=prompt_first)
     tok = tiny.make_tokenizer()
-    proc = tiny.make_processor(tok, min_pixels=SPEC.pixels, max_pixels=SPEC.pixels)
-    scenes = held_out_scenes(SPEC, 3)
-    assert FastEncoder(proc, SPEC, scenes[0]).check(scenes) < 1e-5
+    proc = tiny.make_processor(tok, min_pixels=spec.pixels, max_pixels=spec.pixels)
+    scenes = held_out_scenes(spec, 3)
+    encoder = FastEncoder(proc, spec, scenes[0])
+    assert encoder.check(scenes) < 1e-5
+    image = encoder.template.tolist().index(proc.image_token_id)
+    assert (int(encoder.expr_pos[0]) < image) == prompt_first
 
 
 def test_training_reduces_loss_and_is_deterministic(tmp_path):

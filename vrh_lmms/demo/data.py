@@ -11,7 +11,6 @@ processor's affine rescale + normalise + patchify of the decoded JPEG (checked a
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,15 +29,11 @@ def jpeg_data_url(image: Image.Image) -> str:
 
 
 def backend_messages(image: Image.Image, expression: str, spec: DemoSpec) -> list[dict]:
-    """System + user messages; with `spec.prompt_first`, split around the placeholder as `interleave_visuals` does."""
+    """System + user messages; with `spec.prompt_first` the text part comes before the image, as `vrh_qwen25 ...
+    image_position=after_prompt` sends it (same token ids as the simple backend's interleaved placeholder)."""
     picture = {"type": "image", "image": jpeg_data_url(image), "max_pixels": spec.pixels, "min_pixels": spec.pixels}
-    context = prompt_for(expression, spec.prompt_first)
-    if spec.prompt_first:
-        before, after = re.split(r"<image \d+>", context, maxsplit=1)
-        content = ([{"type": "text", "text": before}] if before else []) + [picture]
-        content += [{"type": "text", "text": after}] if after else []
-    else:
-        content = [picture, {"type": "text", "text": context}]
+    text = {"type": "text", "text": prompt_for(expression)}
+    content = [text, picture] if spec.prompt_first else [picture, text]
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}]
 
 

@@ -16,8 +16,6 @@ from vrh_lmms.synth.scenes import SceneConfig
 SPEC_FILE = "demo_spec.json"
 SYSTEM_PROMPT = "You are a helpful assistant."
 PROMPT = "Locate {expression} in the image and output its bbox coordinates in JSON format."
-# lmms-eval's qwen2_5_vl backend puts the image where this placeholder stands when `interleave_visuals=True`.
-IMAGE_PLACEHOLDER = "<image 1>"
 # Scene streams: training and held-out scenes come from different generator seeds, so they never coincide.
 TRAIN_SCENE_SEED = 1
 EVAL_SCENE_SEED = 2
@@ -30,8 +28,8 @@ class DemoSpec:
     image_size: int = 224
     coord_bin: int = 4  # answers are pixel coordinates rounded to multiples of this
     scene: dict[str, Any] = field(default_factory=dict)
-    # True: the request comes before the image (backend `interleave_visuals=True`, placeholder after the prompt),
-    # so image tokens can read the expression; False: the backend's default order, image first.
+    # True: the request comes before the image (`vrh_qwen25 ... image_position=after_prompt`), so image tokens can
+    # read the expression; False: the backend's default order, image first.
     prompt_first: bool = False
 
     @property
@@ -76,7 +74,5 @@ class DemoSpec:
         return cls.from_dict(json.loads((Path(folder) / SPEC_FILE).read_text()))
 
 
-def prompt_for(expression: str, prompt_first: bool = False) -> str:
-    """The task's context string; with `prompt_first` it ends with the image placeholder."""
-    text = PROMPT.format(expression=expression)
-    return f"{text} {IMAGE_PLACEHOLDER}" if prompt_first else text
+def prompt_for(expression: str) -> str:
+    return PROMPT.format(expression=expression)
