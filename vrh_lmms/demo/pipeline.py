@@ -225,6 +225,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
                "acceptance": acc.to_dict(),
                "criteria": {str(k): v for k, v in criteria(acc, geometry.total_heads).items()}, "seconds": seconds}
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
-    (out / "demo_summary.md").write_text(summary_markdown(acc, geometry.total_heads, seconds))
-    say(summary_markdown(acc, geometry.total_heads, seconds))
+    markdown = summary_markdown(acc, geometry.total_heads, seconds)
+    (out / "demo_summary.md").write_text(markdown)
+    say(markdown)
     return summary
