@@ -66,9 +66,10 @@ def test_summary_criteria_agree_with_the_rows(demo_run):
     assert sorted(summary["criteria"]) == sorted(str(r["k"]) for r in small) and small
     for row in small:
         checks = summary["criteria"][str(row["k"])]
-        assert checks["top-k drop >= 40 points"] == (row["topk_drop"] >= 0.40)
-        assert checks["random-k mean drop <= 10 points"] == (row["random_mean_drop"] <= 0.10)
-        assert checks["baseline >= 80%"] == (acc["baseline_acc"] >= 0.80)
+        # Compared at the precision the summary prints (0.1 point): the checks must agree with what is shown.
+        assert checks["top-k drop >= 40 points"] == (round(row["topk_drop"], 9) >= 0.40)
+        assert checks["random-k mean drop <= 10 points"] == (round(row["random_mean_drop"], 9) <= 0.10)
+        assert checks["baseline >= 80%"] == (round(acc["baseline_acc"], 9) >= 0.80)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 7 is blocked: no tiny design tried so far grows sparse causal heads that "

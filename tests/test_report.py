@@ -12,6 +12,7 @@ from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
 from vrh_lmms.cli import main
+from vrh_lmms.stats import tango_interval
 
 MODEL = "org/Tiny-VLM-2B"
 OTHER = "org/Other-VLM-7B"
@@ -94,8 +95,6 @@ def sweep(tmp_path_factory) -> Path:
     (root / "sweep.json").write_text(json.dumps({"model": MODEL, "tasks": [TASK]}))
     for config_id, kind, k, seed, p, parse in CONFIGS:
         lines = _lines(docs, _statuses(rng, docs, p, parse))
-        if config_id == "top8":
-            lines = lines[3:]  # a mismatched doc set: paired on the intersection
         _write_config(root, config_id, _vrh_block(MODEL, config_id, kind, k, seed, MODEL if k else None), lines)
     (root / "configs" / "random12_s0").mkdir()  # incomplete: no results.json
     return root
@@ -105,15 +104,36 @@ def _read(path: Path) -> dict[str, dict]:
     return {str(json.loads(t)["doc_id"]): json.loads(t) for t in path.read_text().splitlines() if t.strip()}
 
 
-def _cluster_bootstrap_ci(diffs, clusters, n_resamples, seed, alpha=0.05):
-    """Independent re-implementation (loop over resamples) of the clustered percentile bootstrap."""
+def _image_totals(values, clusters):
     labels = sorted(set(clusters))
-    sums = np.array([sum(d for d, c in zip(diffs, clusters) if c == lab) for lab in labels])
-    counts = np.array([sum(1 for c in clusters if c == lab) for lab in labels], dtype=float)
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(labels), size=(n_resamples, len(labels)), dtype=np.int32)
-    boots = np.array([sums[row].sum() / counts[row].sum() for row in idx])
-    return np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    y = np.array([sum(v for v, c in zip(values, clusters, strict=True) if c == lab) for lab in labels])
+    m = np.array([sum(1 for c in clusters if c == lab) for lab in labels], dtype=float)
+    return y, m
+
+
+def _design_effect(values, clusters, naive_var):
+    """Cluster-robust variance of the pooled mean over the independent-sample one, at least 1."""
+    y, m = _image_totals(values, clusters)
+    g, mean = len(y), y.sum() / m.sum()
+    robust = g / (g - 1) * np.sum((y - mean * m) ** 2) / m.sum() ** 2
+    return max(1.0, robust / naive_var)
+
+
+def _sign_flip_p(diffs, clusters):
+    """Independent re-implementation of the exact cluster sign-flip test: enumerate the null distribution of
+    sum_k s_k |D_k| image by image (a dict of totals), two-sided."""
+    totals, _ = _image_totals(diffs, clusters)
+    dist = {0: 1.0}
+    for d in np.abs(totals).astype(int):
+        if d == 0:
+            continue
+        new: dict[int, float] = {}
+        for t, p in dist.items():
+            new[t + d] = new.get(t + d, 0.0) + p / 2
+            new[t - d] = new.get(t - d, 0.0) + p / 2
+        dist = new
+    observed = abs(int(round(totals.sum())))
+    return min(1.0, sum(p for t, p in dist.items() if abs(t) >= observed))
 
 
 @pytest.fixture(scope="module")
@@ -131,44 +151,45 @@ def _config(report_json, label):
     return next(c for c in group["configs"] if c["label"] == label)
 
 
-def test_accuracy_drop_mcnemar_match_direct_computation(sweep, report):
+def test_accuracy_drop_tests_match_direct_computation(sweep, report):
     _, rep = report
     base = _read(sweep / "configs/baseline" / f"samples_{TASK}.jsonl")
-    b_acc = np.mean([line["vrh_record"]["correct"] for line in base.values()])
-    low, high = proportion_confint(sum(line["vrh_record"]["correct"] for line in base.values()), len(base),
-                                   method="wilson")
-    assert _config(rep, "baseline")["accuracy"]["mean"] == pytest.approx(b_acc)
-    assert _config(rep, "baseline")["accuracy"]["ci_low"] == pytest.approx(low)
-    assert _config(rep, "baseline")["accuracy"]["ci_high"] == pytest.approx(high)
+    b_all = np.array([line["vrh_record"]["correct"] for line in base.values()], dtype=float)
+    images = [line["vrh_record"]["image_id"] for line in base.values()]
+    p, n = b_all.mean(), b_all.size
+    deff = _design_effect(b_all, images, p * (1 - p) / n)
+    low, high = proportion_confint(p * n / deff, n / deff, method="wilson")
+    got = _config(rep, "baseline")["accuracy"]
+    assert got["mean"] == pytest.approx(p) and got["deff"] == pytest.approx(deff) and deff > 1
+    assert (got["ci_low"], got["ci_high"]) == pytest.approx((low, high))
     for config_id, *_ in CONFIGS[1:]:
         abl = _read(sweep / "configs" / config_id / f"samples_{TASK}.jsonl")
-        common = [d for d in base if d in abl]
-        b = np.array([base[d]["vrh_record"]["correct"] for d in common], dtype=float)
-        a = np.array([abl[d]["vrh_record"]["correct"] for d in common], dtype=float)
+        assert list(abl) == list(base)
+        b = b_all
+        a = np.array([abl[d]["vrh_record"]["correct"] for d in base], dtype=float)
         got = _config(rep, config_id)
-        assert got["accuracy"]["mean"] == pytest.approx(np.mean([x["vrh_record"]["correct"] for x in abl.values()]))
-        assert got["paired"]["n_paired"] == len(common)
+        assert got["accuracy"]["mean"] == pytest.approx(a.mean())
+        assert got["paired"]["n_paired"] == n and got["drop"]["n_clusters"] == len(set(images)) == N_IMAGES
         assert got["drop"]["drop"] == pytest.approx(b.mean() - a.mean())
-        clusters = [base[d]["vrh_record"]["image_id"] for d in common]
-        assert got["drop"]["n_clusters"] == len(set(clusters))
-        lo, hi = _cluster_bootstrap_ci(b - a, clusters, 2000, seed=3)
-        assert (got["drop"]["ci_low"], got["drop"]["ci_high"]) == pytest.approx((lo, hi))
-        table = [[np.sum((b == 1) & (a == 1)), np.sum((b == 1) & (a == 0))],
-                 [np.sum((b == 0) & (a == 1)), np.sum((b == 0) & (a == 0))]]
+        d = b - a
+        lost, gained = int(np.sum(d > 0)), int(np.sum(d < 0))
+        dd = _design_effect(d, images, ((lost + gained) / n - d.mean() ** 2) / n)
+        assert got["drop"]["deff"] == pytest.approx(dd)
+        assert (got["drop"]["ci_low"], got["drop"]["ci_high"]) == pytest.approx(
+            tango_interval(lost / dd, gained / dd, n / dd))
+        assert got["test"]["pvalue"] == pytest.approx(_sign_flip_p(d, images), rel=1e-9, abs=1e-15)
+        table = [[np.sum((b == 1) & (a == 1)), lost], [gained, np.sum((b == 0) & (a == 0))]]
         assert got["mcnemar"]["pvalue"] == pytest.approx(mcnemar(table, exact=True).pvalue)
-        assert got["mcnemar"]["lost"] == table[0][1] and got["mcnemar"]["gained"] == table[1][0]
+        assert got["mcnemar"]["lost"] == lost and got["mcnemar"]["gained"] == gained
 
 
-def test_mismatched_doc_sets_are_paired_on_intersection_and_reported(report):
+def test_incomplete_configuration_is_reported(report):
     _, rep = report
-    top8 = _config(rep, "top8")
-    assert top8["paired"]["n_paired"] == top8["paired"]["n_baseline"] - 3
-    assert top8["paired"]["n_config"] == top8["paired"]["n_baseline"] - 3
-    assert any("top8" in w and "paired on the" in w for w in rep["warnings"])
     assert any("random12_s0" in w and "incomplete" in w for w in rep["warnings"])
+    assert rep["groups"][0]["doc_set"]["restricted"] is False
 
 
-def test_null_comparison_and_corrections(report):
+def test_null_comparison_and_corrections_in_three_families(report):
     _, rep = report
     (group,) = rep["groups"]
     for k in (4, 8):
@@ -179,26 +200,31 @@ def test_null_comparison_and_corrections(report):
         assert comp["null_mean"] == pytest.approx(np.mean(null))
         assert comp["null_sd"] == pytest.approx(np.std(null, ddof=1))
         assert comp["pvalue"] == pytest.approx((1 + sum(x >= observed for x in null)) / (1 + len(null)))
+        assert comp["p_floor"] == pytest.approx(1 / 4) and comp["family"] == "claims_vs_controls"
     kinds = {(n["config"], n["null_kind"]) for n in group["null_comparisons"]}
     assert kinds == {("top4", "random"), ("top8", "random"), ("top4", "layer_matched")}
-    tests = rep["multiple_testing"]["tests"]
-    assert len(tests) == len(CONFIGS) - 1 + 3  # one McNemar per ablation + three null comparisons
-    raw = [t["p"] for t in tests]
-    assert [t["p_holm"] for t in tests] == pytest.approx(list(multipletests(raw, method="holm")[1]))
-    assert [t["p_bh"] for t in tests] == pytest.approx(list(multipletests(raw, method="fdr_bh")[1]))
+    families = rep["multiple_testing"]["families"]
+    assert [t["config"] for t in families["claims"]["tests"]] == ["top4", "top8"]
+    assert len(families["controls"]["tests"]) == 9 and len(families["claims_vs_controls"]["tests"]) == 3
+    for fam in families.values():
+        raw = [t["p"] for t in fam["tests"]]
+        assert [t["p_holm"] for t in fam["tests"]] == pytest.approx(list(multipletests(raw, method="holm")[1]))
+        assert [t["p_bh"] for t in fam["tests"]] == pytest.approx(list(multipletests(raw, method="fdr_bh")[1]))
     top4 = _config(rep, "top4")
-    holm_top4 = next(t for t in tests if t["config"] == "top4" and t["test"] == "mcnemar")["p_holm"]
-    assert top4["mcnemar"]["p_holm"] == pytest.approx(holm_top4)
+    assert top4["test"]["family"] == "claims"
+    assert top4["test"]["p_holm"] == pytest.approx(families["claims"]["tests"][0]["p_holm"])
+    assert _config(rep, "random4_s0")["test"]["family"] == "controls"
 
 
 def test_summary_and_taxonomy(sweep, report):
     _, rep = report
     (group,) = rep["groups"]
     row = next(r for r in group["summary"] if r["k"] == 4)
-    accs = [_config(rep, f"random4_s{s}")["accuracy"]["mean"] for s in range(3)]
-    assert row["random"]["acc_mean"] == pytest.approx(np.mean(accs))
-    assert row["random"]["acc_sd"] == pytest.approx(np.std(accs, ddof=1))
-    assert row["layer_matched"]["n"] == 3
+    drops = [_config(rep, f"random4_s{s}")["drop"]["drop"] for s in range(3)]
+    assert row["random"]["drop_mean"] == pytest.approx(np.mean(drops))
+    assert row["random"]["drop_sd"] == pytest.approx(np.std(drops, ddof=1))
+    assert "acc_mean" not in row["random"]  # a summary row holds the draws' drops, not their accuracies
+    assert row["layer_matched"]["n"] == 3 and row["p_random_floor"] == pytest.approx(0.25)
     base = _read(sweep / "configs/baseline" / f"samples_{TASK}.jsonl")
     abl = _read(sweep / "configs/top4" / f"samples_{TASK}.jsonl")
     tax = _config(rep, "top4")["taxonomy"]
@@ -217,11 +243,27 @@ def test_markdown_and_plots(report):
     top4 = _config(rep, "top4")
     base = _config(rep, "baseline")
     d = top4["drop"]
-    row = next(line for line in md.splitlines() if line.startswith("| Tiny-VLM-2B | vrh_refcoco_val | 4 | zero |"))
+    first, rest = md.split("## Top-k against its baseline and its control draws", 1)
+    assert first.index("## What was found") < first.index("How these numbers were made")
+    sentences = [c["sentence"] for c in rep["claims"]]
+    assert [c["config"] for c in rep["claims"]] == ["top4", "top8"]
+    for sentence in sentences:
+        assert f"- {sentence}" in first
+    s4 = sentences[0]
+    assert s4.startswith("**top4 of heads.json** [L0H1] on Tiny-VLM-2B / vrh_refcoco_val, zero-ablated")
+    assert f"{100 * base['accuracy']['mean']:.1f} → {100 * top4['accuracy']['mean']:.1f}" in s4
+    assert f"a drop of {100 * d['drop']:.1f} points (95% CI {100 * d['ci_low']:.1f} to {100 * d['ci_high']:.1f})" in s4
+    assert f"over {N_IMAGES} images p = {top4['test']['pvalue']:.3g}" in s4
+    assert "of 3 random draws" in s4 and "of 3 layer-matched random draws" in s4 and "too few draws" in s4
+    assert "no random or layer-matched draws" not in s4
+    assert "random draws" in sentences[1] and "layer-matched" not in sentences[1]  # top8 has no layer-matched draws
+    row = next(line for line in rest.splitlines() if line.startswith("| Tiny-VLM-2B | vrh_refcoco_val | top4 of"))
     assert f"| {100 * base['accuracy']['mean']:.1f} | {100 * top4['accuracy']['mean']:.1f} |" in row
     assert f"{100 * d['drop']:.1f} [{100 * d['ci_low']:.1f}, {100 * d['ci_high']:.1f}]" in row
-    assert "## Functional specificity: failure taxonomy (grounding)" in md
-    assert f"| {top4['mcnemar']['pvalue']:.3g} |" in md
+    assert "(R=3)" in row and "(floor 0.25)" in row
+    assert "## Failure taxonomy (grounding)" in md and "VRH" not in md and "causal" not in md.lower()
+    assert f"| {top4['test']['pvalue']:.3g} | claims |" in md
+    assert "Head overlap" not in md and rep["overlap"] is None  # no heads files, no overlap
     for name in ("ksweep_Tiny-VLM-2B_vrh_refcoco_val.png", "drops_Tiny-VLM-2B_vrh_refcoco_val.png",
                  "taxonomy_Tiny-VLM-2B_vrh_refcoco_val.png"):
         assert f"plots/{name}" in rep["files"]["plots"]

@@ -110,7 +110,9 @@ def test_plain_lmms_eval_baseline_pairs_with_sweep_and_missing_baseline_is_repor
     assert _cfg(b, "top4")["accuracy"]["mean"] == 0.5
     assert any("task_b" in w and "no baseline" in w for w in rep["warnings"])
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "| Tiny-VLM-2B | task_b | 4 | zero | n/a | 50.0 | n/a |" in md
+    assert "| Tiny-VLM-2B | task_b | top4 of h.json | zero | n/a | 50.0 | n/a |" in md
+    claim = next(c["sentence"] for c in rep["claims"] if c["task"] == "task_b")
+    assert claim.endswith("acc50 50.0 on 12 docs; no baseline run, so no drop and no test.")
 
 
 def test_cross_model_transfer_is_shown_beside_own_heads(mixed, tmp_path):
@@ -139,7 +141,7 @@ def test_vqa_uses_wrong_not_mislocated(mixed, tmp_path):
     assert top["lost_to"] == {"wrong": 11, "parse_failure": 0}
     assert top["drop"]["drop"] == pytest.approx(16 / 20 - 5 / 20)
     md = (tmp_path / "report" / "report.md").read_text()
-    assert "## Functional specificity: failure taxonomy (VQA)" in md and "| Wrong % |" in md
+    assert "## Failure taxonomy (VQA)" in md and "| Wrong % |" in md
 
 
 def test_score_field_reads_plain_tasks(tmp_path):
@@ -235,4 +237,76 @@ def test_pointing_records_get_their_own_taxonomy(tmp_path):
     (group,) = rep["groups"]
     assert group["kind"] == "pointing" and group["metric"] == "acc"
     assert _cfg(group, "top4")["lost_to"] == {"mislocated": 0, "parse_failure": 5}
-    assert "## Functional specificity: failure taxonomy (pointing)" in (tmp_path / "report" / "report.md").read_text()
+    assert "## Failure taxonomy (pointing)" in (tmp_path / "report" / "report.md").read_text()
+
+
+def _heads_json(path: Path, model: str, scoring: dict, seed: int = 0) -> str:
+    scores = np.random.default_rng(seed).random((4, 6))
+    path.write_text(json.dumps({"schema": "vrh-heads/1", "model": {"id": model, "family": "qwen2_5_vl"},
+                                "geometry": {"layers": 4, "heads": 6, "kv_heads": 2, "head_dim": 8},
+                                "scoring": scoring, "scores": scores.tolist(),
+                                "ranking": [str(h) for h in ranking_from_scores(scores)]}))
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_one_heads_file_names_the_top_k_by_its_scoring_and_has_no_overlap_matrix(tmp_path):
+    heads = tmp_path / "heads.json"
+    sha = _heads_json(heads, MODEL, {"query": "out", "key": "sum", "aggregate": "mean", "cell": "out,sum,mean"})
+    sweep = tmp_path / "sweep"
+    _sweep_config(sweep, "baseline", _vrh("baseline", "baseline", None, heads_model=None),
+                  {"t": [_grounding(i, s) for i, s in enumerate(_statuses(30, 27))]})
+    top = _vrh("top4", "topk", 4)
+    top["ablation"]["heads_file"] = {"path": "elsewhere/heads.json", "sha256": sha, "model": MODEL}
+    _sweep_config(sweep, "top4", top, {"t": [_grounding(i, s) for i, s in enumerate(_statuses(30, 12))]})
+    rep = _run(tmp_path, str(sweep), "--heads-files", str(heads))
+    assert rep["overlap"] is None
+    assert rep["claims"][0]["heads_label"] == "top4 by out,sum,mean"
+    assert rep["claims"][0]["sentence"].startswith("**top4 by out,sum,mean** on Tiny-VLM-2B / t")
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert "Jaccard" not in md and "Head overlap" not in md
+    plots = rep["files"]["plots"]
+    assert not any("overlap" in p for p in plots) and sum(p.startswith("plots/heads_") for p in plots) == 1
+    # The same run without the heads file: the top-k is named by its file, never by what it is hoped to be.
+    rep = _run(tmp_path / "again", str(sweep))
+    assert rep["claims"][0]["heads_label"] == "top4 of heads.json"
+
+
+def test_pairs_are_checked_on_doc_hash_only_where_it_tells_docs_apart(tmp_path, capsys):
+    base = [_grounding(i, "correct") for i in range(4)]
+    abl = [_grounding(i, "mislocated") for i in range(4)]
+    for line in base + abl:
+        line["doc_hash"] = "same-for-all"  # lmms-eval 0.7.3: sha256 of "null" on every line
+    sweep = tmp_path / "sweep"
+    _sweep_config(sweep, "baseline", _vrh("baseline", "baseline", None, heads_model=None), {"t": base})
+    _sweep_config(sweep, "top4", _vrh("top4", "topk", 4), {"t": abl})
+    rep = _run(tmp_path, str(sweep))
+    assert "doc_hash" not in rep["groups"][0]["doc_set"]["checked_on"]
+    assert "vrh_record.expression" in rep["groups"][0]["doc_set"]["checked_on"]
+    sweep2 = tmp_path / "sweep2"
+    for i, line in enumerate(base):
+        line["doc_hash"] = f"h{i}"
+    for i, line in enumerate(abl):
+        line["doc_hash"] = f"h{(i + 1) % 4}"  # a hashing lmms-eval: the ids point at other documents
+    _sweep_config(sweep2, "baseline", _vrh("baseline", "baseline", None, heads_model=None), {"t": base})
+    _sweep_config(sweep2, "top4", _vrh("top4", "topk", 4), {"t": abl})
+    assert main(["report", str(sweep2), "--output", str(tmp_path / "r2"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "doc_id 0 is not the same document" in err and "doc_hash 'h0' vs 'h1' (4 of 4 docs differ)" in err
+
+
+def test_plain_target_text_pairs_with_the_sweep_target_object(tmp_path, capsys):
+    """Plain lmms-eval files hold str(target), sweep files the object: the same doc either way; another box is not."""
+    plain, sweep = tmp_path / "plain", tmp_path / "sweep"
+    lines = [_grounding(i, "correct") | {"target": str([10.0, 20.0 + i, 30.0, 40.0])} for i in range(6)]
+    _plain(plain, MODEL, {"t": lines})
+    swept = [_grounding(i, "mislocated") | {"target": [10.0, 20.0 + i, 30.0, 40.0]} for i in range(6)]
+    _sweep_config(sweep, "top4", _vrh("top4", "topk", 4), {"t": swept})
+    rep = _run(tmp_path, str(plain), str(sweep))
+    assert "target" in rep["groups"][0]["doc_set"]["checked_on"]
+    swept[5]["target"] = [0.0, 0.0, 1.0, 1.0]
+    other = tmp_path / "sweep_b"
+    _sweep_config(other, "top4", _vrh("top4", "topk", 4), {"t": swept})
+    assert main(["report", str(plain), str(other), "--output", str(tmp_path / "r2"), "--no-plots"]) == 2
+    assert "doc_id 5 is not the same document" in capsys.readouterr().err

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
+from scipy.stats import binomtest, bootstrap, chi2, norm, permutation_test
 from scipy.stats import t as student_t
 from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
@@ -16,14 +16,17 @@ from vrh_lmms.stats import (
     accuracy,
     adjust_pvalues,
     benjamini_hochberg,
-    bootstrap_mean_diffs,
     exact_mcnemar,
     holm,
     jaccard,
     paired_bootstrap_drop,
+    paired_drop,
+    sign_flip_test,
+    tango_interval,
     topk_jaccard_matrix,
     topk_vs_random,
 )
+from vrh_lmms.stats.tango import tango_statistic
 
 BASE = np.array([1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1])
 ABL = np.array([0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0])
@@ -98,41 +101,157 @@ def test_jaccard_overlap():
     assert mat.tolist() == [[1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
 
 
-def test_bootstrap_point_estimate_seed_and_cluster_handling():
-    rng = np.random.default_rng(1)
-    clusters = np.repeat(np.arange(30), 4)
-    b = rng.integers(0, 2, clusters.size)
-    a = rng.integers(0, 2, clusters.size)
-    res = paired_bootstrap_drop(b, a, clusters, n_resamples=500, seed=5)
-    assert res.drop == pytest.approx(b.mean() - a.mean())
-    assert res.n_clusters == 30 and res.n_pairs == 120 and res.clustered
-    assert res == paired_bootstrap_drop(b, a, clusters, n_resamples=500, seed=5)
-    assert res != paired_bootstrap_drop(b, a, clusters, n_resamples=500, seed=6)
-    # One cluster holding all the samples: every resample is the same, so the CI collapses on the estimate.
-    one = paired_bootstrap_drop(b, a, np.zeros(b.size), n_resamples=200)
-    assert one.ci_low == pytest.approx(one.drop) and one.ci_high == pytest.approx(one.drop)
-    with pytest.raises(ValueError, match="length"):
-        paired_bootstrap_drop(b, a[:-1])
+def _clustered(seed: int, n_images: int = 40):
+    """Images with 1-6 expressions whose outcomes share an image effect, and an ablation that hits whole images."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 7, n_images)
+    clusters = np.repeat(np.arange(n_images), sizes)
+    ease = rng.normal(size=n_images)[clusters]
+    base = (rng.random(clusters.size) < 1 / (1 + np.exp(-(1.4 + 1.5 * ease)))).astype(float)
+    hit = (rng.random(n_images) < 0.4)[clusters]
+    abl = np.where(hit, (rng.random(clusters.size) < 0.3).astype(float), base)
+    return base, abl, clusters
 
 
-def test_bootstrap_matches_a_loop_implementation():
-    """The vectorised resampler equals a plain loop drawing the same cluster indices."""
-    rng = np.random.default_rng(2)
-    clusters = rng.integers(0, 12, 60)
-    d = rng.integers(-1, 2, 60).astype(float)
-    got = bootstrap_mean_diffs(d, clusters, n_resamples=300, seed=9)
+def _ratio_var(values, clusters):
+    """Cluster-robust variance of a pooled mean, written out: G/(G-1) * sum_k (y_k - mean * m_k)^2 / n^2."""
     labels = np.unique(clusters)
-    draw = np.random.default_rng(9).integers(0, labels.size, size=(300, labels.size), dtype=np.int32)
-    expected = [np.concatenate([d[clusters == labels[i]] for i in row]).mean() for row in draw]
-    assert got == pytest.approx(expected)
+    y = np.array([values[clusters == c].sum() for c in labels])
+    m = np.array([np.sum(clusters == c) for c in labels], dtype=float)
+    mean = y.sum() / m.sum()
+    return labels.size / (labels.size - 1) * np.sum((y - mean * m) ** 2) / m.sum() ** 2
 
 
-def test_bootstrap_of_5000_pairs_is_fast():
-    import time
+def test_clustered_accuracy_is_wilson_on_the_effective_sample_size():
+    base, _, clusters = _clustered(1)
+    res = accuracy(base, clusters)
+    p, n = base.mean(), base.size
+    deff = max(1.0, _ratio_var(base, clusters) / (p * (1 - p) / n))
+    assert res.deff == pytest.approx(deff) and res.deff > 1.2 and res.deff_method == "estimated"
+    low, high = proportion_confint(p * n / deff, n / deff, method="wilson")
+    assert (res.ci_low, res.ci_high) == pytest.approx((low, high))
+    assert res.n_clusters == 40 and res.n_eff == pytest.approx(n / deff)
+    # One sample per image: exactly the plain Wilson interval.
+    alone = accuracy(base, np.arange(base.size))
+    assert (alone.ci_low, alone.ci_high) == pytest.approx(proportion_confint(base.sum(), n, method="wilson"))
+    assert alone.deff == 1.0 and alone.deff_method == "none"
 
-    rng = np.random.default_rng(3)
-    b, a = rng.integers(0, 2, 5000), rng.integers(0, 2, 5000)
-    clusters = rng.integers(0, 5000, 5000)  # nearly one sample per image: the most clusters
-    start = time.perf_counter()
-    paired_bootstrap_drop(b, a, clusters, n_resamples=10_000)
-    assert time.perf_counter() - start < 5.0  # ~0.6 s on one core; generous for shared CI machines
+
+def test_accuracy_of_zero_uses_the_worst_case_design_effect():
+    _, _, clusters = _clustered(2)
+    res = accuracy(np.zeros(clusters.size), clusters)
+    sizes = np.bincount(clusters).astype(float)
+    worst = np.sum(sizes**2) / np.sum(sizes)
+    assert res.deff_method == "worst case" and res.deff == pytest.approx(worst)
+    assert res.ci_high == pytest.approx(proportion_confint(0, clusters.size / worst, method="wilson")[1])
+    assert res.ci_high > accuracy(np.zeros(clusters.size)).ci_high  # wider than if the expressions were independent
+
+
+def test_clustered_numeric_accuracy_uses_the_cluster_robust_t():
+    rng = np.random.default_rng(4)
+    clusters = np.repeat(np.arange(12), 3)
+    values = rng.random(36)
+    res = accuracy(values, clusters)
+    se = math.sqrt(_ratio_var(values, clusters))
+    assert res.se == pytest.approx(se)
+    assert (res.ci_low, res.ci_high) == pytest.approx(student_t.interval(0.95, 11, loc=values.mean(), scale=se))
+
+
+def test_sign_flip_with_one_pair_per_image_is_the_exact_mcnemar_test():
+    res = sign_flip_test(BASE, ABL)
+    assert res.method == "exact" and res.pvalue == pytest.approx(exact_mcnemar(BASE, ABL).pvalue)
+    assert res.pvalue == pytest.approx(binomtest(1, 12, 0.5).pvalue)
+    assert sign_flip_test(BASE, BASE).pvalue == 1.0 and sign_flip_test(BASE, BASE).n_informative_clusters == 0
+
+
+def test_sign_flip_matches_scipy_permutation_test_on_image_totals():
+    base, abl, clusters = _clustered(3, n_images=14)
+    res = sign_flip_test(base, abl, clusters)
+    tot_b = np.bincount(clusters, weights=base)
+    tot_a = np.bincount(clusters, weights=abl)
+    ref = permutation_test((tot_b, tot_a), lambda x, y, axis: np.sum(x - y, axis=axis), vectorized=True,
+                           permutation_type="samples", n_resamples=np.inf)  # all 2^14 sign patterns
+    assert res.method == "exact" and res.pvalue == pytest.approx(ref.pvalue)
+    d = tot_b - tot_a
+    assert res.statistic == pytest.approx(d.sum())
+    assert res.durkalski_chi2 == pytest.approx(d.sum() ** 2 / np.sum(d**2))  # Durkalski et al. 2003, eq. (2)
+    assert res.durkalski_pvalue == pytest.approx(chi2.sf(res.durkalski_chi2, 1))
+
+
+def test_sign_flip_of_numeric_scores_is_monte_carlo_and_agrees_with_scipy():
+    base, abl, clusters = _clustered(4, n_images=12)
+    rng = np.random.default_rng(0)
+    base = base * rng.uniform(0.5, 1.0, base.size)
+    res = sign_flip_test(base, abl, clusters, n_resamples=20_000, seed=1)
+    tot_b = np.bincount(clusters, weights=base)
+    tot_a = np.bincount(clusters, weights=abl)
+    ref = permutation_test((tot_b, tot_a), lambda x, y, axis: np.sum(x - y, axis=axis), vectorized=True,
+                           permutation_type="samples", n_resamples=np.inf)
+    assert res.method == "monte carlo" and res.n_resamples == 20_000
+    assert res.pvalue == pytest.approx(ref.pvalue, abs=0.01)
+    assert res == sign_flip_test(base, abl, clusters, n_resamples=20_000, seed=1)
+
+
+def test_tango_interval_with_no_discordant_pairs_is_the_wilson_bound():
+    low, high = tango_interval(0, 0, 100)
+    assert high == pytest.approx(proportion_confint(0, 100, method="wilson")[1], abs=1e-9)  # z^2 / (n + z^2)
+    assert low == pytest.approx(-high)
+    assert 0.036 < high < 0.038
+
+
+def test_tango_statistic_is_mcnemar_at_zero_and_the_interval_inverts_it():
+    lost, gained, n = 11, 1, 20
+    stat = tango_statistic(lost, gained, n, 0.0)
+    table = [[7, lost], [gained, 1]]
+    assert stat**2 == pytest.approx(mcnemar(table, exact=False, correction=False).statistic)
+    low, high = tango_interval(lost, gained, n)
+    z = norm.ppf(0.975)
+    assert tango_statistic(lost, gained, n, low) == pytest.approx(z)
+    assert tango_statistic(lost, gained, n, high) == pytest.approx(-z)
+    grid = np.linspace(-0.99, 0.99, 19801)
+    inside = grid[[abs(tango_statistic(lost, gained, n, d)) <= z for d in grid]]
+    assert (inside.min(), inside.max()) == pytest.approx((low, high), abs=2e-4)
+    assert tango_interval(gained, lost, n) == pytest.approx((-high, -low))
+    assert tango_interval(lost, gained, n, alpha=0.1)[0] > low
+
+
+def test_paired_drop_is_tango_on_design_effect_adjusted_counts():
+    base, abl, clusters = _clustered(5)
+    res = paired_drop(base, abl, clusters, n_resamples=500)
+    d = base - abl
+    lost, gained, n = int(np.sum(d > 0)), int(np.sum(d < 0)), d.size
+    naive = ((lost + gained) / n - d.mean() ** 2) / n
+    deff = max(1.0, _ratio_var(d, clusters) / naive)
+    assert res.method == "tango score, design-effect adjusted" and res.deff == pytest.approx(deff)
+    assert (res.ci_low, res.ci_high) == pytest.approx(tango_interval(lost / deff, gained / deff, n / deff))
+    assert res.drop == pytest.approx(d.mean()) and (res.lost, res.gained) == (lost, gained)
+    assert res.bootstrap["method"] == "bca" and res.bootstrap["n_clusters"] == 40
+    plain = paired_drop(base, abl, None, bootstrap=False)
+    assert plain.deff == 1.0 and (plain.ci_low, plain.ci_high) == pytest.approx(tango_interval(lost, gained, n))
+
+
+def test_paired_drop_with_no_discordant_pair_is_not_degenerate():
+    base, _, clusters = _clustered(6)
+    res = paired_drop(base, base, clusters)
+    sizes = np.bincount(clusters).astype(float)
+    worst = np.sum(sizes**2) / np.sum(sizes)
+    assert res.drop == 0.0 and res.deff_method == "worst case" and res.deff == pytest.approx(worst)
+    assert res.ci_low < 0 < res.ci_high
+    assert res.ci_high == pytest.approx(tango_interval(0, 0, base.size / worst)[1])
+    assert res.bootstrap["degenerate"] and res.bootstrap["ci_low"] == res.bootstrap["ci_high"] == 0.0
+
+
+def test_bca_bootstrap_is_scipys_on_image_totals():
+    base, abl, clusters = _clustered(7)
+    res = paired_bootstrap_drop(base, abl, clusters, n_resamples=999, seed=3)
+    d = base - abl
+    sums, counts = np.bincount(clusters, weights=d), np.bincount(clusters).astype(float)
+    ref = bootstrap((sums, counts), lambda s, c, axis: s.sum(axis) / c.sum(axis), paired=True, vectorized=True,
+                    method="BCa", n_resamples=999, random_state=np.random.default_rng(3))
+    assert (res.ci_low, res.ci_high) == pytest.approx((ref.confidence_interval.low, ref.confidence_interval.high))
+    assert res.drop == pytest.approx(d.mean()) and res.n_clusters == 40 and res.clustered and not res.degenerate
+    assert res == paired_bootstrap_drop(base, abl, clusters, n_resamples=999, seed=3)
+    with pytest.raises(ValueError, match="length"):
+        paired_bootstrap_drop(base, abl[:-1])
+    with pytest.raises(ValueError, match="length"):
+        paired_drop(base, abl[:-1])

@@ -19,9 +19,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--score-field", default=None, metavar="NAME",
                         help="numeric per-sample field to score instead of vrh_record.correct "
                              "(plain lmms-eval tasks; dotted for nesting, e.g. vrh_record.iou)")
-    parser.add_argument("--n-resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
+    parser.add_argument("--n-resamples", type=int, default=10_000,
+                        help="bootstrap resamples and Monte Carlo sign flips for numeric scores (default 10000)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence level of CIs (default 0.05)")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and sign flips (default 0)")
+    parser.add_argument("--intersection", action="store_true",
+                        help="when the runs of a model x task score different docs, restrict every run to the docs "
+                             "all of them share (default: stop with an error naming the runs and counts)")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib figures")
     parser.add_argument("--force", action="store_true", help="write into a non-empty output folder")
 
@@ -36,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
         overlap_k=tuple(args.overlap_k),
         plots=not args.no_plots,
         force=args.force,
+        intersection=args.intersection,
         arguments={k: v for k, v in vars(args).items() if k != "command"},
     )
     report = build_report(args.dirs, args.output, settings)
@@ -43,5 +48,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"vrh-lmms: warning: {warning}", file=sys.stderr)
     n_configs = sum(len(g["configs"]) for g in report["groups"])
     print(f"{args.output}/report.md  ({len(report['groups'])} model x task groups, {n_configs} configurations, "
-          f"{report['multiple_testing']['n_tests']} tests)")
+          f"{len(report['claims'])} claims)")
     return 0

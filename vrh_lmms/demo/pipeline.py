@@ -103,9 +103,10 @@ def _load_records(path: Path) -> dict[int, dict]:
 
 
 def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 5000) -> Acceptance:
-    """Baseline accuracy, and per k: top-k drop with a clustered bootstrap CI, mean random / layer-matched drops,
-    parse-failure rates — straight from the sample files."""
-    from vrh_lmms.stats.bootstrap import paired_bootstrap_drop
+    """Baseline accuracy, and per k: top-k drop with the report's cluster-aware interval (`vrh_lmms.stats.paired_drop`,
+    the interval report.md prints), mean random / layer-matched drops and their number of draws, parse-failure
+    rates — straight from the sample files."""
+    from vrh_lmms.stats import paired_drop
 
     configs = sweep_dir / "configs"
     base = _load_records(configs / "baseline" / f"samples_{TASK}.jsonl")
@@ -122,9 +123,10 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
 
     for k in ks:
         top, top_pf = correct(f"top{k}")
-        drop = paired_bootstrap_drop(b, top, clusters, n_resamples=n_resamples, seed=0)
+        drop = paired_drop(b, top, clusters, n_resamples=n_resamples, seed=0)
         row: dict[str, Any] = {"k": k, "topk_acc": float(top.mean()), "topk_drop": drop.drop,
-                               "topk_drop_ci": [drop.ci_low, drop.ci_high], "topk_parse_failure": top_pf}
+                               "topk_drop_ci": [drop.ci_low, drop.ci_high], "topk_drop_ci_method": drop.method,
+                               "topk_parse_failure": top_pf}
         for kind in ("random", "layer_matched"):
             runs = sorted(p.name for p in configs.glob(f"{kind}{k}_s*") if (p / "results.json").is_file())
             drops, pfs = [], []
@@ -139,19 +141,27 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
     return acc
 
 
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1%}"
+
+
 def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
     lines = [f"Baseline Acc@0.5 on {acc.n_eval} held-out scenes: **{acc.baseline_acc:.1%}**", "",
-             "| k (share of heads) | top-k Acc | top-k drop [95% CI] | random-k mean drop | layer-matched mean drop | "
-             "parse failures (top-k / worst random) |", "|---|---|---|---|---|---|"]
+             "| k (share of heads) | top-k Acc | top-k drop [95% CI] | random-k mean drop (R) | "
+             "layer-matched mean drop (R) | parse failures (top-k / worst random) |", "|---|---|---|---|---|---|"]
     for r in acc.rows:
         lo, hi = r["topk_drop_ci"]
         worst = max(v for v in (r["random_max_parse_failure"], r["layer_matched_max_parse_failure"], 0.0)
                     if v is not None)
         lines.append(f"| {r['k']} ({r['k'] / total_heads:.0%}) | {r['topk_acc']:.1%} | "
-                     f"{r['topk_drop']:+.1%} [{lo:+.1%}, {hi:+.1%}] | {r['random_mean_drop']:+.1%} | "
-                     f"{r['layer_matched_mean_drop']:+.1%} | {r['topk_parse_failure']:.1%} / {worst:.1%} |")
+                     f"{r['topk_drop']:+.1%} [{lo:+.1%}, {hi:+.1%}] | "
+                     f"{_fmt(r['random_mean_drop'])} ({len(r['random_drops'])}) | "
+                     f"{_fmt(r['layer_matched_mean_drop'])} ({len(r['layer_matched_drops'])}) | "
+                     f"{r['topk_parse_failure']:.1%} / {worst:.1%} |")
     lines += ["", "Criteria (for some k <= 10% of all heads): baseline >= 80%; top-k drop >= 40 points with a CI",
-              "above 0; random-k and layer-matched random-k mean drops <= 10 points; parse failures <= 5%.", ""]
+              "above 0 (the report's cluster-aware interval); random-k and layer-matched random-k mean drops <= 10",
+              "points; parse failures <= 5%. These are the demo model's design targets, not a statistical test; the",
+              "report (report/report.md) states what the tests support.", ""]
     for k, checks in criteria(acc, total_heads).items():
         failed = [name for name, ok in checks.items() if not ok]
         lines.append(f"- k={k}: " + ("all met" if not failed else "not met: " + ", ".join(failed)))
@@ -159,20 +169,34 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Drops and rates are ratios of counts (e.g. 0.1 + 0.09 + 0.11 averages to 0.10000000000000002); a bound is met when
+# the value is within this of it, so a value printed as "+10.0%" is never checked as above 10 points.
+TOLERANCE = 1e-9
+
+
+def at_least(value: float | None, bound: float) -> bool:
+    return value is not None and value >= bound - TOLERANCE
+
+
+def at_most(value: float | None, bound: float) -> bool:
+    return value is not None and value <= bound + TOLERANCE
+
+
 def criteria(acc: Acceptance, total_heads: int) -> dict[int, dict[str, bool]]:
-    """The demo model's acceptance checks for each k <= 10% of all heads (True = met)."""
+    """The demo model's acceptance checks for each k <= 10% of all heads (True = met); a missing control (no draws)
+    is not met."""
     out = {}
     for r in acc.rows:
-        if r["k"] > 0.10 * total_heads:
+        if r["k"] > 0.10 * total_heads + TOLERANCE:
             continue
         parse = [v for v in (r["random_max_parse_failure"], r["layer_matched_max_parse_failure"]) if v is not None]
         out[r["k"]] = {
-            "baseline >= 80%": acc.baseline_acc >= 0.80,
-            "top-k drop >= 40 points": r["topk_drop"] >= 0.40,
+            "baseline >= 80%": at_least(acc.baseline_acc, 0.80),
+            "top-k drop >= 40 points": at_least(r["topk_drop"], 0.40),
             "top-k drop CI above 0": r["topk_drop_ci"][0] > 0,
-            "random-k mean drop <= 10 points": r["random_mean_drop"] <= 0.10,
-            "layer-matched mean drop <= 10 points": r["layer_matched_mean_drop"] <= 0.10,
-            "parse failures <= 5%": max([r["topk_parse_failure"], *parse]) <= 0.05,
+            "random-k mean drop <= 10 points": at_most(r["random_mean_drop"], 0.10),
+            "layer-matched mean drop <= 10 points": at_most(r["layer_matched_mean_drop"], 0.10),
+            "parse failures <= 5%": at_most(max([r["topk_parse_failure"], *parse]), 0.05),
         }
     return out
 

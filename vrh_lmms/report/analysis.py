@@ -1,5 +1,6 @@
-"""Per model x task statistics: accuracy + CI of every configuration, and against the baseline on paired docs the
-drop with a clustered bootstrap CI, the exact McNemar test and where the lost samples went (failure taxonomy)."""
+"""Per model x task statistics on one doc set: accuracy + cluster-adjusted CI of every configuration, and against the
+baseline the drop with its cluster-aware interval, the cluster sign-flip test (primary), the exact McNemar test
+(beside it, valid only for independent samples) and where the lost samples went (failure taxonomy)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from collections import Counter
 from dataclasses import dataclass
 
 from vrh_lmms.errors import VRHError
-from vrh_lmms.report.pairing import pair
+from vrh_lmms.report.pairing import align, pair
 from vrh_lmms.report.runs import RunMeta
 from vrh_lmms.report.samples import STATUSES, SampleTable
-from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_bootstrap_drop
+from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
 
-_KIND_ORDER = {"baseline": 0, "topk": 1, "random": 2, "layer_matched": 3, "explicit": 4}
+_KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "layer_matched": 4}
+CONTROL_KINDS = ("random", "layer_matched")
 
 
 @dataclass
@@ -28,6 +30,7 @@ class Settings:
     n_resamples: int = 10_000
     seed: int = 0
     score_field: str | None = None
+    intersection: bool = False
 
 
 def sort_key(run: LoadedRun) -> tuple:
@@ -56,7 +59,7 @@ def _lost_to(paired, kind: str) -> dict | None:
     return {s: int(lost.get(s, 0)) for s in STATUSES[kind] if s != "correct"}
 
 
-def _run_block(run: LoadedRun, settings: Settings) -> dict:
+def _run_block(run: LoadedRun, table: SampleTable, settings: Settings) -> dict:
     m = run.meta
     return {
         "label": m.label,
@@ -67,85 +70,80 @@ def _run_block(run: LoadedRun, settings: Settings) -> dict:
         "mode": m.mode,
         "heads_source": m.heads_source,
         "heads_file": m.heads_file,
+        "heads": None if m.heads is None else list(m.heads),
+        "heads_label": None,
         "results": str(m.results_path),
-        "samples": str(run.table.path),
-        "accuracy": accuracy(run.table.scores, alpha=settings.alpha).to_dict(),
-        "taxonomy": taxonomy(run.table.statuses, run.table.kind),
+        "samples": str(table.path),
+        "accuracy": accuracy(table.scores, table.image_ids, alpha=settings.alpha).to_dict(),
+        "taxonomy": taxonomy(table.statuses, table.kind),
         "paired": None,
         "drop": None,
+        "test": None,
         "mcnemar": None,
         "lost_to": None,
     }
 
 
-def _compare(block: dict, base: SampleTable, run: LoadedRun, settings: Settings, warnings: list[str]) -> None:
-    paired = pair(base, run.table)
+def _compare(block: dict, base: SampleTable, table: SampleTable, settings: Settings) -> None:
+    paired = pair(base, table)
+    drop = paired_drop(paired.baseline, paired.other, paired.clusters, alpha=settings.alpha,
+                       n_resamples=settings.n_resamples, seed=settings.seed)
+    test = sign_flip_test(paired.baseline, paired.other, paired.clusters, n_resamples=settings.n_resamples,
+                          seed=settings.seed)
     block["paired"] = {
-        "n_baseline": paired.n_baseline,
-        "n_config": paired.n_other,
         "n_paired": paired.n,
         "clustered_by": "image_id" if paired.clusters is not None else "doc_id",
-        "n_clusters": None,
-        "baseline_mean": None,
-        "config_mean": None,
+        "n_clusters": drop.n_clusters,
+        "baseline_mean": float(paired.baseline.mean()),
+        "config_mean": float(paired.other.mean()),
     }
-    if paired.n == 0:
-        warnings.append(f"{run.meta.model} / {run.task} / {run.meta.label}: no doc_id in common with the baseline")
-        return
-    if paired.n < max(paired.n_baseline, paired.n_other):
-        warnings.append(
-            f"{run.meta.model} / {run.task} / {run.meta.label}: paired on the {paired.n} doc_ids in common "
-            f"(baseline has {paired.n_baseline}, configuration has {paired.n_other})"
-        )
-    drop = paired_bootstrap_drop(
-        paired.baseline, paired.other, paired.clusters,
-        n_resamples=settings.n_resamples, alpha=settings.alpha, seed=settings.seed,
-    )
-    block["paired"].update(
-        n_clusters=drop.n_clusters,
-        baseline_mean=float(paired.baseline.mean()),
-        config_mean=float(paired.other.mean()),
-    )
     block["drop"] = drop.to_dict()
+    block["test"] = test.to_dict() | {"name": "cluster sign-flip", "family": None, "p_holm": None, "p_bh": None}
     if is_binary(paired.baseline) and is_binary(paired.other):
-        block["mcnemar"] = exact_mcnemar(paired.baseline, paired.other).to_dict() | {"p_holm": None, "p_bh": None}
-    block["lost_to"] = _lost_to(paired, run.table.kind)
+        block["mcnemar"] = exact_mcnemar(paired.baseline, paired.other).to_dict()
+    block["lost_to"] = _lost_to(paired, table.kind)
 
 
 def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settings) -> tuple[dict, list[str]]:
     """Statistics of every configuration of one model x task; returns (group block, warnings)."""
     warnings: list[str] = []
+    where = f"{model} / {task}"
     kinds = {r.table.kind for r in runs}
     if len(kinds) > 1:
         files = ", ".join(str(r.table.path) for r in runs)
-        raise VRHError(f"{model} / {task}: runs disagree on the record kind {sorted(kinds)} ({files})")
+        raise VRHError(f"{where}: runs disagree on the record kind {sorted(kinds)} ({files})")
     kind = kinds.pop()
     runs = sorted(runs, key=sort_key)
     base = next((r for r in runs if r.meta.kind == "baseline"), None)
+    ref = runs.index(base) if base is not None else 0
+    doc_set, tables = align(where, [r.meta.label for r in runs], [r.table for r in runs], ref, settings.intersection)
+    if doc_set.restricted:
+        counts = ", ".join(f"{label} {n}" for label, n in doc_set.per_run.items())
+        warnings.append(f"{where}: every number uses the {len(doc_set.doc_ids)} docs all runs share "
+                        f"(--intersection); the runs' samples files hold {counts}")
     if base is None:
         warnings.append(
-            f"{model} / {task}: no baseline run found; accuracies are reported but drops, McNemar tests and "
-            f"null comparisons need one (add the baseline's folder to the report)"
+            f"{where}: no baseline run found; accuracies are reported but drops, tests and null comparisons need "
+            f"one (add the baseline's folder to the report)"
         )
-    clustered = True
     configs = []
-    for run in runs:
+    for run, table in zip(runs, tables, strict=True):
         if run is base:
             continue
-        block = _run_block(run, settings)
+        block = _run_block(run, table, settings)
         if base is not None:
-            _compare(block, base.table, run, settings, warnings)
-            clustered &= block["paired"]["clustered_by"] == "image_id"
+            _compare(block, tables[ref], table, settings)
         configs.append(block)
-    if base is not None and configs and not clustered:
-        warnings.append(f"{model} / {task}: no image_id in the samples; bootstrap resamples docs, not images")
+    if tables[ref].image_ids is None:
+        warnings.append(f"{where}: no image_id in the samples; intervals and tests treat every doc as independent")
     metric = settings.score_field or {"grounding": "acc50", "pointing": "acc", "vqa": "acc"}.get(kind, "score")
     group = {
         "model": model,
         "task": task,
         "kind": kind,
         "metric": metric,
-        "baseline": None if base is None else _run_block(base, settings),
+        "doc_set": doc_set.to_dict(),
+        "baseline": None if base is None else _run_block(base, tables[ref], settings),
         "configs": configs,
         "null_comparisons": [],
         "summary": [],

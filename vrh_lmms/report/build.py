@@ -17,15 +17,16 @@ from pathlib import Path
 from vrh_lmms.errors import VRHError
 from vrh_lmms.report import plots
 from vrh_lmms.report.analysis import LoadedRun, Settings, analyze_group
+from vrh_lmms.report.claims import build_claims
 from vrh_lmms.report.comparisons import add_null_comparisons, add_summary, apply_corrections, transfer_rows
 from vrh_lmms.report.discover import discover
-from vrh_lmms.report.heads_files import overlap_block, read_heads_file
+from vrh_lmms.report.heads_files import ScoringLookup, heads_label, overlap_block, read_heads_file
 from vrh_lmms.report.jsonable import jsonable
 from vrh_lmms.report.markdown import render
 from vrh_lmms.report.runs import read_run_meta
 from vrh_lmms.report.samples import read_samples
 
-SCHEMA = "vrh-report/1"
+SCHEMA = "vrh-report/2"
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class ReportSettings:
     overlap_k: tuple[int, ...] = ()
     plots: bool = True
     force: bool = False
+    intersection: bool = False
     arguments: dict = field(default_factory=dict)
 
 
@@ -92,7 +94,7 @@ def _make_plots(report: dict, heads, out: Path) -> list[str]:
             written.append(plots.ksweep_plot(g, mode, pdir / f"ksweep_{name}{suffix}.png"))
         written.append(plots.drop_plot(g, pdir / f"drops_{name}.png"))
         written.append(plots.taxonomy_plot(g, pdir / f"taxonomy_{name}.png"))
-    k_mark = max(report["overlap"]["k"]) if report["overlap"] else 20
+    k_mark = max(report["overlap"]["k"]) if report["overlap"] else max(report["overlap_k"])
     for i, hf in enumerate(heads):
         written.append(plots.heads_heatmap(hf, k_mark, pdir / f"heads_{i}_{plots.slug(hf.model)}.png"))
     if report["overlap"] and len(heads) > 1:
@@ -114,7 +116,9 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     _check_output(out, settings.force)
     heads = [read_heads_file(p) for p in settings.heads_files]
     runs, warnings = load_runs(dirs, settings.score_field)
-    stats_settings = Settings(settings.alpha, settings.n_resamples, settings.seed, settings.score_field)
+    stats_settings = Settings(settings.alpha, settings.n_resamples, settings.seed, settings.score_field,
+                              settings.intersection)
+    scoring = ScoringLookup(heads)
 
     by_group: dict[tuple[str, str], list[LoadedRun]] = {}
     for run in runs:
@@ -122,6 +126,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     groups = []
     for (model, task), members in sorted(by_group.items()):
         group, notes = analyze_group(model, task, members, stats_settings)
+        for cfg in group["configs"]:
+            cfg["heads_label"] = heads_label(cfg, scoring(cfg["heads_file"]) if cfg["kind"] == "topk" else None)
         add_null_comparisons(group)
         add_summary(group)
         groups.append(group)
@@ -137,11 +143,16 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "arguments": dict(settings.arguments),
         "inputs": [str(d) for d in dirs],
         "settings": {"alpha": settings.alpha, "n_resamples": settings.n_resamples, "seed": settings.seed,
-                     "score_field": settings.score_field, "ci": "wilson (binary) or t (numeric) for accuracy; "
-                     "percentile paired bootstrap over images for drops"},
+                     "score_field": settings.score_field, "intersection": settings.intersection,
+                     "accuracy_ci": "Wilson on n / design effect (binary); cluster-robust t (numeric)",
+                     "drop_ci": "Tango score interval on counts / design effect (binary); cluster-robust t "
+                                "(numeric); BCa bootstrap over images beside both",
+                     "test": "cluster sign-flip test over images (primary); exact McNemar beside it"},
+        "claims": build_claims(groups, settings.alpha, multiple["families"]),
         "groups": groups,
         "transfer": transfer_rows(groups),
-        "overlap": overlap_block(heads, ks) if heads else None,
+        "overlap": overlap_block(heads, ks),
+        "overlap_k": ks,
         "heads_files": [{"path": str(h.path), "model": h.model, "layers": int(h.scores.shape[0]),
                          "heads": int(h.scores.shape[1])} for h in heads],
         "multiple_testing": multiple,

@@ -1,5 +1,5 @@
-"""Heads files (`vrh-heads/1`) for score heatmaps and the top-k overlap matrix, read with the shared reader
-(`vrh_lmms.heads.heads_file.load_heads_file`), which validates the schema and names bad fields."""
+"""Heads files (`vrh-heads/1`) for score heatmaps, the top-k overlap matrix and neutral names of head sets, read with
+the shared reader (`vrh_lmms.heads.heads_file.load_heads_file`), which validates the schema and names bad fields."""
 
 from __future__ import annotations
 
@@ -16,12 +16,22 @@ from vrh_lmms.stats import topk_jaccard_matrix
 
 @dataclass
 class HeadsFile:
-    """What the report uses of a heads file."""
+    """What the report uses of a heads file; `scoring` is its primary cell, e.g. "out,sum,mean"."""
 
     path: Path
     model: str
     scores: np.ndarray  # layers x heads
     ranking: list[str]
+    sha256: str | None = None
+    scoring: str | None = None
+
+
+def _scoring(block: dict) -> str | None:
+    cell = block.get("cell")
+    if isinstance(cell, str) and cell:
+        return cell
+    parts = [block.get(k) for k in ("query", "key", "aggregate")]
+    return ",".join(parts) if all(isinstance(p, str) and p for p in parts) else None
 
 
 def read_heads_file(path: str | Path) -> HeadsFile:
@@ -29,7 +39,8 @@ def read_heads_file(path: str | Path) -> HeadsFile:
     model = hf.model.get("id")
     if not isinstance(model, str) or not model:
         raise VRHError(f"heads file {path}: field 'model.id' is missing")
-    return HeadsFile(Path(path), model, np.asarray(hf.scores, dtype=float), [str(h) for h in hf.ranking])
+    return HeadsFile(Path(path), model, np.asarray(hf.scores, dtype=float), [str(h) for h in hf.ranking], hf.sha256,
+                     _scoring(hf.scoring or {}))
 
 
 def labels_for(files: list[HeadsFile]) -> list[str]:
@@ -38,8 +49,11 @@ def labels_for(files: list[HeadsFile]) -> list[str]:
     return [f"{n} ({f.path.stem})" if names.count(n) > 1 else n for n, f in zip(names, files, strict=True)]
 
 
-def overlap_block(files: list[HeadsFile], ks: list[int]) -> dict:
-    """Jaccard index of the top-k heads of every pair of files, for each k."""
+def overlap_block(files: list[HeadsFile], ks: list[int]) -> dict | None:
+    """Jaccard index of the top-k heads of every pair of files, for each k; None for fewer than two files (a matrix
+    of one file against itself says nothing)."""
+    if len(files) < 2:
+        return None
     return {
         "labels": labels_for(files),
         "files": [str(f.path) for f in files],
@@ -47,3 +61,46 @@ def overlap_block(files: list[HeadsFile], ks: list[int]) -> dict:
         "k": list(ks),
         "jaccard": {str(k): topk_jaccard_matrix([f.ranking for f in files], k).tolist() for k in ks},
     }
+
+
+class ScoringLookup:
+    """The scoring of the heads file a run used: a heads file given to the report with the same sha256, else the
+    file at the run's recorded path if it still has that sha256. Unknown is None, never a guess."""
+
+    def __init__(self, files: list[HeadsFile]):
+        self._by_sha = {f.sha256: f.scoring for f in files if f.sha256}
+        self._by_path: dict[str, HeadsFile | None] = {}
+
+    def __call__(self, heads_file: dict | None) -> str | None:
+        if not heads_file:
+            return None
+        sha, path = heads_file.get("sha256"), heads_file.get("path")
+        if sha in self._by_sha:
+            return self._by_sha[sha]
+        if not isinstance(path, str) or not path:
+            return None
+        if path not in self._by_path:
+            try:
+                self._by_path[path] = read_heads_file(path) if Path(path).is_file() else None
+            except VRHError:
+                self._by_path[path] = None
+        found = self._by_path[path]
+        return found.scoring if found is not None and found.sha256 == sha else None
+
+
+def heads_label(config: dict, scoring: str | None) -> str:
+    """Neutral name of a configuration's head set: "top5 by out,sum,mean", "5 random heads (seed 2)"."""
+    kind, k = config["kind"], config["k"]
+    source = f" of {short_model(config['heads_source'])}" if config.get("heads_source") else ""
+    if kind == "topk":
+        if scoring:
+            return f"top{k} by {scoring}{source}"
+        path = (config.get("heads_file") or {}).get("path")
+        return f"top{k} of {Path(path).name}{source}" if path else f"top{k}{source}"
+    if kind == "random":
+        return f"{k} random heads (seed {config['seed']})"
+    if kind == "layer_matched":
+        return f"{k} layer-matched random heads (seed {config['seed']})"
+    if kind == "explicit":
+        return f"heads {config['config_id']}"
+    return config["label"]

@@ -1,29 +1,17 @@
 """Render report.md from the report.json dict only, so every number in the markdown is in the JSON.
 
-Accuracies and drops are shown in percentage points (x100, one decimal); p-values with three significant digits.
+The first page says what was found: one sentence per claim (vrh_lmms.report.claims), then how the numbers were
+made, then the tables and plots. Accuracies and drops are shown in percentage points (x100, one decimal); p-values
+with three significant digits.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vrh_lmms.report.fmt import pct, pct_ci, pval, short
 
-def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100.0 * x:.1f}"
-
-
-def pct_ci(x: float | None, low: float | None, high: float | None) -> str:
-    if x is None:
-        return "n/a"
-    return f"{pct(x)} [{pct(low)}, {pct(high)}]"
-
-
-def pval(p: float | None) -> str:
-    return "n/a" if p is None else f"{p:.3g}"
-
-
-def short(model: str) -> str:
-    return model.rstrip("/").split("/")[-1]
+_FAMILY_NAMES = {"claims": "claims", "claims_vs_controls": "claims vs controls", "controls": "controls"}
 
 
 def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
@@ -32,49 +20,97 @@ def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
     return lines
 
 
-def _spread(block: dict | None) -> str:
+def _draws(block: dict | None) -> str:
+    """Drops of control draws as mean ± sd (R = number of draws); never their accuracies."""
     if block is None:
         return "n/a"
-    sd = "n/a" if block["acc_sd"] is None else pct(block["acc_sd"])
-    return f"{pct(block['acc_mean'])} ± {sd} (n={block['n']})"
+    sd = "n/a" if block["drop_sd"] is None else pct(block["drop_sd"])
+    return f"{pct(block['drop_mean'])} ± {sd} (R={block['n']})"
+
+
+def _p_floor(p: float | None, floor: float | None) -> str:
+    return "n/a" if p is None else f"{pval(p)} (floor {pval(floor)})"
+
+
+def claims_section(report: dict) -> list[str]:
+    if not report["claims"]:
+        return ["No top-k or explicit head set was found in these runs: there is no claim to state."]
+    return [f"- {c['sentence']}" for c in report["claims"]]
+
+
+def methods_paragraph(report: dict) -> str:
+    s = report["settings"]
+    fam = report["multiple_testing"]["families"]
+    counts = ", ".join(f"{_FAMILY_NAMES[name]} ({f['n_tests']} tests)" for name, f in fam.items())
+    return (
+        f"How these numbers were made: accuracies and drops in percentage points, intervals at "
+        f"{100 * (1 - s['alpha']):g}%. The primary test of each configuration against its baseline is the cluster "
+        f"sign-flip test over images (exact; the exact McNemar test is shown beside it and is valid only when the "
+        f"expressions of an image are independent). Drop intervals: Tango's score interval on counts divided by the "
+        f"design effect of the paired differences (a cluster-robust t interval for numeric scores; a BCa bootstrap "
+        f"over images, {s['n_resamples']} resamples, seed {s['seed']}, is in report.json beside each). Accuracy "
+        f"intervals: Wilson on the design-effect-adjusted sample size (cluster-robust t for numeric scores). "
+        f"Empirical p against R control draws = (1 + #draws with a drop >= the top-k drop) / (R + 1), never below "
+        f"1/(R+1). Holm and Benjamini-Hochberg within each family: {counts}. Created {report['created']} by "
+        f"vrh-lmms {report['version']}; definitions in docs/reports.md."
+    )
+
+
+def doc_set_lines(groups: list[dict]) -> list[str]:
+    out = []
+    for g in groups:
+        ds = g["doc_set"]
+        base = g["baseline"] or (g["configs"][0] if g["configs"] else None)
+        clusters = None if base is None else base["accuracy"].get("n_clusters")
+        images = f" on {clusters} images" if clusters and clusters != ds["n_docs"] else ""
+        checked = ", ".join(["doc_id", *ds["checked_on"]])
+        line = f"- {short(g['model'])} / {g['task']}: every number uses the same {ds['n_docs']} docs{images}"
+        if ds["restricted"]:
+            counts = ", ".join(f"{label} {n}" for label, n in ds["per_run"].items())
+            line += (f" — **only the docs all runs share (--intersection)**; the samples files hold {counts}")
+        out.append(line + f"; runs paired on {checked}.")
+    return out
 
 
 def summary_section(groups: list[dict]) -> list[str]:
-    header = ["Model", "Task", "k", "Mode", "Baseline", "VRH (top-k)", "Drop [95% CI]", "Random-k (mean ± sd)",
-              "p vs random", "Layer-matched (mean ± sd)", "p vs layer-matched"]
+    header = ["Model", "Task", "Heads", "Mode", "Baseline", "Top-k acc", "Top-k drop [CI]", "Sign-flip p",
+              "Random draws: drop (mean ± sd)", "p vs random", "Layer-matched draws: drop (mean ± sd)",
+              "p vs layer-matched"]
     rows = []
     for g in groups:
         for r in g["summary"]:
             ci = r["topk_drop_ci"] or [None, None]
-            rows.append([short(g["model"]), g["task"], str(r["k"]), r["mode"], pct(r["baseline_acc"]),
-                         pct(r["topk_acc"]), pct_ci(r["topk_drop"], *ci), _spread(r["random"]),
-                         pval(r["p_random"]), _spread(r["layer_matched"]), pval(r["p_layer_matched"])])
+            rows.append([short(g["model"]), g["task"], r["heads_label"] or r["config"], r["mode"],
+                         pct(r["baseline_acc"]), pct(r["topk_acc"]), pct_ci(r["topk_drop"], *ci), pval(r["p_test"]),
+                         _draws(r["random"]), _p_floor(r["p_random"], r["p_random_floor"]),
+                         _draws(r["layer_matched"]), _p_floor(r["p_layer_matched"], r["p_layer_matched_floor"])])
     if not rows:
         return ["No top-k configurations with the model's own heads were found."]
     return _table(header, rows)
 
 
 def configs_section(groups: list[dict]) -> list[str]:
-    header = ["Model", "Task", "Config", "n", "Acc [95% CI]", "n paired", "Drop [95% CI]", "McNemar p", "Holm",
-              "BH"]
+    header = ["Model", "Task", "Config", "n", "Acc [CI]", "Drop [CI]", "Sign-flip p", "Family", "Holm", "BH",
+              "McNemar p (unclustered)"]
     rows = []
     for g in groups:
         for c in ([g["baseline"]] if g["baseline"] else []) + g["configs"]:
-            a, d, m = c["accuracy"], c["drop"], c["mcnemar"]
+            a, d, t, m = c["accuracy"], c["drop"], c["test"], c["mcnemar"]
             rows.append([
                 short(g["model"]), g["task"], c["label"], str(a["n"]), pct_ci(a["mean"], a["ci_low"], a["ci_high"]),
-                "—" if c["paired"] is None else str(c["paired"]["n_paired"]),
                 "—" if d is None else pct_ci(d["drop"], d["ci_low"], d["ci_high"]),
+                "—" if t is None else pval(t["pvalue"]),
+                "—" if t is None else _FAMILY_NAMES[t["family"]],
+                "—" if t is None else pval(t["p_holm"]),
+                "—" if t is None else pval(t["p_bh"]),
                 "—" if m is None else pval(m["pvalue"]),
-                "—" if m is None else pval(m["p_holm"]),
-                "—" if m is None else pval(m["p_bh"]),
             ])
     return _table(header, rows)
 
 
 def null_section(groups: list[dict]) -> list[str]:
-    header = ["Model", "Task", "Config", "Null", "Top-k drop", "Null drop (mean ± sd)", "n null", "#null ≥ top-k",
-              "p (empirical)", "p floor", "Holm", "BH"]
+    header = ["Model", "Task", "Config", "Controls", "Top-k drop", "Draws' drop (mean ± sd)", "R",
+              "#draws ≥ top-k", "p (empirical)", "floor 1/(R+1)", "Holm", "BH"]
     rows = []
     for g in groups:
         for n in g["null_comparisons"]:
@@ -109,8 +145,8 @@ def taxonomy_section(groups: list[dict], kind: str) -> list[str]:
 
 
 def transfer_section(rows: list[dict]) -> list[str]:
-    header = ["Model", "Task", "Config", "Heads from", "Baseline", "Own heads: acc", "Own heads: drop [95% CI]",
-              "Transferred: acc", "Transferred: drop [95% CI]"]
+    header = ["Model", "Task", "Config", "Heads from", "Baseline", "Own heads: acc", "Own heads: drop [CI]",
+              "Transferred: acc", "Transferred: drop [CI]", "Transferred: sign-flip p"]
     out = []
     for r in rows:
         own, tr = r["own"], r["transferred"]
@@ -118,7 +154,7 @@ def transfer_section(rows: list[dict]) -> list[str]:
         tr_ci = tr["drop_ci"] or [None, None]
         out.append([short(r["model"]), r["task"], r["config_id"], short(r["heads_from"]), pct(r["baseline_acc"]),
                     "n/a" if own is None else pct(own["acc"]), "n/a" if own is None else pct_ci(own["drop"], *own_ci),
-                    pct(tr["acc"]), pct_ci(tr["drop"], *tr_ci)])
+                    pct(tr["acc"]), pct_ci(tr["drop"], *tr_ci), pval(tr["p_test"])])
     return _table(header, out)
 
 
@@ -135,20 +171,19 @@ def overlap_section(overlap: dict) -> list[str]:
 
 
 def render(report: dict) -> str:
-    s = report["settings"]
     groups = report["groups"]
-    intro = (
-        f"Created {report['created']} by vrh-lmms {report['version']}. Accuracies and drops in percentage points; "
-        f"CIs at {100 * (1 - s['alpha']):.0f}%; drop CIs from {s['n_resamples']} paired bootstrap resamples of "
-        f"images (seed {s['seed']}); p-values corrected over all {report['multiple_testing']['n_tests']} tests "
-        f"of this report (Holm: family-wise error; BH: false discovery rate). See docs/reports.md for definitions."
-    )
     out = [
         "# Visual retrieval heads: ablation report",
         "",
-        intro,
+        "## What was found",
         "",
-        "## Baseline vs VRH (top-k) vs random heads",
+        *claims_section(report),
+        "",
+        methods_paragraph(report),
+        "",
+        *doc_set_lines(groups),
+        "",
+        "## Top-k against its baseline and its control draws",
         "",
         *summary_section(groups),
         "",
@@ -156,7 +191,7 @@ def render(report: dict) -> str:
         "",
         *configs_section(groups),
         "",
-        "## Top-k vs random-k null",
+        "## Top-k drop against the drops of control draws (empirical null)",
         "",
         *null_section(groups),
         "",
@@ -164,7 +199,7 @@ def render(report: dict) -> str:
     for kind, title in (("grounding", "grounding"), ("pointing", "pointing"), ("vqa", "VQA")):
         table = taxonomy_section(groups, kind)
         if table:
-            out += [f"## Functional specificity: failure taxonomy ({title})", "", *table, ""]
+            out += [f"## Failure taxonomy ({title})", "", *table, ""]
     if report["transfer"]:
         out += ["## Cross-model transfer of heads", "", *transfer_section(report["transfer"]), ""]
     if report["overlap"]:

@@ -42,7 +42,8 @@ def _by_k(configs: list[dict], kind: str, mode: str) -> dict[int, list[dict]]:
 
 
 def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
-    """Accuracy vs k: top-k with its Wilson band, random-k / layer-matched mean with the min-max band over seeds."""
+    """Accuracy vs k: top-k with its cluster-adjusted Wilson band, random-k / layer-matched mean with the min-max
+    band over seeds."""
     configs = group["configs"]
     tops = _by_k(configs, "topk", mode)
     if not tops:
@@ -55,7 +56,9 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
         ax.axhspan(acc["ci_low"], acc["ci_high"], color=_COLORS["baseline"], alpha=0.12)
     ks = list(tops)
     top = [tops[k][0]["accuracy"] for k in ks]
-    ax.plot(ks, [a["mean"] for a in top], "o-", color=_COLORS["topk"], label="top-k (VRH), Wilson CI")
+    names = {(tops[k][0]["heads_label"] or "").partition(" ")[2] for k in ks}
+    name = "top-k " + names.pop() if len(names) == 1 and "" not in names else "top-k"
+    ax.plot(ks, [a["mean"] for a in top], "o-", color=_COLORS["topk"], label=f"{name} (cluster-adjusted Wilson CI)")
     ax.fill_between(ks, [a["ci_low"] for a in top], [a["ci_high"] for a in top], color=_COLORS["topk"], alpha=0.2)
     for kind, name in (("random", "random-k"), ("layer_matched", "layer-matched random-k")):
         pools = _by_k(configs, kind, mode)
@@ -78,7 +81,7 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
 
 
 def drop_plot(group: dict, path: Path) -> Path | None:
-    """Drop vs baseline per configuration with its clustered bootstrap CI."""
+    """Drop vs baseline per configuration with its cluster-aware CI (the one report.md prints)."""
     rows = [c for c in group["configs"] if c["drop"] is not None]
     if not rows:
         return None

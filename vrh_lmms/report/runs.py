@@ -32,6 +32,7 @@ class RunMeta:
     heads_source: str | None
     heads_file: dict | None
     results_path: Path
+    heads: tuple[str, ...] | None = None  # the resolved heads the run ablated (vrh.ablation.heads)
 
     @property
     def label(self) -> str:
@@ -88,6 +89,14 @@ def _int_or_none(value: Any, path: Path, field: str) -> int | None:
     return value
 
 
+def _heads(value: Any, path: Path) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
+        raise VRHError(f"{path}: field vrh.ablation.heads must be a list of head names like \"L12H3\"")
+    return tuple(value)
+
+
 def _from_vrh(block: dict, path: Path, fallback_model: str | None) -> RunMeta:
     if not isinstance(block, dict):
         raise VRHError(f"{path}: field vrh must be an object")
@@ -130,6 +139,7 @@ def _from_vrh(block: dict, path: Path, fallback_model: str | None) -> RunMeta:
         heads_source=source,
         heads_file=heads_file if isinstance(heads_file, dict) else None,
         results_path=path,
+        heads=_heads(ablation.get("heads"), path),
     )
 
 

@@ -2,14 +2,16 @@
 
 Outcomes come from `vrh_record` (docs/contracts.md): score = `correct`, plus `status` for the failure taxonomy and
 `image_id` for clustering. Plain lmms-eval tasks have no `vrh_record`; `--score-field NAME` (dotted for nesting,
-e.g. `vrh_record.iou`) reads a numeric per-sample field instead.
+e.g. `vrh_record.iou`) reads a numeric per-sample field instead. What identifies a document beyond its `doc_id`
+(`IDENTITY_FIELDS`: lmms-eval's `doc_hash` and `target`, the record's `question_id` and `expression`) is kept so that
+pairing can check two runs scored the same document under each id.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,19 @@ STATUSES = {
 }
 
 
+# Fields that identify a document, as (name in reports and errors, where it sits in a sample line).
+IDENTITY_FIELDS = (
+    ("doc_hash", ("doc_hash",)),
+    ("target", ("target",)),
+    ("vrh_record.question_id", ("vrh_record", "question_id")),
+    ("vrh_record.expression", ("vrh_record", "expression")),
+)
+
+
 @dataclass
 class SampleTable:
-    """Outcomes of one run, one row per doc, in file order; `doc_ids` are strings so int/str ids pair alike."""
+    """Outcomes of one run, one row per doc, in file order; `doc_ids` are strings so int/str ids pair alike.
+    `identity` maps each of IDENTITY_FIELDS to its per-doc values (None where a line lacks it)."""
 
     path: Path
     doc_ids: list[str]
@@ -35,9 +47,18 @@ class SampleTable:
     image_ids: list[str] | None
     kind: str  # "grounding", "pointing", "vqa" or "score" (no vrh_record)
     raw_lines: list[dict] | None = None
+    identity: dict[str, list[Any]] = field(default_factory=dict)
 
     def index(self) -> dict[str, int]:
         return {doc: i for i, doc in enumerate(self.doc_ids)}
+
+    def subset(self, rows: list[int]) -> SampleTable:
+        """The same run restricted to `rows` (positions in this table), in that order."""
+        def pick(values):
+            return None if values is None else [values[i] for i in rows]
+
+        return SampleTable(self.path, pick(self.doc_ids), self.scores[rows], pick(self.statuses), pick(self.image_ids),
+                           self.kind, pick(self.raw_lines), {k: pick(v) for k, v in self.identity.items()})
 
 
 def _lookup(line: dict, dotted: str) -> Any:
@@ -67,6 +88,23 @@ class _Row:
     kind: str | None
     status: str | None
     image_id: str | None
+    identity: tuple[Any, ...] = ()
+
+
+def _identity(line: dict, record: dict | None) -> tuple[Any, ...]:
+    """Each identity field as written (compare with `same_identity`: plain lmms-eval files hold `str(target)`, sweep
+    files the object itself)."""
+    rec = record or {}
+    return line.get("doc_hash"), line.get("target"), rec.get("question_id"), rec.get("expression")
+
+
+def same_identity(a: Any, b: Any) -> bool:
+    """Equal as written, or equal once the non-text one is written as lmms-eval writes it (`str(value)`)."""
+    if a == b:
+        return True
+    if isinstance(a, str) != isinstance(b, str):
+        return (a if isinstance(a, str) else str(a)) == (b if isinstance(b, str) else str(b))
+    return False
 
 
 def _parse_line(line: Any, where: str, score_field: str | None) -> _Row:
@@ -89,7 +127,7 @@ def _parse_line(line: Any, where: str, score_field: str | None) -> _Row:
             raise VRHError(f"{where}: field vrh_record.correct is missing")
         score = _as_score(record["correct"], f"{where}: field vrh_record.correct")
     if record is None:
-        return _Row(str(line["doc_id"]), score, None, None, None)
+        return _Row(str(line["doc_id"]), score, None, None, None, _identity(line, record))
     kind = record.get("kind")
     if kind not in STATUSES:
         raise VRHError(f"{where}: field vrh_record.kind is {kind!r}; expected one of {', '.join(STATUSES)}")
@@ -97,7 +135,8 @@ def _parse_line(line: Any, where: str, score_field: str | None) -> _Row:
     if status not in STATUSES[kind]:
         raise VRHError(f"{where}: field vrh_record.status is {status!r}; expected one of {', '.join(STATUSES[kind])}")
     image = record.get("image_id")
-    return _Row(str(line["doc_id"]), score, kind, status, None if image is None else str(image))
+    image_id = None if image is None else str(image)
+    return _Row(str(line["doc_id"]), score, kind, status, image_id, _identity(line, record))
 
 
 def read_samples(path: Path, score_field: str | None = None, keep_lines: bool = False) -> SampleTable:
@@ -142,4 +181,5 @@ def read_samples(path: Path, score_field: str | None = None, keep_lines: bool = 
         image_ids=image_ids if has_record and all(i is not None for i in image_ids) else None,
         kind=rows[0].kind or "score",
         raw_lines=lines if keep_lines else None,
+        identity={name: [r.identity[i] for r in rows] for i, (name, _) in enumerate(IDENTITY_FIELDS)},
     )

@@ -1,30 +1,42 @@
-"""Statistics on paired per-sample outcomes: accuracy CIs, clustered bootstrap drops, exact McNemar,
-top-k vs random-k null comparisons, multiplicity corrections and head-set overlap.
+"""Statistics on paired per-sample outcomes that stay valid when samples share an image: cluster-adjusted accuracy
+CIs, the drop with a cluster-aware score interval (and a BCa cluster bootstrap), the cluster sign-flip test (with the
+exact McNemar test beside it), top-k vs random-k empirical nulls, multiplicity corrections and head-set overlap.
 
 Pure numpy/scipy/statsmodels on arrays; nothing here reads files or knows about lmms-eval.
 """
 
 from vrh_lmms.stats.accuracy import AccuracyResult, accuracy, is_binary
-from vrh_lmms.stats.bootstrap import DropResult, bootstrap_mean_diffs, paired_bootstrap_drop
+from vrh_lmms.stats.bootstrap import BootstrapResult, paired_bootstrap_drop
+from vrh_lmms.stats.clusters import DesignEffect, cluster_totals, design_effect
+from vrh_lmms.stats.drop import DropResult, paired_drop
 from vrh_lmms.stats.mcnemar import McNemarResult, exact_mcnemar
 from vrh_lmms.stats.multiple import adjust_pvalues, benjamini_hochberg, holm
 from vrh_lmms.stats.null import NullComparison, topk_vs_random
 from vrh_lmms.stats.overlap import jaccard, topk_jaccard_matrix
+from vrh_lmms.stats.signflip import SignFlipResult, sign_flip_test
+from vrh_lmms.stats.tango import tango_interval
 
 __all__ = [
     "AccuracyResult",
+    "BootstrapResult",
+    "DesignEffect",
     "DropResult",
     "McNemarResult",
     "NullComparison",
+    "SignFlipResult",
     "accuracy",
     "adjust_pvalues",
     "benjamini_hochberg",
-    "bootstrap_mean_diffs",
+    "cluster_totals",
+    "design_effect",
     "exact_mcnemar",
     "holm",
     "is_binary",
     "jaccard",
     "paired_bootstrap_drop",
+    "paired_drop",
+    "sign_flip_test",
+    "tango_interval",
     "topk_jaccard_matrix",
     "topk_vs_random",
 ]

@@ -1,77 +1,51 @@
-"""Paired bootstrap of an accuracy drop, resampling whole images (clusters) with all their samples.
+"""Paired cluster bootstrap of an accuracy drop: whole images (with all their samples) are resampled.
 
 Several referring expressions share one image and their outcomes are correlated; resampling samples as if they were
-independent makes the CI too narrow (tests/test_stats_bootstrap.py shows the under-coverage). Resampling images keeps
-that correlation. The statistic is the pooled mean over the resampled samples (a ratio estimator), so images with more
-samples weigh more, exactly as in the point estimate.
+independent makes the CI too narrow. The statistic is the pooled mean difference over the resampled samples (a ratio
+estimator), so images with more samples weigh more, exactly as in the point estimate. The interval is BCa by default
+(scipy.stats.bootstrap, jackknife over images), which corrects the percentile interval's bias and skew; "percentile"
+is available. A bootstrap cannot say anything when no image has a non-zero difference (every resample is the
+same): the result is then marked `degenerate`, and `vrh_lmms.stats.drop` relies on the score interval instead.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.stats import bootstrap
 
-# Cells (resamples x clusters) per vectorised block: bounds the index and gathered matrices to ~16 MB each.
-_BLOCK_CELLS = 2_000_000
+from vrh_lmms.stats.clusters import cluster_totals
+
+# Cells (resamples x clusters) per vectorised batch: bounds scipy's resample matrices to ~16 MB each.
+_BATCH_CELLS = 2_000_000
+METHODS = {"bca": "BCa", "percentile": "percentile"}
 
 
 @dataclass(frozen=True)
-class DropResult:
-    """Drop = mean(baseline) - mean(ablated) on paired samples, with a percentile bootstrap CI."""
+class BootstrapResult:
+    """Drop = mean(baseline) - mean(ablated) with a bootstrap CI over clusters (samples if `clustered` is False)."""
 
     drop: float
     ci_low: float
     ci_high: float
     se: float
+    method: str
     n_pairs: int
     n_clusters: int
     n_resamples: int
     clustered: bool
+    degenerate: bool
     seed: int
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _cluster_sums(diffs: np.ndarray, clusters: ArrayLike | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-cluster sum of differences and per-cluster sample count (each sample is its own cluster if None)."""
-    if clusters is None:
-        return diffs.astype(float), np.ones(diffs.size, dtype=float)
-    labels = np.asarray(clusters)
-    if labels.shape[0] != diffs.size:
-        raise ValueError(f"clusters has {labels.shape[0]} labels for {diffs.size} pairs")
-    _, inverse = np.unique(labels, return_inverse=True)
-    sums = np.bincount(inverse, weights=diffs)
-    counts = np.bincount(inverse).astype(float)
-    return sums, counts
-
-
-def bootstrap_mean_diffs(
-    diffs: ArrayLike, clusters: ArrayLike | None = None, n_resamples: int = 10_000, seed: int = 0
-) -> np.ndarray:
-    """Bootstrap distribution of the pooled mean of `diffs`, resampling clusters with replacement.
-
-    Returns an array of `n_resamples` resampled means. Vectorised in blocks; one seeded generator, so the same seed
-    gives the same draws.
-    """
-    d = np.asarray(diffs, dtype=float).ravel()
-    if d.size == 0:
-        raise ValueError("bootstrap of zero pairs is undefined")
-    if n_resamples < 1:
-        raise ValueError("n_resamples must be >= 1")
-    sums, counts = _cluster_sums(d, clusters)
-    g = sums.size
-    rng = np.random.default_rng(seed)
-    out = np.empty(n_resamples, dtype=float)
-    index_type = np.int32 if g < 2**31 else np.int64
-    block = max(1, _BLOCK_CELLS // g)
-    for start in range(0, n_resamples, block):
-        stop = min(start + block, n_resamples)
-        idx = rng.integers(0, g, size=(stop - start, g), dtype=index_type)
-        out[start:stop] = sums[idx].sum(axis=1) / counts[idx].sum(axis=1)
-    return out
+def _pooled_mean(sums: np.ndarray, counts: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.sum(sums, axis=axis) / np.sum(counts, axis=axis)
 
 
 def paired_bootstrap_drop(
@@ -82,28 +56,38 @@ def paired_bootstrap_drop(
     n_resamples: int = 10_000,
     alpha: float = 0.05,
     seed: int = 0,
-) -> DropResult:
-    """Drop of ablated vs baseline on the same samples, with a (1 - alpha) percentile CI.
+    method: str = "bca",
+) -> BootstrapResult:
+    """Drop of ablated vs baseline on the same samples, with a (1 - alpha) cluster bootstrap CI.
 
     `baseline[i]` and `ablated[i]` must be outcomes of the same sample; `clusters[i]` its image id. Pass
     `clusters=None` for the naive (per-sample) bootstrap.
     """
+    if method not in METHODS:
+        raise ValueError(f"unknown bootstrap interval {method!r}; use one of {sorted(METHODS)}")
     b = np.asarray(baseline, dtype=float).ravel()
     a = np.asarray(ablated, dtype=float).ravel()
     if b.size != a.size:
         raise ValueError(f"paired arrays differ in length: {b.size} baseline vs {a.size} ablated")
+    if b.size == 0:
+        raise ValueError("bootstrap of zero pairs is undefined")
+    if n_resamples < 1:
+        raise ValueError("n_resamples must be >= 1")
     diffs = b - a
-    boot = bootstrap_mean_diffs(diffs, clusters, n_resamples=n_resamples, seed=seed)
-    low, high = np.quantile(boot, [alpha / 2.0, 1.0 - alpha / 2.0])
-    n_clusters = diffs.size if clusters is None else int(np.unique(np.asarray(clusters)).size)
-    return DropResult(
-        drop=float(diffs.mean()),
-        ci_low=float(low),
-        ci_high=float(high),
-        se=float(boot.std(ddof=1)) if boot.size > 1 else float("nan"),
-        n_pairs=int(diffs.size),
-        n_clusters=n_clusters,
-        n_resamples=int(n_resamples),
-        clustered=clusters is not None,
-        seed=int(seed),
-    )
+    sums, counts = cluster_totals(diffs, clusters)
+    drop = float(diffs.mean())
+    means = sums / counts
+    common = dict(drop=drop, method=method, n_pairs=int(diffs.size), n_clusters=int(sums.size),
+                  n_resamples=int(n_resamples), clustered=clusters is not None, seed=int(seed))
+    if sums.size < 2 or np.all(means == means[0]):
+        return BootstrapResult(ci_low=drop, ci_high=drop, se=0.0, degenerate=True, **common)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # scipy warns about BCa on near-degenerate data; we check the result
+        res = bootstrap((sums, counts), _pooled_mean, paired=True, vectorized=True, method=METHODS[method],
+                        n_resamples=n_resamples, confidence_level=1.0 - alpha, random_state=np.random.default_rng(seed),
+                        batch=max(1, _BATCH_CELLS // sums.size))
+    low, high = float(res.confidence_interval.low), float(res.confidence_interval.high)
+    degenerate = not (np.isfinite(low) and np.isfinite(high))
+    if degenerate:
+        low = high = drop
+    return BootstrapResult(ci_low=low, ci_high=high, se=float(res.standard_error), degenerate=degenerate, **common)

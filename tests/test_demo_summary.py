@@ -1,0 +1,62 @@
+"""The demo's acceptance figures and criteria (vrh_lmms/demo/pipeline.py) without running the model: the top-k
+interval is the report's, and a bound met as printed is met as checked (no float surprises at exactly 10 points)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from sweep_files import LineWriter, make_docs, statuses_from, vrh_block
+
+from vrh_lmms.demo.pipeline import TASK, Acceptance, acceptance_figures, criteria, summary_markdown
+from vrh_lmms.report import ReportSettings, build_report
+
+
+def _row(**overrides) -> dict:
+    row = {"k": 2, "topk_acc": 0.5, "topk_drop": 0.5, "topk_drop_ci": [0.4, 0.6], "topk_parse_failure": 0.0,
+           "random_drops": [1.0 - 1.0, 1.0 - 1.0, 1.0 - 0.7],  # the shipped demo's random2 draws: 0, 0, 30 points
+           "layer_matched_drops": [0.0, 0.0, 0.0],
+           "random_max_parse_failure": 0.0, "layer_matched_max_parse_failure": 0.05}
+    row.update(overrides)
+    row["random_mean_drop"] = float(np.mean(row["random_drops"]))
+    row["layer_matched_mean_drop"] = float(np.mean(row["layer_matched_drops"]))
+    return row
+
+
+def test_a_mean_drop_of_exactly_ten_points_is_met_as_printed():
+    row = _row()
+    assert row["random_mean_drop"] > 0.10  # 0.10000000000000002: the float that used to fail the check
+    acc = Acceptance(baseline_acc=0.8, n_eval=100, rows=[row])
+    checks = criteria(acc, total_heads=32)[2]
+    assert checks["random-k mean drop <= 10 points"] and checks["parse failures <= 5%"] and checks["baseline >= 80%"]
+    md = summary_markdown(acc, 32, 1.0)
+    assert "| +10.0% (3) |" in md and "- k=2: all met" in md
+    worse = Acceptance(0.8, 100, [_row(random_drops=[0.10, 0.10, 0.101])])
+    assert not criteria(worse, 32)[2]["random-k mean drop <= 10 points"]
+    assert "not met: random-k mean drop <= 10 points" in summary_markdown(worse, 32, 1.0)
+
+
+def test_acceptance_figures_use_the_reports_interval(tmp_path):
+    rng = np.random.default_rng(0)
+    docs = make_docs(rng, n_images=60, sizes=(1, 3))
+    writer = LineWriter(docs, task=TASK)
+    root = tmp_path / "sweep"
+    base = rng.random(len(docs)) < 0.9
+    writer.write(root, "baseline", vrh_block("baseline", "baseline", None, None), statuses_from(base, rng, 0.0))
+    top = base & (rng.random(len(docs)) < 0.5)
+    writer.write(root, "top2", vrh_block("top2", "topk", 2, None), statuses_from(top, rng, 0.0))
+    for s in range(3):
+        for kind in ("random", "layer_matched"):
+            other = base & (rng.random(len(docs)) < 0.95)
+            writer.write(root, f"{kind}2_s{s}", vrh_block(f"{kind}2_s{s}", kind, 2, s, heads_model=None),
+                         statuses_from(other, rng, 0.0))
+    acc = acceptance_figures(root, [2], n_resamples=200)
+    report = build_report([root], tmp_path / "report", ReportSettings(n_resamples=200, plots=False))
+    reported = next(c for c in report["groups"][0]["configs"] if c["label"] == "top2")["drop"]
+    (row,) = acc.rows
+    assert row["topk_drop"] == pytest.approx(reported["drop"])
+    assert row["topk_drop_ci"] == pytest.approx([reported["ci_low"], reported["ci_high"]])
+    assert row["topk_drop_ci_method"] == reported["method"] == "tango score, design-effect adjusted"
+    assert len(row["random_drops"]) == len(row["layer_matched_drops"]) == 3
+    json.dumps(acc.to_dict())
