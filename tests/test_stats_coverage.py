@@ -74,13 +74,13 @@ def _rejection_rates(null: str, n_datasets: int, seed: int = 11, mcnemar: bool =
 
 def test_sign_flip_keeps_its_level_when_whole_images_flip():
     flip, mcnemar = _rejection_rates("hurt_help", n_datasets=1500, mcnemar=True)
-    assert 0.03 <= flip <= 0.07, flip  # measured 0.042 (8000 datasets: 0.0425)
+    assert 0.03 <= flip <= 0.07, flip  # measured 0.040 (8000 datasets: 0.0425)
     assert mcnemar > 0.15, mcnemar  # ~0.27: the exact McNemar test treats an image's flips as independent
 
 
 def test_sign_flip_keeps_its_level_when_images_are_redrawn():
     flip, _ = _rejection_rates("redraw", n_datasets=1500)
-    assert 0.03 <= flip <= 0.07, flip  # measured 0.040 over 8000 datasets
+    assert 0.03 <= flip <= 0.07, flip  # measured 0.039 (8000 datasets: 0.040)
 
 
 # (name, kwargs of _redraw or "hurt_help", true drop)
@@ -144,13 +144,13 @@ def test_numeric_drop_interval_covers():
     truth_rng = np.random.default_rng(40)
     truth = float(np.mean([np.subtract(*_numeric_scores(truth_rng)[:2]).mean() for _ in range(1000)]))
     rng = np.random.default_rng(4)
-    n, hits = 2000, 0
+    n, hits = 3000, 0
     for _ in range(n):
         base, abl, clusters = _numeric_scores(rng)
         res = paired_drop(base, abl, clusters, bootstrap=False)
         hits += res.ci_low <= truth <= res.ci_high
     assert res.method == "cluster-robust t"
-    assert hits / n >= 0.93, hits / n  # measured 0.944 over 3000 datasets
+    assert hits / n >= 0.93, hits / n  # ~0.94 (sd 0.4 points here): the standard error varies with the estimate
 
 
 def test_bca_cluster_bootstrap_beside_it_covers_nearly_as_well():
@@ -163,7 +163,7 @@ def test_bca_cluster_bootstrap_beside_it_covers_nearly_as_well():
         base, abl, clusters = _numeric_scores(rng)
         res = paired_bootstrap_drop(base, abl, clusters, n_resamples=499, seed=rep)
         hits += res.ci_low <= truth <= res.ci_high
-    assert hits / n >= 0.90, hits / n  # measured 0.932 over 1500 datasets: BCa is a little short at 300 images
+    assert hits / n >= 0.90, hits / n  # measured 0.93 (1500 datasets: 0.932): BCa is a little short at 300 images
 
 
 def test_naive_bootstrap_undercovers_on_clustered_data():
@@ -188,7 +188,7 @@ def test_naive_bootstrap_undercovers_on_clustered_data():
 def test_accuracy_interval_covers_under_clustering_and_plain_wilson_does_not(name, kwargs, truth):
     rng = np.random.default_rng(9)
     ours = plain = 0
-    n = 1000
+    n = 2000
     for _ in range(n):
         clusters, u = _images(rng)
         values = _baseline(rng, clusters, u)
@@ -200,4 +200,4 @@ def test_accuracy_interval_covers_under_clustering_and_plain_wilson_does_not(nam
         plain += low <= truth <= high
     assert ours / n >= 0.93, (name, ours / n)
     if name != "ablated near 0":  # near 0 the images are nearly independent: plain Wilson is fine there
-        assert plain / n < 0.90, (name, plain / n)  # ~0.79 on this data
+        assert plain / n < 0.90, (name, plain / n)  # 0.78-0.83 on this data
