@@ -82,7 +82,7 @@ class ScoringLookup:
         if path not in self._by_path:
             try:
                 self._by_path[path] = read_heads_file(path) if Path(path).is_file() else None
-            except VRHError:
+            except (VRHError, OSError, ValueError):
                 self._by_path[path] = None
         found = self._by_path[path]
         return found.scoring if found is not None and found.sha256 == sha else None
