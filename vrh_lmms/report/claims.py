@@ -48,7 +48,9 @@ def _controls(group: dict, cfg: dict, alpha: float, n_family: int) -> str:
         if comp["p_floor"] > alpha:
             text += f", too few draws to reach p <= {alpha:g}"
         elif comp["p_holm"] is not None:
-            text += f"; Holm over {n_family}: {pval(comp['p_holm'])}"
+            word = "significant" if comp["p_holm"] <= alpha else "not significant"
+            text += (f"; Holm over the {n_family} comparisons with controls: {pval(comp['p_holm'])}, {word} at "
+                     f"{100 * alpha:g}%")
         parts.append(text + ")")
     return " and ".join(parts)
 
