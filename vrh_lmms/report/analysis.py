@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from vrh_lmms.errors import VRHError
+from vrh_lmms.report import official_metrics
 from vrh_lmms.report.pairing import pair
 from vrh_lmms.report.runs import RunMeta
 from vrh_lmms.report.samples import STATUSES, SampleTable
@@ -70,6 +71,7 @@ def _run_block(run: LoadedRun, settings: Settings) -> dict:
         "results": str(m.results_path),
         "samples": str(run.table.path),
         "accuracy": accuracy(run.table.scores, alpha=settings.alpha).to_dict(),
+        "official": official_metrics.from_samples(run.table.path),  # the benchmark's own headline, or None
         "taxonomy": taxonomy(run.table.statuses, run.table.kind),
         "paired": None,
         "drop": None,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vrh_lmms.report import official_metrics
+
 
 def pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100.0 * x:.1f}"
@@ -152,6 +154,7 @@ def render(report: dict) -> str:
         "",
         *summary_section(groups),
         "",
+        *official_metrics.markdown_section(groups),
         "## Every configuration against its baseline",
         "",
         *configs_section(groups),
