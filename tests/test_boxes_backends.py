@@ -50,8 +50,7 @@ def refcoco_rows(tmp_path, vrh_env):
                      "bbox": [0.1 * w, 0.2 * h, 0.4 * w, 0.6 * h], "iscrowd": 0,
                      "file_name": f"COCO_train2014_{100 + i:012d}_{i}.jpg"})
     ds = datasets.Dataset.from_list(rows).cast_column("image", datasets.Image())
-    (tmp_path / "data").mkdir()
-    ds.to_parquet(str(tmp_path / "data" / f"{SPLIT}-00000-of-00001.parquet"))
+    ds.to_parquet(str(tmp_path / f"{SPLIT}.parquet"))
     vrh_env.setenv("VRH_REFCOCO_DATA", str(tmp_path))
     return tmp_path
 

@@ -38,8 +38,8 @@ def _refcoco_rows(folder, sizes, split="testA"):
                      "bbox": [0.1 * w, 0.2 * h, 0.3 * w, 0.4 * h], "iscrowd": 0,
                      "file_name": f"COCO_train2014_{100 + i:012d}_{i}.jpg"})
     ds = datasets.Dataset.from_list(rows).cast_column("image", datasets.Image())
-    (folder / "data").mkdir(parents=True, exist_ok=True)
-    ds.to_parquet(str(folder / "data" / f"{split}-00000-of-00001.parquet"))
+    folder.mkdir(parents=True, exist_ok=True)
+    ds.to_parquet(str(folder / f"{split}.parquet"))
     return folder
 
 
