@@ -14,14 +14,21 @@ from lmms_eval.models.simple.internvl3_5 import InternVL3_5 as _InternVL3_5
 from vrh_lmms.model_wrappers.base import VRHMixin
 from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 
+from vrh_lmms.capture.extras import RemoteInternVLProcessor
+
 
 class _ConfigFix:
-    """lmms-eval's internvl2 backend never sets `_config`, so its `config` property fails; fill it in."""
+    """lmms-eval's internvl2 backend never sets `_config`, so its `config` property fails; fill it in. These
+    backends have no HF processor: `vrh_processor` describes their own tiling for the image-token layout."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         if "_config" not in self.__dict__:
             self._config = self.model.config
+
+    @property
+    def vrh_processor(self) -> RemoteInternVLProcessor:
+        return RemoteInternVLProcessor.from_backend(self)
 
 
 class VRHInternVL3(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL3):

@@ -11,6 +11,7 @@ from lmms_eval.models.chat.qwen2_5_vl import Qwen2_5_VL as _Chat
 from lmms_eval.models.simple.qwen2_5_vl import Qwen2_5_VL as _Simple
 from vrh_lmms.model_wrappers.base import VRHMixin, user_errors_exit
 
+from vrh_lmms.boxes.backends import backend_box_params
 from vrh_lmms.errors import VRHError
 
 IMAGE_POSITIONS = ("before_prompt", "after_prompt")
@@ -68,10 +69,24 @@ class ImagePositionMixin:
         return super().generate_until(requests)
 
 
-class VRHQwen25(ImagePositionMixin, VRHMixin, _Simple):
+class BackendResizeMixin:
+    """Announce the resize this backend really applies: the simple path passes its pixel limits to qwen_vl_utils,
+    the chat path does not (vrh_lmms.boxes.backends)."""
+
+    def _vrh_activate_box_convention(self, name: str) -> None:
+        from vrh_lmms.boxes import context
+
+        seen = backend_box_params(self)
+        if seen is None or seen[0] != name:
+            super()._vrh_activate_box_convention(name)
+            return
+        context.set_active(name, **seen[1])
+
+
+class VRHQwen25(BackendResizeMixin, ImagePositionMixin, VRHMixin, _Simple):
     vrh_family = "qwen2_5_vl"
 
 
-class VRHQwen25Chat(ImagePositionMixin, VRHMixin, _Chat):
+class VRHQwen25Chat(BackendResizeMixin, ImagePositionMixin, VRHMixin, _Chat):
     vrh_family = "qwen2_5_vl"
     is_simple = False

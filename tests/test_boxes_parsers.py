@@ -133,9 +133,15 @@ def test_llava_padded_square():
     "<loc0256><loc0128><loc0768><loc0512> car",
     "<loc0256> <loc0128> <loc0768> <loc0512> car ; <loc0000><loc0000><loc0010><loc0010> car",
 ])
-def test_paligemma_y_first_1024_bins(text):
+def test_paligemma_y_first_bins_over_1023(text):
     r = px("paligemma", text)
-    approx(r.box, [128 / 1024 * W, 256 / 1024 * H, 512 / 1024 * W, 768 / 1024 * H])
+    approx(r.box, [128 / 1023 * W, 256 / 1023 * H, 512 / 1023 * W, 768 / 1023 * H])
+
+
+def test_paligemma_last_bin_is_the_image_edge():
+    """big_vision's PaliGemma evaluator (evaluators/proj/paligemma/transfers/segmentation.py) decodes
+    `tokens[:, :4] / 1023`: bins 0 and 1023 are the image's edges, so a whole-image box reads as the whole image."""
+    approx(px("paligemma", "<loc0000><loc0000><loc1023><loc1023> everything").box, [0, 0, W, H])
 
 
 def test_paligemma_ignores_non_loc_numbers():
@@ -159,7 +165,7 @@ def test_prompts():
     ("qwen3_vl", '{"point_2d": [500, 500]}', [320, 240]),
     ("generic", "[(0.5, 0.5)]", [320, 240]),
     ("internvl", "<box>[[400, 400, 600, 600]]</box>", [320, 240]),  # no point format: box centre
-    ("paligemma", "<loc0256><loc0128><loc0768><loc0512> x", [320 / 1024 * W, 512 / 1024 * H]),
+    ("paligemma", "<loc0256><loc0128><loc0768><loc0512> x", [320 / 1023 * W, 512 / 1023 * H]),
 ])
 def test_points(conv, text, expected):
     r = get_convention(conv).read_points(text, (W, H))

@@ -4,6 +4,8 @@ local layouts, and the vqa records process_results emits."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +15,7 @@ from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_data as VD
 from vrh_lmms.tasks.common.sources import SourceError
 
+REAL = Path(__file__).parent / "fixtures" / "real_excerpts"
 
 def _img(color=(90, 90, 90), size=(64, 48)):
     return Image.new("RGB", size, color)
@@ -139,7 +142,11 @@ def test_spatial457_levels(tmp_path, vrh_env, placeholder):
              "question_index": i} for i, (q, a) in enumerate([("Is there a red bus?", "True"),
                                                                ("How many cars?", "2"),
                                                                ("What color is the bike?", "blue")])]
-    docs = _docs(vrh_env, placeholder, "vrh_spatial457_l2_objects", "SPATIAL457", _write(tmp_path, "test", rows))
+    # lmms-lab-eval/Spatial457 snapshots keep one folder per config: L2_objects/test-00000-of-00001.parquet
+    (tmp_path / "L2_objects").mkdir()
+    _write(tmp_path / "L2_objects", "test", rows).joinpath("test.parquet").rename(
+        tmp_path / "L2_objects" / "test-00000-of-00001.parquet")
+    docs = _docs(vrh_env, placeholder, "vrh_spatial457_l2_objects", "SPATIAL457", tmp_path)
     assert docs[0]["vrh_question_type"] == "L2_objects"
     _check_record(V.process_results(docs[0], ["Yes"]), correct=True, status="correct")
     _check_record(V.process_results(docs[1], ["two"]), correct=True, status="correct")
@@ -158,7 +165,8 @@ def vaw_root(tmp_path):
     (root / "data" / "test.json").write_text(json.dumps([
         {"image_id": 11, "instance_id": 5, "instance_bbox": [10, 20, 30, 40], "instance_polygon": None,
          "object_name": "shirt", "positive_attributes": ["red"], "negative_attributes": ["striped", "wet"]}]))
-    (root / "data" / "attribute_parent_types.json").write_text(json.dumps({"color": ["red"], "pattern": ["striped"]}))
+    for name in ("attribute_types.json", "attribute_parent_types.json"):  # the real files (tests/fixtures)
+        shutil.copy(REAL / f"vaw_{name}", root / "data" / name)
     return root, images
 
 
@@ -170,7 +178,7 @@ def test_vaw_yes_no_questions(vaw_root, vrh_env, placeholder):
     assert len(docs) == 3
     assert V.doc_to_text(docs[0]) == "Is the shirt in the red box red? Answer yes or no."
     assert docs["vrh_target"] == ["yes", "no", "no"]
-    assert docs["vrh_question_type"] == ["color", "pattern", "attribute"]
+    assert docs["vrh_question_type"] == ["color", "texture", "state"]  # red: color; striped: pattern -> texture
     drawn = np.asarray(V.doc_to_visual(docs[0])[0])
     assert tuple(drawn[20, 25]) == (255, 0, 0) and tuple(drawn[5, 5]) == (90, 90, 90)  # top edge of the box
     out = V.process_results(docs[1], ["No, it is plain."])

@@ -14,6 +14,7 @@ import numpy as np
 from vrh_lmms.tasks.common.records import grounding_result, pointing_result
 
 from vrh_lmms.boxes import context
+from vrh_lmms.boxes.backends import backend_box_params, calling_backend
 from vrh_lmms.boxes.geometry import iou
 
 # Toloka asks a question whose answer is an object; the convention's prompt gets it as the expression.
@@ -21,6 +22,11 @@ TOLOKA_EXPRESSION = 'the object that answers the question "{question}"'
 
 
 def doc_to_visual(doc: Mapping[str, Any]) -> list:
+    """The image; also notes how the backend taking it resizes (Qwen2.5-VL chat vs simple path), for scoring."""
+    if doc.get("vrh_key"):
+        seen = backend_box_params(calling_backend())
+        if seen is not None:
+            context.observe(doc["vrh_key"], *seen)
     return [doc["image"].convert("RGB")]
 
 
@@ -32,7 +38,7 @@ def _convention_for(doc: Mapping[str, Any], kwargs: Mapping[str, Any] | None) ->
 
 
 def _scoring_convention(doc: Mapping[str, Any]) -> context.Resolved:
-    return (context.recall(doc["vrh_key"]) if doc.get("vrh_key") else None) or context.resolve(None)
+    return context.for_scoring(doc.get("vrh_key"))
 
 
 def doc_to_text(doc: Mapping[str, Any], lmms_eval_specific_kwargs: Mapping[str, Any] | None = None) -> str:
@@ -72,11 +78,12 @@ def point_doc_to_text(doc: Mapping[str, Any], lmms_eval_specific_kwargs: Mapping
 
 
 def mask_array(mask) -> np.ndarray:
-    """Binary H x W array from a mask image (values ~0/255, maybe RGB)."""
+    """Binary H x W array from a mask image: any nonzero pixel of the first channel is inside, as RoboRefer's
+    Evaluation/summarize_acc.py reads RefSpatial masks (``mask = (np.array(mask) / 255. > 0)``)."""
     arr = np.asarray(mask)
     if arr.ndim == 3:
         arr = arr[:, :, 0]
-    return arr > 127 if arr.dtype != bool else arr
+    return arr > 0 if arr.dtype != bool else arr
 
 
 def points_in_mask(points, mask: np.ndarray) -> float:

@@ -88,31 +88,65 @@ def _refcoco(dataset: str, key: str, hub: str) -> Benchmark:
 
 
 # ------------------------------------------------------------------------------------------------ Toloka
-def toloka_records(rows: list[dict[str, Any]], images: str | None, origin: str) -> list[dict[str, Any]]:
-    """Toloka WSDM Cup rows (image URL, width, height, left, top, right, bottom, question) -> doc dicts."""
-    out = []
-    folder = Path(images).expanduser() if images else None
+TOLOKA_IMAGES = "VRH_TOLOKA_IMAGES"
+TOLOKA_COLUMNS = ("image", "width", "height", "left", "top", "right", "bottom", "question")
+_TRUE = ("1", "true", "yes", "on")
+
+
+def offline() -> bool:
+    """HF_HUB_OFFLINE / HF_DATASETS_OFFLINE: no image URL can be fetched."""
+    return any(os.environ.get(v, "").strip().lower() in _TRUE for v in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+
+
+def toloka_image_folders(images: str | Path | None) -> list[Path]:
+    """The image root and, if present, its COCO-2017 subfolders (Toloka's images are a COCO subset)."""
+    if not images:
+        return []
+    root = Path(images).expanduser()
+    return [root] + [root / sub for sub in ("train2017", "val2017") if (root / sub).is_dir()]
+
+
+def toloka_records(rows: list[dict[str, Any]], images: str | Path | None, origin: str) -> list[dict[str, Any]]:
+    """Toloka WSDM Cup rows (image URL, width, height, left, top, right, bottom, question) -> doc dicts.
+
+    With an image root, every image is looked up there by the file name of its URL (``000000001066.jpg``); any
+    missing image stops the load with one error naming the root and ``VRH_TOLOKA_IMAGES``. Without one, the
+    URLs stay (fetched when a doc is read), which offline runs cannot do: they fail at once, naming the variable.
+    """
+    folders = toloka_image_folders(images)
+    if images and not folders[0].is_dir():
+        raise SourceError(f"{TOLOKA_IMAGES}={images}: not a folder")
+    out, missing = [], []
     for i, row in enumerate(rows):
-        missing = [c for c in ("image", "width", "height", "left", "top", "right", "bottom", "question")
-                   if c not in row]
-        if missing:
-            raise SourceError(f"{origin}: Toloka row {i} lacks {', '.join(missing)}")
-        name = str(row["image"]).rsplit("/", 1)[-1]
+        lacking = [c for c in TOLOKA_COLUMNS if c not in row]
+        if lacking:
+            raise SourceError(f"{origin}: Toloka row {i} lacks {', '.join(lacking)}")
         image = str(row["image"])
-        if folder is not None:
-            local = folder / name
-            if not local.exists():
-                raise SourceError(f"{origin}: image {local} is missing (images folder {folder})")
+        name = image.rsplit("/", 1)[-1]
+        if folders:
+            local = next((f / name for f in folders if (f / name).is_file()), None)
+            if local is None:
+                missing.append(name)
             image = str(local)
+        elif not image.startswith(("http://", "https://")):
+            if not Path(image).is_file():
+                missing.append(name)
+        elif offline():
+            raise SourceError(f"{origin}: Toloka rows name image URLs ({image}) and the hub is offline; set "
+                              f"{TOLOKA_IMAGES} to a folder holding the images by file name ({name}, ...)")
         out.append({"image": image, "expression": str(row["question"]).strip(),
                     "gt_box": [float(row[k]) for k in ("left", "top", "right", "bottom")],
                     "image_id": Path(name).stem, "question_id": str(i),
                     "image_width": int(row["width"]), "image_height": int(row["height"])})
+    if missing:
+        where = ", ".join(map(str, folders)) or "their paths"
+        raise SourceError(f"{origin}: {len(missing)} of {len(rows)} Toloka images are not in {where} (first: "
+                          f"{', '.join(missing[:3])}); set {TOLOKA_IMAGES} to the folder that holds them")
     return out
 
 
 def toloka_from_rows(rows, split: str, origin: str, options: dict | None = None):
-    images = (options or {}).get("images") or os.environ.get("VRH_TOLOKA_IMAGES")
+    images = (options or {}).get("images") or os.environ.get(TOLOKA_IMAGES, "").strip() or None
     return D.from_records(toloka_records(rows.to_list(), images, origin))
 
 

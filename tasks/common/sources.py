@@ -74,6 +74,8 @@ def resolve(key: str, spec: Mapping[str, Any] | None, default: Source, local_kin
         if kind not in allowed:
             raise SourceError(f"source spec: vrh_source={kind!r} is not available here; use one of "
                               f"{', '.join(('auto', *allowed))}")
+        if kind in ("files", "hub") and default.get("name") and "name" not in spec:
+            spec["name"] = default.get("name")  # the task's config travels with any files or hub source
         return Source(kind, spec, "the task's source spec")
     env = {what: os.environ.get(env_name(key, what), "").strip()
            for what in ("SOURCE", "DATA", "ROOT", "IMAGES", "HUB")}
@@ -91,9 +93,11 @@ def resolve(key: str, spec: Mapping[str, Any] | None, default: Source, local_kin
     else:
         chosen, origin = default.kind, "the default"
     options = dict(default.options) if chosen == default.kind else {}
-    if chosen == "hub" and env["HUB"]:
+    if chosen == "hub" and env["HUB"]:  # another hub id, or a downloaded snapshot folder
         options["path"], origin = env["HUB"], env_name(key, "HUB")
     if chosen == "files":
+        if default.get("name") and "name" not in options:  # the task's config (Spatial457 level, CV-Bench 2D/3D)
+            options["name"] = default.get("name")
         if not env["DATA"] and not options.get("path"):
             raise SourceError(f"{origin}=files needs {env_name(key, 'DATA')}=PATH (a folder of "
                               f"<split>.parquet/.jsonl files, or one file)")
@@ -110,28 +114,95 @@ def resolve(key: str, spec: Mapping[str, Any] | None, default: Source, local_kin
 
 
 # --------------------------------------------------------------------------------------------------- loading
-def data_file(path: str | Path, split: str, origin: str) -> Path:
-    """``path`` itself if it is a file, else ``<path>/<split>.<ext>`` for the first known suffix present."""
+DEFAULT_CONFIGS = (None, "", "default")
+
+
+def _named(config: str | None) -> bool:
+    return config not in DEFAULT_CONFIGS
+
+
+def is_snapshot(folder: Path) -> bool:
+    """A downloaded hub snapshot whose README.md declares ``configs`` (how the hub maps files to configs/splits)."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return False
+    text = readme.read_text(encoding="utf-8", errors="replace")
+    if not text.startswith("---"):
+        return False
+    import yaml
+
+    try:
+        header = yaml.safe_load(text.split("---", 2)[1]) or {}
+    except yaml.YAMLError:
+        return False
+    return isinstance(header, dict) and bool(header.get("configs"))
+
+
+def _split_in(folder: Path, stems: tuple[str, ...]) -> list[Path]:
+    """``<stem>.<ext>``, else the shards ``<stem>-*.<ext>``, in ``folder`` or ``folder/data``."""
+    for base in (folder, folder / "data"):
+        for stem in stems:
+            for suffix in DATA_SUFFIXES:
+                if (base / f"{stem}{suffix}").is_file():
+                    return [base / f"{stem}{suffix}"]
+            for suffix in DATA_SUFFIXES:
+                shards = sorted(p for p in base.glob(f"{stem}-*{suffix}") if p.is_file())
+                if shards:
+                    return shards
+    return []
+
+
+def split_files(path: str | Path, split: str, config: str | None, origin: str) -> list[Path]:
+    """The local files of one split (and config) under ``path``: the rule of docs/tasks.md "Local files".
+
+    A file serves the benchmark's default config only. In a folder, a named config (Spatial457 ``L1_single``,
+    CV-Bench ``2D``) reads ``<config>/`` (or ``data/<config>/``), else ``<split>_<config>.<ext>`` (CV-Bench's
+    ``test_2d.parquet``), never the default config's files; the default config reads ``<split>.<ext>``. Each name
+    may be one file or hub-style shards ``<split>-00000-of-0000N.<ext>``, directly or under ``data/``.
+    """
     p = Path(path).expanduser()
     if p.is_file():
-        return p
+        if _named(config):
+            raise SourceError(f"{origin}={p} is one file, but this task reads config {config!r}: point it at a "
+                              f"folder holding {config}/{split}.parquet (or a hub snapshot) instead")
+        return [p]
     if not p.is_dir():
         raise SourceError(f"{origin}: {p} does not exist")
-    for suffix in DATA_SUFFIXES:
-        cand = p / f"{split}{suffix}"
-        if cand.is_file():
-            return cand
-    raise SourceError(f"{origin}: no {split}{{{','.join(DATA_SUFFIXES)}}} in {p}")
+    if _named(config):
+        for sub in (p / str(config), p / "data" / str(config)):
+            if sub.is_dir() and (found := _split_in(sub, (split,))):
+                return found
+        names = tuple(dict.fromkeys((f"{split}_{config}", f"{split}_{str(config).lower()}")))
+        if found := _split_in(p, names):
+            return found
+        raise SourceError(f"{origin}: no files of config {config!r}, split {split!r} in {p} (looked for "
+                          f"{config}/{split}[-*].<ext>, {names[-1]}[-*].<ext>, also under data/; "
+                          f"<ext> one of {', '.join(DATA_SUFFIXES)})")
+    found = _split_in(p, (split,)) or (_split_in(p / "default", (split,)) if (p / "default").is_dir() else [])
+    if found:
+        return found
+    raise SourceError(f"{origin}: no {split}[-*].<ext> in {p} or {p / 'data'} (<ext> one of "
+                      f"{', '.join(DATA_SUFFIXES)})")
+
+
+_BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".arrow": "arrow"}
 
 
 def load_files(source: Source, split: str):
-    """Rows of ``split`` from local files in the benchmark's hub schema."""
+    """Rows of ``split`` (and the source's config ``name``) from local files in the benchmark's hub schema."""
     import datasets
 
-    path = data_file(source.require("path", "a file or folder of <split>.parquet files"), split, source.origin)
-    builder = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "csv", ".arrow": "arrow"}[
-        path.suffix]
-    return datasets.load_dataset(builder, data_files={split: str(path)}, split=split)
+    path = Path(source.require("path", "a file or folder of <split>.parquet files")).expanduser()
+    config = source.get("name")
+    if path.is_dir() and is_snapshot(path):
+        try:
+            return datasets.load_dataset(str(path), name=None if not _named(config) else config, split=split)
+        except Exception as exc:  # datasets raises many types for bad snapshots
+            raise SourceError(f"{source.origin}: could not read config {config or 'default'!r}, split {split!r} "
+                              f"of the hub snapshot {path} ({type(exc).__name__}: {exc})") from exc
+    files = split_files(path, split, config, source.origin)
+    builder = _BUILDERS[files[0].suffix]
+    return datasets.load_dataset(builder, data_files={split: [str(f) for f in files]}, split=split)
 
 
 def load_hub(source: Source, split: str):

@@ -160,6 +160,11 @@ def read_spatialrgpt(reply: str, doc: Mapping[str, Any], meta: dict) -> tuple[st
     return f"Region [{got.group(1)}]", goal is not None and got.group(1) == goal.group(1)
 
 
+# Benchmark fields copied from vrh_meta into the record, for breakdowns and official metrics (vrh_lmms.report.
+# official_metrics): VAW's attribute and its types, SpatialRGPT's qa_type, CV-Bench's image source.
+RECORD_FIELDS = ("attribute", "polarity", "attribute_type", "parent_type", "head_tail", "instance_id", "qa_type",
+                 "source")
+
 READERS = {"choice": read_choice, "yes_no": read_yes_no, "number": read_number, "short": read_short,
            "mathvista": read_mathvista, "spatialrgpt": read_spatialrgpt}
 
@@ -170,6 +175,6 @@ def process_results(doc: Mapping[str, Any], results: list[str]) -> dict[str, Any
     meta = _meta(doc)
     reader = READERS[doc["vrh_answer_type"]]
     pred, correct = reader(reply, doc, meta)
-    extra = {k: meta[k] for k in ("attribute", "polarity", "qa_type") if k in meta}
+    extra = {k: meta[k] for k in RECORD_FIELDS if k in meta}
     return vqa_result(image_id=doc["image_id"], pred=pred, target=doc["vrh_target"], correct=correct, raw=reply,
                       question_type=doc.get("vrh_question_type", ""), question_id=doc.get("question_id"), **extra)

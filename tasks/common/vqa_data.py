@@ -8,6 +8,7 @@ Docs keep their benchmark's own columns and gain: ``vrh_prompt`` (the full quest
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -158,15 +159,42 @@ def mathvista_adapt(rows, split: str, origin: str, options: dict | None = None):
 VAW_MODES = ("box", "crop")
 
 
-def _vaw_parent_types(data_dir: Path) -> dict[str, str]:
-    path = data_dir / "attribute_parent_types.json"
-    if not path.is_file():
-        return {}
-    out = {}
-    for parent, attrs in json.loads(path.read_text()).items():
-        for a in attrs:
-            out[a] = parent
-    return out
+VAW_TYPE_FILES = ("attribute_types.json", "attribute_parent_types.json")
+
+
+@dataclass(frozen=True)
+class VAWTypes:
+    """VAW's attribute taxonomy: ``attribute_types.json`` maps a subtype to its attributes, and
+    ``attribute_parent_types.json`` a parent type (color, material, ...) to its subtypes; ``head_tail.json``
+    (optional) maps head/medium/tail to attributes."""
+
+    subtypes: dict[str, list[str]]
+    parents: dict[str, list[str]]
+    head_tail: dict[str, list[str]] | None = None
+
+    def of(self, attr: str) -> tuple[str, str]:
+        """(parent type, subtype) as the official evaluator's ``get_attr_type`` finds them: the first subtype (in
+        file order) listing the attribute, then the first parent listing that subtype; 'other' when none does."""
+        sub = next((name for name, attrs in self.subtypes.items() if attr in attrs), "other")
+        parent = next((name for name, subs in self.parents.items() if sub in subs), "other")
+        return parent, sub
+
+    def group(self, attr: str) -> str | None:
+        if not self.head_tail:
+            return None
+        return next((name for name, attrs in self.head_tail.items() if attr in attrs), None)
+
+
+def vaw_types(data_dir: Path, origin: str) -> VAWTypes:
+    missing = [n for n in VAW_TYPE_FILES if not (data_dir / n).is_file()]
+    if missing:
+        raise SourceError(f"{origin}: {', '.join(str(data_dir / n) for n in missing)} missing (adobe-research/"
+                          f"vaw_dataset ships them in data/; the parent types of the questions come from them)")
+    def read(name: str):
+        return json.loads((data_dir / name).read_text())
+
+    head_tail = read("head_tail.json") if (data_dir / "head_tail.json").is_file() else None
+    return VAWTypes(read(VAW_TYPE_FILES[0]), read(VAW_TYPE_FILES[1]), head_tail)
 
 
 def vaw_local(source: Source, split: str):
@@ -191,7 +219,7 @@ def vaw_local(source: Source, split: str):
     folders = [f for f in folders if f.is_dir()]
     if not folders:
         raise SourceError(f"{source.origin}: no Visual Genome image folder; set VRH_VAW_IMAGES")
-    parents = _vaw_parent_types(data_dir)
+    types = vaw_types(data_dir, source.origin)
     records = []
     for inst in json.loads(path.read_text()):
         name = f"{inst['image_id']}.jpg"
@@ -205,33 +233,53 @@ def vaw_local(source: Source, split: str):
         for polarity, attrs in (("positive", inst.get("positive_attributes") or []),
                                 ("negative", inst.get("negative_attributes") or [])):
             for attr in attrs:
+                parent, subtype = types.of(attr)
                 records.append({
                     "image": str(img), "vrh_prompt": f"Is the {obj} {where}{attr}?{YES_NO_SUFFIX}",
                     "vrh_target": "yes" if polarity == "positive" else "no", "vrh_answer_type": "yes_no",
-                    "vrh_options": [], "vrh_question_type": parents.get(attr, "attribute"),
+                    "vrh_options": [], "vrh_question_type": parent,
                     "vrh_meta": json.dumps({"draw_boxes": [box] if mode == "box" else [],
                                             "crop": box if mode == "crop" else None, "attribute": attr,
-                                            "polarity": polarity, "object": obj}),
+                                            "polarity": polarity, "object": obj, "attribute_type": subtype,
+                                            "parent_type": parent, "instance_id": str(inst["instance_id"]),
+                                            **({"head_tail": types.group(attr)} if types.head_tail else {})}),
                     "image_id": str(inst["image_id"]), "question_id": f"{inst['instance_id']}:{attr}",
                 })
     return D.from_records(records)
 
 
 # ------------------------------------------------------------------------------------------------ SpatialRGPT
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
+def nested(value: Any) -> Any:
+    """A nested field that may be stored as text: JSON, or a Python literal (the SpatialRGPT-Bench parquet stores
+    ``conversations``, ``qa_info``, ``bbox``, ``image_info``, ``rle`` as ``str(obj)``, single quotes and all,
+    which public loaders read with ``ast.literal_eval``)."""
+    if not isinstance(value, str) or value.strip()[:1] not in ("[", "{", "("):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        pass
+    try:
+        return ast.literal_eval(value.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return value
+
+
+def _nested_field(r: dict[str, Any], key: str, kind: type, origin: str) -> Any:
+    value = nested(r.get(key))
+    if value is None or value == "":
+        return kind()
+    if not isinstance(value, kind):
+        raise SourceError(f"{origin}: record {r.get('id')!r} field {key!r} is not a {kind.__name__} "
+                          f"(got {str(value)[:60]!r})")
     return value
 
 
-def spatialrgpt_fields(r: dict[str, Any]) -> dict[str, Any]:
+def spatialrgpt_fields(r: dict[str, Any], origin: str = "SpatialRGPT-Bench") -> dict[str, Any]:
     """Prompt, target and scoring info of one SpatialRGPT-Bench record (original JSON or hub row)."""
-    conv = _maybe_json(r.get("conversations")) or []
-    qa = _maybe_json(r.get("qa_info")) or {}
-    boxes = _maybe_json(r.get("bbox")) or []
+    conv = _nested_field(r, "conversations", list, origin)
+    qa = _nested_field(r, "qa_info", dict, origin)
+    boxes = _nested_field(r, "bbox", list, origin)
     question = str(r.get("text_q") or (conv[0]["value"] if conv else "")).replace("<image>", "").strip()
     k = 0
     while "<mask>" in question:
@@ -252,8 +300,8 @@ def spatialrgpt_records(rows: list[dict[str, Any]], folders: list[Path], origin:
                         with_image_paths: bool) -> list[dict[str, Any]]:
     out = []
     for i, r in enumerate(rows):
-        f = spatialrgpt_fields(r)
-        info = _maybe_json(r.get("image_info")) or {}
+        f = spatialrgpt_fields(r, origin)
+        info = _nested_field(r, "image_info", dict, origin)
         rec = {"vrh_prompt": f["prompt"], "vrh_target": f["target"], "vrh_answer_type": "spatialrgpt",
                "vrh_options": [], "vrh_question_type": f["category"],
                "vrh_meta": json.dumps({"draw_boxes": f["boxes"], "labels": True, "qa_type": f["qa_type"],
@@ -346,7 +394,7 @@ TASK_SPLITS = {
     "vrh_mmstar": ("mmstar", "val"), "vrh_cv_bench": ("cv_bench", "test"), "vrh_cv_bench_2d": ("cv_bench_2d", "test"),
     "vrh_cv_bench_3d": ("cv_bench_3d", "test"), "vrh_countbenchqa": ("countbenchqa", "test"),
     "vrh_mathvista_testmini": ("mathvista", "testmini"), "vrh_vaw": ("vaw", "test"),
-    "vrh_spatialrgpt": ("spatialrgpt", "train"),
+    "vrh_spatialrgpt": ("spatialrgpt", "val"),
     **{f"vrh_spatial457_{lvl.lower()}": (f"spatial457_{lvl.lower()}", "test") for lvl in SPATIAL457_LEVELS},
 }
 globals().update({task: loader(bench, split, task) for task, (bench, split) in TASK_SPLITS.items()})

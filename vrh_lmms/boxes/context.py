@@ -16,6 +16,10 @@ Precedence, highest first (``resolve``):
 Parameters of lower-priority sources that name the *same* convention fill in what the winner leaves out.
 ``doc_to_text`` resolves with the task kwargs and ``remember``s the result under the doc's key; ``process_results``
 ``recall``s it, so a reply is always read in the convention its prompt asked for.
+
+The resize a backend really applies is read from the backend itself when it takes the doc's image
+(``observe``, called by the grounding tasks' ``doc_to_visual``; ``vrh_lmms.boxes.backends``): ``for_scoring``
+reads the reply with those parameters (source ``backend``) unless the operator or the task pinned the convention.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ class Resolved:
 _lock = threading.Lock()
 _active: Resolved | None = None
 _remembered: dict[str, Resolved] = {}
+_observed: dict[str, Resolved] = {}
 
 
 # ------------------------------------------------------------------------------------------- active state
@@ -69,6 +74,7 @@ def clear_active() -> None:
     with _lock:
         _active = None
         _remembered.clear()
+        _observed.clear()
 
 
 def get_active() -> Resolved | None:
@@ -166,3 +172,21 @@ def remember(key: str, resolved: Resolved) -> None:
 def recall(key: str) -> Resolved | None:
     with _lock:
         return _remembered.get(key)
+
+
+def observe(key: str, name: str, params: Mapping[str, Any]) -> None:
+    """The backend that took the doc's image resizes this way (``vrh_lmms.boxes.backends.backend_box_params``)."""
+    with _lock:
+        _observed[key] = Resolved(name, get_convention(name).merged_params(params), "backend")
+
+
+def for_scoring(key: str | None) -> Resolved:
+    """How to read the reply of doc ``key``: the convention its prompt used, with the resize parameters of the
+    backend observed taking its image when that backend speaks the same convention (env/task pins win)."""
+    with _lock:
+        prompted = _remembered.get(key) if key else None
+        seen = _observed.get(key) if key else None
+    prompted = prompted or resolve(None)
+    if seen is None or seen.name != prompted.name or prompted.source in ("env", "task"):
+        return prompted
+    return Resolved(prompted.name, {**prompted.params, **seen.params}, "backend")

@@ -136,9 +136,10 @@ CONVENTIONS: dict[str, Convention] = {
             source="LLaVA-1.5 REC data (fractions, 2-3 decimals); LLaVA-1.5 reads them on the padded square "
                    "(pad_to_square=True), LLaVA-NeXT's anyres does not pad (default False)"),
         Convention(
-            "paligemma", "'detect <expr>' -> <locY1><locX1><locY2><locX2> label, 1024 bins, y first",
-            "detect {expression}", "loc1024", box_extractors=(ex.loc_boxes,),
-            source="PaliGemma / big_vision: 4 <locNNNN> tokens per box, ymin xmin ymax xmax, value/1024*size"),
+            "paligemma", "'detect <expr>' -> <locY1><locX1><locY2><locX2> label, bins 0-1023, y first",
+            "detect {expression}", "loc1023", box_extractors=(ex.loc_boxes,),
+            source="PaliGemma / big_vision: 4 <locNNNN> tokens per box, ymin xmin ymax xmax; decoded as "
+                   "value/1023*size like big_vision's evaluators/proj/paligemma/transfers/segmentation.py"),
         Convention(
             "deepseek_vl2", "<|ref|>..<|/ref|><|det|>[[x1,y1,x2,y2]]<|/det|> on a 0-999 grid",
             "<|ref|>{expression}<|/ref|>.", "norm999",

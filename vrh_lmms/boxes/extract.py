@@ -34,10 +34,18 @@ Extractor = Callable[[str], list[list[float]]]
 
 
 def strip_reasoning(text: str) -> str:
-    """Drop ``<think>`` blocks (and a reasoning prefix whose ``<think>`` was in the prompt); keep the answer."""
+    """Drop ``<think>`` blocks (and a reasoning prefix whose ``<think>`` was in the prompt); keep the answer.
+
+    A ``<think>`` the reply never closes (generation cut inside the reasoning, e.g. GLM-4.1V thinking under a
+    128-token cap) holds drafts only: everything from it on is dropped, so such a reply reads as no answer.
+    """
     text = _THINK.sub(" ", text or "")
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
+    close = text.lower().rfind("</think>")
+    if close >= 0:
+        text = text[close + len("</think>"):]
+    opened = text.lower().find("<think>")
+    if opened >= 0:
+        text = text[:opened]
     return text
 
 

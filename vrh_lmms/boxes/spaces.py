@@ -22,10 +22,18 @@ def _linear(scale_x: float, scale_y: float, off_x: float = 0.0, off_y: float = 0
     return apply
 
 
+_RESIZE_KEYS = ("min_pixels", "max_pixels", "fetch_min_pixels", "fetch_max_pixels", "factor", "fetch")
+
+
+def resized_size(width: float, height: float, params: Mapping[str, Any]) -> tuple[int, int]:
+    """(width, height) of the image Qwen2.5-VL is assumed to see under the convention's parameters."""
+    return qwen2_5_vl_model_size(int(width), int(height),
+                                 **{k: params[k] for k in _RESIZE_KEYS if params.get(k) is not None})
+
+
 def resized_pixels(values, is_x, width, height, params) -> list[float]:
     """Qwen2.5-VL: absolute pixels of the image after smart_resize."""
-    keys = ("min_pixels", "max_pixels", "fetch_min_pixels", "fetch_max_pixels", "factor", "fetch")
-    rw, rh = qwen2_5_vl_model_size(width, height, **{k: params[k] for k in keys if params.get(k) is not None})
+    rw, rh = resized_size(width, height, params)
     return _linear(width / rw, height / rh)(values, is_x)
 
 
@@ -63,7 +71,9 @@ SPACES: dict[str, Scaler] = {
     "resized_pixels": resized_pixels,
     "norm1000": normalized(1000.0),
     "norm999": normalized(999.0),
-    "loc1024": normalized(1024.0),
+    # PaliGemma <locNNNN>: bins 0..1023; big_vision's evaluators decode value / 1023 (segmentation.py
+    # `tokens[:, :4] / 1023`), so bin 1023 is the far image edge.
+    "loc1023": normalized(1023.0),
     "unit": unit,
     "auto": auto,
     "pixels": absolute,

@@ -4,6 +4,10 @@
   deepseek-ai/DeepSeek-VL2 @ ef9f91e); candidates and image size are (width, height).
 - Phi-4 multimodal: `Phi4MultimodalImageProcessor.dynamic_preprocess` (transformers 5.24, a port of the hub
   processor of microsoft/Phi-4-multimodal-instruct).
+- InternVL remote code, as lmms-eval 0.7.3's backends tile: `lmms_eval/models/simple/internvl3.py`
+  (`dynamic_preprocess`: candidates iterated in *set* order, so ties between equally close grids break by the
+  set's iteration order; also internvl3_5) and `internvl2.py` (candidates in sorted order, like OpenGVLab's
+  published `dynamic_preprocess`). Checked against the imported originals in tests.
 """
 
 from __future__ import annotations
@@ -52,3 +56,27 @@ def phi4_hd_canvas(w: int, h: int, crop: int, max_num: int = 36, min_num: int = 
     else:
         new = (int(w * (th / h)), th)
     return (tw, th), new
+
+
+INTERNVL_TILINGS = ("sorted", "set")  # candidate order: InternVL's published code / lmms-eval's internvl3
+
+
+def internvl_remote_grid(w: int, h: int, tile: int, min_num: int = 1, max_num: int = 12,
+                         order: str = "sorted") -> tuple[int, int]:
+    """(cols, rows) of InternVL's `dynamic_preprocess` (`find_closest_aspect_ratio`): the closest aspect ratio,
+    ties going to a later candidate while the image covers more than half of its tiles."""
+    if order not in INTERNVL_TILINGS:
+        raise ValueError(f"unknown InternVL candidate order {order!r}; use one of {', '.join(INTERNVL_TILINGS)}")
+    ratios = set((i, j) for n in range(min_num, max_num + 1) for i in range(1, n + 1) for j in range(1, n + 1)
+                 if min_num <= i * j <= max_num)
+    ordered = sorted(ratios, key=lambda x: x[0] * x[1])
+    candidates = set(ordered) if order == "set" else ordered  # the set is rebuilt from the sorted list, as there
+    aspect, area = w / h, w * h
+    best_diff, best = float("inf"), (1, 1)
+    for ratio in candidates:
+        diff = abs(aspect - ratio[0] / ratio[1])
+        if diff < best_diff:
+            best_diff, best = diff, ratio
+        elif diff == best_diff and area > 0.5 * tile * tile * ratio[0] * ratio[1]:
+            best = ratio
+    return best

@@ -73,17 +73,31 @@ def merged_patch_grid(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
     return [Grid("image", back(spans(gw // merge, cell), 0, sx), back(spans(gh // merge, cell), 0, sy))]
 
 
-# --- InternVL (HF processor; GotOcr2 crop_to_patches): tiles row-major, thumbnail last when > 1 tile
-def internvl_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
-    from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
+# --- InternVL: tiles row-major, thumbnail last when > 1 tile. Grid chosen by the HF processor (GotOcr2
+# crop_to_patches, `tiling` "hf") or by the remote-code backends' own dynamic_preprocess ("sorted" / "set" order).
+def internvl_grid(w: int, h: int, extras: dict[str, Any]) -> tuple[int, int]:
+    """(cols, rows) of the tile grid, by the tiling the processor or backend really runs."""
+    tile = int(extras["tile_size"])
+    lo, hi = int(extras.get("min_patches", 1)), int(extras.get("max_patches", 12))
+    tiling = extras.get("tiling", "hf")
+    if tiling == "hf":
+        from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
 
+        return get_optimal_tiled_canvas((h, w), (tile, tile), lo, hi)
+    from vrh_lmms.capture.remote_logic import INTERNVL_TILINGS, internvl_remote_grid
+
+    if tiling not in INTERNVL_TILINGS:
+        raise VRHError(f"unknown InternVL tiling {tiling!r}; use hf, {', '.join(INTERNVL_TILINGS)}")
+    return internvl_remote_grid(w, h, tile, lo, hi, tiling)
+
+
+def internvl_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
     tile, per_tile = _need(extras, "tile_size", "tokens_per_tile")
     side = math.isqrt(int(per_tile))
     if side * side != per_tile:
         raise VRHError(f"InternVL tokens per tile {per_tile} is not a square")
     if extras.get("crop_to_patches", True):
-        cols, rows = get_optimal_tiled_canvas((h, w), (tile, tile), int(extras.get("min_patches", 1)),
-                                              int(extras.get("max_patches", 12)))
+        cols, rows = internvl_grid(w, h, {**extras, "tile_size": tile})
     else:
         cols = rows = 1
     # The image is squashed onto a (cols x rows) canvas of tiles, so each tile covers 1/cols x 1/rows of it.

@@ -94,7 +94,7 @@ class SampleCollector:
             "out_coords": coord_rows(prompt_len, pieces[prompt_len:prompt_len + n]),
             "in": expression_rows(pieces, target.expression, limit=prompt_len) if target.expression else [],
         }
-        extras = layout_extras(self.family.name, self.processor, tensors, 0)
+        extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm)
         tmap = image_token_map(self.family.name, prompt.detach().cpu(), target.image_size, extras)
         box = box_key_mask(tmap, target.box, seq_len)
         rows = sorted({r for rs in rows_by_set.values() for r in rs})

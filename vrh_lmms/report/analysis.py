@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from vrh_lmms.errors import VRHError
+from vrh_lmms.report import official_metrics
 from vrh_lmms.report.pairing import align, pair
 from vrh_lmms.report.runs import RunMeta
 from vrh_lmms.report.samples import STATUSES, SampleTable
@@ -75,6 +76,7 @@ def _run_block(run: LoadedRun, table: SampleTable, settings: Settings) -> dict:
         "results": str(m.results_path),
         "samples": str(table.path),
         "accuracy": accuracy(table.scores, table.image_ids, alpha=settings.alpha).to_dict(),
+        "official": official_metrics.from_samples(table.path),  # the benchmark's own headline, or None
         "taxonomy": taxonomy(table.statuses, table.kind),
         "paired": None,
         "drop": None,

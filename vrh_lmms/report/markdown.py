@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vrh_lmms.report import official_metrics
 from vrh_lmms.report.fmt import pct, pct_ci, pval, short
 
 _FAMILY_NAMES = {"claims": "claims", "claims_vs_controls": "claims vs controls", "controls": "controls"}
@@ -188,6 +189,7 @@ def render(report: dict) -> str:
         "",
         *summary_section(groups),
         "",
+        *official_metrics.markdown_section(groups),
         "## Every configuration against its baseline",
         "",
         *configs_section(groups),

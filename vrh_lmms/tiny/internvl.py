@@ -59,7 +59,8 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 def make_processor(tokenizer, *, vision: dict[str, Any] | None = None, max_patches: int = 12):
     from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
 
-    size = {"height": TILE, "width": TILE}
+    side = int({**DEFAULT_VISION, **(vision or {})}["image_size"][0])  # tile = the vision tower's input size
+    size = {"height": side, "width": side}
     image_processor = GotOcr2ImageProcessor(size=size, crop_to_patches=True, min_patches=1, max_patches=max_patches,
                                             image_mean=[0.485, 0.456, 0.406], image_std=[0.229, 0.224, 0.225])
     video_processor = InternVLVideoProcessor(size=size, image_mean=[0.485, 0.456, 0.406],

@@ -1,0 +1,191 @@
+"""InternVL image-token layouts follow the tiling the backend really runs (issue 12.8).
+
+- lmms-eval's `internvl_hf` backend passes its `min_patches` / `max_patches` model args to every processor call;
+  the layout must use them, not the checkpoint's stored limits (discovery on the real wrapper, tiny checkpoint with
+  the real 448-pixel tiles).
+- lmms-eval's remote-code `internvl3` backend tiles with its own `dynamic_preprocess`, whose candidate grids are
+  iterated in set order, so ties break differently from the HF processor (1920x1080: 2x1 there, 4x2 in HF).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_wrappers_remote import StandInVLM, _config, _qwen2
+from test_wrappers_support import recorded_generate, run
+
+from vrh_lmms.capture.extras import layout_extras
+from vrh_lmms.capture.layouts import image_token_map
+
+torch.set_num_threads(1)
+SIZES = [(640, 480), (480, 640), (1024, 768), (1920, 1080)]  # the sizes of issue 12
+VISION_448 = {"image_size": [448, 448], "patch_size": [56, 56]}  # the real tile size, 16 tokens per tile
+
+
+def _refcoco_rows(folder, sizes, split="testA"):
+    """lmms-lab-encoder/RefCOCO schema: question_id, image, question, answer, segmentation, bbox (xywh), iscrowd,
+    file_name."""
+    import datasets
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for i, (w, h) in enumerate(sizes):
+        pixels = rng.integers(0, 255, (h, w, 3), dtype=np.uint8)
+        rows.append({"question_id": str(i), "image": Image.fromarray(pixels), "question": "Describe the area.",
+                     "answer": ["the left dog"], "segmentation": [0.1 * w, 0.2 * h, 0.4 * w, 0.6 * h],
+                     "bbox": [0.1 * w, 0.2 * h, 0.3 * w, 0.4 * h], "iscrowd": 0,
+                     "file_name": f"COCO_train2014_{100 + i:012d}_{i}.jpg"})
+    ds = datasets.Dataset.from_list(rows).cast_column("image", datasets.Image())
+    folder.mkdir(parents=True, exist_ok=True)
+    ds.to_parquet(str(folder / f"{split}.parquet"))
+    return folder
+
+
+# ------------------------------------------------------------------------------------------ HF internvl_hf
+@pytest.fixture(scope="module")
+def tiny_internvl_448(tmp_path_factory):
+    from vrh_lmms.tiny.internvl import build
+
+    return build(tmp_path_factory.mktemp("tiny_internvl_448"), seed=0, vision=VISION_448)
+
+
+@pytest.mark.parametrize("patches", [(1, 6), (2, 6)], ids=["max6", "min2_max6"])
+def test_discovery_follows_min_max_patches_model_args(patches, tiny_internvl_448, tmp_path, vrh_env):
+    from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
+
+    from vrh_lmms import lmms
+    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
+    from vrh_lmms.discovery.store import PartStore
+
+    lo, hi = patches
+    vrh_env.setenv("VRH_REFCOCO_DATA", str(_refcoco_rows(tmp_path / "refcoco", SIZES)))
+    args = f"pretrained={tiny_internvl_448},dtype=float32,min_patches={lo},max_patches={hi}"
+    lm = lmms.build_model("vrh_internvl", args)
+    stored = (int(lm.processor.image_processor.min_patches), int(lm.processor.image_processor.max_patches))
+    assert stored == (1, 12)
+    grids = {s: tuple(get_optimal_tiled_canvas(s[::-1], (448, 448), lo, hi)) for s in SIZES}
+    assert any(grids[s] != tuple(get_optimal_tiled_canvas(s[::-1], (448, 448), *stored)) for s in SIZES)
+    out = tmp_path / "heads.json"
+    run_discovery(DiscoverySpec(model="vrh_internvl", model_args=args, tasks=["vrh_refcoco_testA"], output=str(out),
+                                limit=len(SIZES), gen_kwargs="max_new_tokens=2"), lm=lm)
+    store = PartStore(sidecars(out)["parts"])
+    parts = sorted((store.read(k) for k in store.keys()), key=lambda p: p.meta["doc_id"])
+    assert len(parts) == len(SIZES)
+    per_tile = 16
+    for part, size in zip(parts, SIZES, strict=True):
+        cols, rows = grids[size]
+        assert part.meta["n_image_tokens"] == (cols * rows + (cols * rows > 1)) * per_tile, (size, part.meta)
+        assert part.meta["n_box_tokens"] >= 1
+
+
+# ------------------------------------------------------------------------------------------ remote internvl3
+def test_remote_tiling_reproduces_lmms_eval_dynamic_preprocess(monkeypatch):
+    """Our copy of the tie-breaking against lmms-eval's own functions, on 5,329 sizes (64..4096 px, step 56)."""
+    import lmms_eval.models.simple.internvl2 as iv2
+    import lmms_eval.models.simple.internvl3 as iv3
+    from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
+
+    from vrh_lmms.capture.remote_logic import internvl_remote_grid
+
+    class Size:  # what dynamic_preprocess touches of a PIL image, without pixels
+        def __init__(self, w, h):
+            self.size = (w, h)
+
+        def resize(self, size):
+            return Size(*size)
+
+        def crop(self, box):
+            return self
+
+    picked: list[tuple[int, int]] = []
+    for module in (iv2, iv3):
+        original = module.find_closest_aspect_ratio
+        monkeypatch.setattr(module, "find_closest_aspect_ratio",
+                            lambda *a, _f=original, **k: picked.append(_f(*a, **k)) or picked[-1])
+    differs = 0
+    sizes = [(w, h) for w in range(64, 4097, 56) for h in range(64, 4097, 56)]
+    for w, h in sizes:
+        iv3.dynamic_preprocess(Size(w, h), image_size=448, use_thumbnail=True, max_num=12)
+        assert internvl_remote_grid(w, h, 448, 1, 12, "set") == tuple(picked[-1]), (w, h)
+        iv2.dynamic_preprocess(Size(w, h), image_size=448, use_thumbnail=True, max_num=6)
+        assert internvl_remote_grid(w, h, 448, 1, 6, "sorted") == tuple(picked[-1]), (w, h)
+        differs += tuple(get_optimal_tiled_canvas((h, w), (448, 448), 1, 12)) != internvl_remote_grid(
+            w, h, 448, 1, 12, "set")
+    assert differs > 1000  # measured: 1,392 of 5,329 sizes get another grid than the HF processor's
+    assert internvl_remote_grid(1920, 1080, 448, 1, 12, "set") == (2, 1)
+    assert tuple(get_optimal_tiled_canvas((1080, 1920), (448, 448), 1, 12)) == (4, 2)
+
+
+class InternVLChatStandIn(StandInVLM):
+    """InternVLChatModel's chat() as published (OpenGVLab modeling_internvl_chat.py): `<image>` becomes `<img>` +
+    `<IMG_CONTEXT>` x num_image_token x tiles + `</img>`, then self.generate(pixel_values=..., input_ids=...)."""
+
+    returns_prompt = False
+    num_image_token = 256
+
+    def chat(self, tokenizer, pixel_values, question, generation_config, history=None, return_history=False,
+             num_patches_list=None, **kwargs):
+        if pixel_values is not None and "<image>" not in question:
+            question = "<image>\n" + question
+        num_patches_list = num_patches_list or ([pixel_values.shape[0]] if pixel_values is not None else [])
+        query = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                              add_generation_prompt=True)
+        for n in num_patches_list:
+            query = query.replace("<image>", "<img>" + "<IMG_CONTEXT>" * self.num_image_token * n + "</img>", 1)
+        enc = tokenizer(query, return_tensors="pt")
+        out = self.generate(pixel_values=pixel_values, input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                            eos_token_id=tokenizer.eos_token_id, **generation_config)
+        response = tokenizer.batch_decode(out, skip_special_tokens=True)[0]
+        return (response, history) if return_history else response
+
+
+@pytest.fixture
+def internvl3_stand_in(monkeypatch):
+    import lmms_eval.models.simple.internvl3 as iv3
+
+    from vrh_lmms.tiny.internvl import make_tokenizer
+
+    tokenizer = make_tokenizer()
+
+    class FakeAutoModel:
+        @staticmethod
+        def from_pretrained(path, **kwargs):
+            torch.manual_seed(0)
+            lm = _qwen2(len(tokenizer))
+            config = _config("internvl_chat", llm_config=lm.config, force_image_size=448, downsample_ratio=0.5,
+                             vision_config=_config("intern_vit_6b", image_size=448, patch_size=14))
+            return InternVLChatStandIn(config, lm).float()
+
+    class FakeAutoTokenizer:
+        @staticmethod
+        def from_pretrained(path, **kwargs):
+            return tokenizer
+
+    monkeypatch.setattr(iv3, "AutoModel", FakeAutoModel)
+    monkeypatch.setattr(iv3, "AutoTokenizer", FakeAutoTokenizer)
+
+
+def test_remote_internvl3_layout_follows_its_own_tiling(internvl3_stand_in):
+    from PIL import Image
+    from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
+
+    from vrh_lmms.capture.remote_logic import internvl_remote_grid
+
+    wrapper = VRHInternVL3(pretrained="OpenGVLab/stand-in")
+    docs = {i: {"image": Image.new("RGB", s, (90, 90, 90)), "expression": "the dog"} for i, s in enumerate(SIZES)}
+    with recorded_generate(wrapper.model) as calls:
+        run(wrapper, docs, max_new_tokens=1)
+    processor = wrapper.vrh_processor
+    assert (processor.tile_size, processor.image_seq_length, processor.max_patches) == (448, 256, 12)
+    for (i, doc), call in zip(docs.items(), calls, strict=True):
+        w, h = doc["image"].size
+        cols, rows = internvl_remote_grid(w, h, 448, 1, 12, "set")
+        assert call["pixel_values"].shape[0] == cols * rows + (cols * rows > 1)  # what the backend really tiled
+        tmap = image_token_map("internvl_chat", call["input_ids"][0], (w, h),
+                               layout_extras("internvl_chat", processor, call, 0, backend=wrapper))
+        assert len(tmap.positions) == call["pixel_values"].shape[0] * 256
+        tiles = [tuple(c) for c, v in zip(tmap.cells.tolist(), tmap.view) if v == "tile"]
+        assert len(tiles) == cols * rows * 256 and max(c[2] for c in tiles) == pytest.approx(w)
+
