@@ -15,9 +15,10 @@ import torch
 from vrh_lmms import lmms
 from vrh_lmms.ablation import means_path_for, save_means
 from vrh_lmms.errors import VRHError
+from vrh_lmms.heads import Geometry
 from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 from vrh_lmms.sweep.plan import pack_groups, parse_pack, plan_configurations
-from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
+from vrh_lmms.sweep.run import SweepSpec, choose_pack, kv_bytes_per_token, run_sweep
 
 TASK = "vrh_synth_grounding"
 QWEN_PIXELS = 28 * 28 * 16
@@ -111,10 +112,12 @@ class _FakeLM:
 
 
 def test_choose_pack():
-    assert choose_pack(None, _FakeLM(None), 22, 1) == 16  # CPU: up to 16 batch rows
-    assert choose_pack(None, _FakeLM(None), 22, 4) == 4 and choose_pack(None, _FakeLM(None), 3, 1) == 3
-    assert choose_pack(None, _FakeLM(None), 22, 25) == 1
+    cpu = _FakeLM(None)
+    assert choose_pack(None, cpu, 22, 1) == 22 and choose_pack(None, cpu, 200, 1) == 100  # CPU: 100 batch rows
+    assert choose_pack(None, cpu, 22, 25) == 4 and choose_pack(None, cpu, 22, 101) == 1
     assert choose_pack(None, _FakeLM("remote code"), 22, 1) == 1
-    assert choose_pack(5, _FakeLM(None), 22, 1) == 5 and choose_pack(1, _FakeLM("remote code"), 22, 1) == 1
+    assert choose_pack(5, cpu, 22, 1) == 5 and choose_pack(1, _FakeLM("remote code"), 22, 1) == 1
     with pytest.raises(VRHError, match="--pack 4: remote code"):
         choose_pack(4, _FakeLM("remote code"), 22, 1)
+    # Qwen2.5-VL-7B in bf16: 28 layers x 2 x 4 KV heads x 128 x 2 bytes = 57,344 bytes per token and row.
+    assert kv_bytes_per_token(Geometry(28, 28, 4, 128), torch.bfloat16) == 57344

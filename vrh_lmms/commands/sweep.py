@@ -22,7 +22,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--pack", default="auto",
-                        help="configurations evaluated side by side in one batch (default auto: up to 16 batch "
+                        help="configurations evaluated side by side in one batch (default auto: up to 100 batch "
                              "rows on CPU, 32 on CUDA; 1 = one configuration at a time). Same files either way")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")

@@ -23,8 +23,11 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.sweep.plan import Configuration, pack_groups
 
 MANIFEST = "sweep.json"
-# automatic --pack: how many batch rows (batch size x configurations) one generate call may carry
-AUTO_PACK_ROWS = {"cuda": 32, "cpu": 16}
+# automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per
+# configuration, the demo model's generation kept getting cheaper up to ~100 rows (benchmarks/RESULTS.md); CUDA: the
+# range benchmarks/gpu/bench_pack_7b.py measures, and at most half the free memory for the rows' KV caches.
+AUTO_PACK_ROWS = {"cuda": 32, "cpu": 100}
+KV_TOKENS_PER_ROW = 4096  # prompt + answer length assumed when sizing KV caches
 
 
 @dataclass
@@ -162,7 +165,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
 
 def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:
     """Configurations per pack: as asked (refused where the model cannot pack), or automatically as many as
-    AUTO_PACK_ROWS batch rows allow on this device (1 where the model cannot pack)."""
+    AUTO_PACK_ROWS batch rows allow on this device, within GPU memory (1 where the model cannot pack)."""
     unsupported = lm.vrh_pack_unsupported() if hasattr(lm, "vrh_pack_unsupported") else "not a vrh_* model"
     if requested is not None:
         if requested > 1 and unsupported:
@@ -170,9 +173,25 @@ def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:
         return requested
     if unsupported:
         return 1
-    device = getattr(getattr(lm, "model", None), "device", None)
-    rows = AUTO_PACK_ROWS["cuda" if getattr(device, "type", "cpu") == "cuda" else "cpu"]
+    model = getattr(lm, "model", None)
+    device = getattr(model, "device", None)
+    on_cuda = getattr(device, "type", "cpu") == "cuda"
+    rows = AUTO_PACK_ROWS["cuda" if on_cuda else "cpu"]
+    if on_cuda:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        per_row = kv_bytes_per_token(lm.vrh_decoder.geometry, model.dtype) * KV_TOKENS_PER_ROW
+        rows = min(rows, int(0.5 * free // per_row))
     return max(1, min(n_todo, rows // max(1, batch_size)))
+
+
+def kv_bytes_per_token(geometry, dtype) -> int:
+    """KV cache bytes one row adds per token: keys and values of every layer."""
+    import torch
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return geometry.layers * 2 * geometry.kv_heads * geometry.head_dim * itemsize
 
 
 def _barrier(lm) -> None:
