@@ -20,7 +20,7 @@ import torch
 from loguru import logger
 from vrh_lmms.model_wrappers.results_hook import publish_record
 
-from vrh_lmms.ablation import Ablator, load_means, means_path_for
+from vrh_lmms.ablation import Ablator, RowConfig, load_means, means_path_for
 from vrh_lmms.backbone import locate_decoder
 from vrh_lmms.device import default_device, default_device_map
 from vrh_lmms.errors import VRHError
@@ -222,16 +222,64 @@ class VRHMixin:
         if self.vrh_keep_loaded:
             import gc
 
-            gc.collect()
+            pack = self._vrh_pack
+            if pack is None or pack.current == pack.n - 1:  # within a pack, once at its end: replays allocate little
+                gc.collect()
             return
         super().clean()  # type: ignore[misc]
 
     def vrh_apply(self, headset: HeadSet, mode: str = "zero", means: torch.Tensor | None = None) -> None:
         """Swap in another head set without reloading the model (sweeps use this)."""
+        self.vrh_unpack()
         self.vrh_ablator.apply(headset, mode=mode, means=means)
         self.vrh_headset = headset
         self.vrh_mode = mode if headset.heads else "none"
         publish_record(self.vrh_record())
+
+    # ------------------------------------------------------------------------------------------- packing
+    _vrh_pack = None  # the PackedGenerate serving a pack of configurations, if any
+    _vrh_pack_sets: list[tuple[HeadSet, str]] = []
+
+    def vrh_pack_unsupported(self) -> str | None:
+        """Why this model cannot evaluate several head sets in one pass (None: it can)."""
+        from vrh_lmms.packing import packing_unsupported
+
+        return packing_unsupported(self.model)
+
+    def vrh_pack(self, headsets: list[HeadSet], modes: list[str], means: torch.Tensor | None = None):
+        """Serve these head sets from shared generate calls (docs/sweeps.md); `vrh_serve(i)` picks the one whose
+        lmms-eval pass runs now, `vrh_unpack()` ends it. The weights stay pristine meanwhile."""
+        from vrh_lmms.packing import PackedGenerate
+
+        self.vrh_unpack()
+        self.vrh_ablator.restore()
+        configs = [RowConfig(tuple(hs.heads), mode if hs.heads else "zero") for hs, mode in zip(headsets, modes)]
+        pack = PackedGenerate(self.model, self.vrh_decoder, configs, means=means,
+                              method=self.vrh_ablator.requested_method)
+        pack.install()
+        self._vrh_pack, self._vrh_pack_sets = pack, list(zip(headsets, modes))
+        self.vrh_serve(0)
+        return pack
+
+    def vrh_serve(self, index: int) -> None:
+        if self._vrh_pack is None:
+            raise VRHError("vrh_serve needs a pack (vrh_pack first)")
+        self._vrh_pack.serve(index)
+        headset, mode = self._vrh_pack_sets[index]
+        self.vrh_headset = headset
+        self.vrh_mode = mode if headset.heads else "none"
+        publish_record(self.vrh_record())
+
+    def vrh_unpack(self) -> None:
+        if self._vrh_pack is not None:
+            self._vrh_pack.uninstall()
+        self._vrh_pack, self._vrh_pack_sets = None, []
+
+    def _vrh_method(self) -> str | None:
+        """How the current head set is applied; a packed row reproduces the arithmetic of the method it names."""
+        if self._vrh_pack is not None:
+            return self._vrh_pack.method if self.vrh_headset.heads else None
+        return self.vrh_ablator.method
 
     def vrh_record(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
         """The `vrh` block of results JSON (docs/contracts.md)."""
@@ -242,7 +290,7 @@ class VRHMixin:
             "pretrained": str(self.vrh_pretrained) if self.vrh_pretrained is not None else None,
             "geometry": self.vrh_decoder.geometry.to_dict(),
             "ablation": {"spec": hs.spec, "heads": hs.names, "mode": self.vrh_mode, "seed": hs.seed,
-                         "method": self.vrh_ablator.method, "heads_file": hs.heads_file},
+                         "method": self._vrh_method(), "heads_file": hs.heads_file},
             "config": config or {"id": hs.spec if hs.heads else "baseline", "kind": hs.kind, "k": hs.k,
                                  "seed": hs.seed},
         }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from vrh_lmms.sweep.plan import parse_int_list, plan_configurations
+from vrh_lmms.sweep.plan import parse_int_list, parse_pack, plan_configurations
 from vrh_lmms.sweep.run import SweepSpec, run_sweep
 
 
@@ -22,6 +22,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ablation", default="zero", help="zero, mean or zero,mean (default zero)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
     parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--pack", default="auto",
+                        help="configurations evaluated side by side in one batch (default auto: up to 100 batch "
+                             "rows on CPU, 32 on CUDA; 1 = one configuration at a time). Same files either way")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--allow-cross-model", action="store_true",
@@ -37,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
                                   random=not args.no_random)
     spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
-                     gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model)
+                     gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,
+                     pack=parse_pack(args.pack))
     out = run_sweep(spec, args.output, force=args.force)
     print(out)
     return 0

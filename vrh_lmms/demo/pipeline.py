@@ -208,7 +208,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
     from vrh_lmms.report.build import ReportSettings, build_report
     from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+    from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
 
     settings = settings or DemoSettings()
     started = time.time()
@@ -233,12 +233,13 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
             heads = run_discovery(DiscoverySpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK],
                                                 output=str(out / "heads.json"), limit=None, gen_kwargs=gen), lm=lm)
         configs = plan_configurations(ks, settings.random_seeds, True, ["zero"])
+        pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
         say(f"[2/3] sweep: {len(configs)} configurations (k = {', '.join(map(str, ks))}) on {settings.n_eval} "
-            f"other held-out scenes")
+            f"other held-out scenes, {pack} per batch")
         lm.batch_size_per_gpu = settings.batch_size
         with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_eval, EVAL_START)):
             run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=str(heads),
-                                configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen),
+                                configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
                       out / "sweep", lm=lm, progress=progress)
     say("[3/3] report")
     build_report([out / "sweep"], out / "report",

@@ -52,6 +52,35 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
     return out
 
 
+def pack_groups(configs: Sequence[Configuration], size: int) -> list[list[Configuration]]:
+    """Consecutive groups of at most `size` configurations, as even as possible (22 by 16 -> 11 + 11)."""
+    if size < 1:
+        raise VRHError(f"--pack must be >= 1, got {size}")
+    if not configs:
+        return []
+    n_groups = -(-len(configs) // size)
+    base, extra = divmod(len(configs), n_groups)
+    groups, start = [], 0
+    for g in range(n_groups):
+        end = start + base + (1 if g < extra else 0)
+        groups.append(list(configs[start:end]))
+        start = end
+    return groups
+
+
+def parse_pack(text: str | int | None) -> int | None:
+    """`--pack`: a positive integer, or `auto` (None)."""
+    if text is None or str(text).strip().lower() == "auto":
+        return None
+    try:
+        value = int(str(text))
+    except ValueError:
+        raise VRHError(f"--pack {text!r}: expected a positive integer or auto") from None
+    if value < 1:
+        raise VRHError(f"--pack {text!r}: expected a positive integer or auto")
+    return value
+
+
 def parse_int_list(text: str, what: str) -> list[int]:
     try:
         return [int(v) for v in str(text).replace(";", ",").split(",") if v.strip()]

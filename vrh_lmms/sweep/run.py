@@ -3,6 +3,10 @@
 Each configuration is evaluated through lmms-eval's evaluator and written as `configs/<id>/` (results.json +
 samples_<task>.jsonl), atomically. A rerun skips finished configurations and redoes partial ones; a folder made by
 a different sweep (other model, tasks, heads file or limit) is refused unless `force`.
+
+Configurations run in packs (`pack`, default automatic): the first lmms-eval pass of a pack generates every answer
+of the pack in shared batches, the passes of the others replay them (vrh_lmms.packing). Each configuration still has
+its own evaluator pass, so the files are those of an unpacked sweep.
 """
 
 from __future__ import annotations
@@ -16,9 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.errors import VRHError
-from vrh_lmms.sweep.plan import Configuration
+from vrh_lmms.sweep.plan import Configuration, pack_groups
 
 MANIFEST = "sweep.json"
+# automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per
+# configuration, the demo model's generation kept getting cheaper up to ~100 rows (benchmarks/RESULTS.md); CUDA: the
+# range benchmarks/gpu/bench_pack_7b.py measures, and at most half the free memory for the rows' KV caches.
+AUTO_PACK_ROWS = {"cuda": 32, "cpu": 100}
+KV_TOKENS_PER_ROW = 4096  # prompt + answer length assumed when sizing KV caches
 
 
 @dataclass
@@ -33,6 +42,7 @@ class SweepSpec:
     gen_kwargs: str | None = None
     seed: int = 0
     allow_cross_model: bool = False
+    pack: int | None = None  # configurations per pack; None = automatic. Not part of the identity: same files.
     extra: dict[str, Any] = field(default_factory=dict)
 
     def identity(self, heads_sha: str | None) -> dict[str, Any]:
@@ -65,8 +75,9 @@ def _check_folder(out: Path, identity: dict[str, Any], force: bool) -> dict[str,
     return None
 
 
-def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: set[str], started: float) -> None:
-    data = {"identity": identity, "heads_file": spec.heads_file, "batch_size": spec.batch_size,
+def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: set[str], started: float,
+                    pack: int | None = None) -> None:
+    data = {"identity": identity, "heads_file": spec.heads_file, "batch_size": spec.batch_size, "pack": pack,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
             "configurations": [dict(c.to_dict(), status="done" if c.id in done else "pending")
                                for c in spec.configurations], **spec.extra}
@@ -95,7 +106,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
     done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
     started = time.time()
-    _write_manifest(out, spec, identity, done, started)
+    _write_manifest(out, spec, identity, done, started, spec.pack)
     todo = [c for c in spec.configurations if c.id not in done]
     if not todo:
         return out
@@ -112,28 +123,75 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         if hf is None:
             raise VRHError("--ablation mean needs --heads-file (its means file is written beside it)")
         means = load_means(means_path_for(spec.heads_file))
+    pack = choose_pack(spec.pack, lm, len(todo), spec.batch_size)
+    _write_manifest(out, spec, identity, done, started, pack)
     rank = getattr(lm, "rank", 0)
     bar = _progress(len(todo), enabled=progress and rank == 0)
+
+    def headset_of(cfg: Configuration):
+        return resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed if cfg.seed is not None else 0,
+                            allow_cross_model=spec.allow_cross_model)
+
+    def evaluate_and_write(cfg: Configuration) -> None:
+        bar.set_description(cfg.id)
+        results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)
+        if rank == 0 and results is not None:
+            record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed})
+            lmms.write_run(configs_dir / cfg.id, results, record)
+            done.add(cfg.id)
+            _write_manifest(out, spec, identity, done, started, pack)
+        _barrier(lm)
+        bar.update(1)
+
     try:
-        for cfg in todo:
-            headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed if cfg.seed is not None else 0,
-                                   allow_cross_model=spec.allow_cross_model)
-            lm.vrh_apply(headset, mode=cfg.mode if headset.heads else "zero", means=means)
-            bar.set_description(cfg.id)
-            results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)
-            if rank == 0 and results is not None:
-                record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed})
-                lmms.write_run(configs_dir / cfg.id, results, record)
-                done.add(cfg.id)
-                _write_manifest(out, spec, identity, done, started)
-            _barrier(lm)
-            bar.update(1)
+        for group in pack_groups(todo, pack):
+            headsets = [headset_of(cfg) for cfg in group]
+            if len(group) == 1:
+                lm.vrh_apply(headsets[0], mode=group[0].mode if headsets[0].heads else "zero", means=means)
+                evaluate_and_write(group[0])
+                continue
+            lm.vrh_pack(headsets, [cfg.mode for cfg in group], means=means)
+            for i, cfg in enumerate(group):
+                lm.vrh_serve(i)
+                evaluate_and_write(cfg)
+            lm.vrh_unpack()
     finally:
         bar.close()
         from vrh_lmms.heads.spec import HeadSet
 
         lm.vrh_apply(HeadSet((), "none", "baseline", 0))
     return out
+
+
+def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:
+    """Configurations per pack: as asked (refused where the model cannot pack), or automatically as many as
+    AUTO_PACK_ROWS batch rows allow on this device, within GPU memory (1 where the model cannot pack)."""
+    unsupported = lm.vrh_pack_unsupported() if hasattr(lm, "vrh_pack_unsupported") else "not a vrh_* model"
+    if requested is not None:
+        if requested > 1 and unsupported:
+            raise VRHError(f"--pack {requested}: {unsupported}; use --pack 1")
+        return requested
+    if unsupported:
+        return 1
+    model = getattr(lm, "model", None)
+    device = getattr(model, "device", None)
+    on_cuda = getattr(device, "type", "cpu") == "cuda"
+    rows = AUTO_PACK_ROWS["cuda" if on_cuda else "cpu"]
+    if on_cuda:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        per_row = kv_bytes_per_token(lm.vrh_decoder.geometry, model.dtype) * KV_TOKENS_PER_ROW
+        rows = min(rows, int(0.5 * free // per_row))
+    return max(1, min(n_todo, rows // max(1, batch_size)))
+
+
+def kv_bytes_per_token(geometry, dtype) -> int:
+    """KV cache bytes one row adds per token: keys and values of every layer."""
+    import torch
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return geometry.layers * 2 * geometry.kv_heads * geometry.head_dim * itemsize
 
 
 def _barrier(lm) -> None:
