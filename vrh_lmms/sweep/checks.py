@@ -124,8 +124,10 @@ class Preflight:
 def check_headsets(spec, geometry, heads_file) -> None:
     """Resolve every configuration's head set against `geometry` (k too large, impossible layer-matched
     controls, a heads file of another model), so no configuration fails after others have run."""
-    from vrh_lmms.heads.spec import resolve_spec
+    from vrh_lmms.heads.spec import check_heads_file_fits, resolve_spec
 
+    if heads_file is not None:
+        check_heads_file_fits(heads_file, geometry, allow_cross_model=spec.allow_cross_model)
     for cfg in spec.configurations:
         try:
             resolve_spec(cfg.spec, geometry, heads_file=heads_file, seed=cfg.seed if cfg.seed is not None else 0,
