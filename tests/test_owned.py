@@ -256,3 +256,19 @@ def test_no_module_writes_through_tempfile_or_safetensors_directly():
             if pattern.search(path.read_text()):
                 offenders.append(str(path.relative_to(REPO)))
     assert offenders == []
+
+
+def test_synth_never_overwrites_a_dataset_it_did_not_write(tmp_path, capsys):
+    out = tmp_path / "data"
+    assert main(["synth", str(out), "--split", "test=2"]) == 0
+    capsys.readouterr()
+    assert main(["synth", str(out), "--split", "test=2"]) == 2 and "pass --force" in capsys.readouterr().err
+    assert main(["synth", str(out), "--split", "test=3", "--force"]) == 0
+    real = tmp_path / "refcoco"  # a real dataset's split of the same name
+    real.mkdir()
+    (real / "test.parquet").write_bytes(b"PAR1 not ours")
+    for extra in ([], ["--force"]):
+        assert main(["synth", str(real), "--split", "test=2", *extra]) == 2
+        err = capsys.readouterr().err
+        assert "not synthetic data written by vrh-lmms" in err and "--force" not in err
+    assert (real / "test.parquet").read_bytes() == b"PAR1 not ours"

@@ -92,5 +92,6 @@ def run(args: argparse.Namespace) -> int:
     if skipped:
         print("skipped: " + ", ".join(f"{k[len('skipped_'):].replace('_', ' ')}: {v}" for k, v in skipped.items()))
     if stats.images_written:
-        print(f"{stats.images_written} images decoded from input_media into {images_dir}")
+        print(f"{stats.images_written} images written into {images_dir} (decoded from the samples, or synthetic "
+              f"scenes regenerated)")
     return 0

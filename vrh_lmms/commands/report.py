@@ -23,7 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence level of CIs (default 0.05)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib figures")
-    parser.add_argument("--force", action="store_true", help="write into a non-empty output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a report written into --output before (anything else there is refused)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--resamples", type=int, default=200, help="bootstrap resamples per n (default 200)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="folder for efficiency.md, efficiency.json, efficiency.png")
-    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("--force", action="store_true", help="replace efficiency results written here before")
 
 
 def choose_k(requested: int | None, total_heads: int) -> int:
