@@ -152,12 +152,15 @@ def test_bad_checkpoint_paths_are_named(tmp_path, monkeypatch, tiny_qwen25):
         "runs/tiny-qwn": "pretrained=runs/tiny-qwn: no such folder \\(runs/ exists here, but holds no tiny-qwn\\)",
         "./tiny": "pretrained=./tiny: no such folder",
         "empty": "pretrained=empty: the folder has no config.json",
-        "Org/Not-A-Cached-Model": "not in the local hub cache \\(HF_HUB_OFFLINE is set",
     }
     for value, message in cases.items():
         with pytest.raises(VRHError, match=message):
             preload.check_pretrained(value)
     preload.check_pretrained(str(tiny_qwen25))  # a real checkpoint folder passes
+    preload.check_pretrained("Org/Not-A-Cached-Model")  # a hub id: its config is fetched (or not) next
+    with pytest.raises(VRHError, match="pretrained=Org/Not-A-Cached-Model: not a local folder, and its config.json "
+                                       "cannot be fetched from the hub \\(HF_HUB_OFFLINE is set"):
+        preload.load_config("Org/Not-A-Cached-Model")
 
 
 def test_bad_model_path_is_one_line_from_the_cli(tmp_path, capsys):

@@ -129,9 +129,7 @@ def check_pretrained(value: Any, name: str = "pretrained") -> None:
     if path_like and not (len(parts) <= 2 and _in_hub_cache(text)):
         where = f" ({parts[0]}/ exists here, but holds no {'/'.join(parts[1:])})" if local_prefix else ""
         raise VRHError(f"{name}={text}: no such folder{where}; {expected}")
-    if _offline() and not _in_hub_cache(text):
-        raise VRHError(f"{name}={text}: no such folder, and hub model {text} is not in the local hub cache "
-                       f"(HF_HUB_OFFLINE is set, so it cannot be downloaded); {expected}")
+    # A hub id: `load_config` (before the load) and the wrapper (around it) turn a failed fetch into one line.
 
 
 # ------------------------------------------------------------------------------------------------- geometry
@@ -153,8 +151,10 @@ def load_config(pretrained: str, trust_remote_code: bool = False) -> Any:
     try:
         raw, _ = PretrainedConfig.get_config_dict(pretrained)
     except Exception as exc:
-        raise VRHError(f"pretrained={pretrained}: cannot read its config.json ({str(exc).splitlines()[0][:200]})") \
-            from None
+        where = "its config.json cannot be read" if Path(pretrained).is_dir() else \
+            "not a local folder, and its config.json cannot be fetched from the hub"
+        offline = " (HF_HUB_OFFLINE is set and it is not in the local hub cache)" if _offline() else ""
+        raise VRHError(f"pretrained={pretrained}: {where}{offline}: {str(exc).splitlines()[0][:200]}") from None
     return _namespace(raw)
 
 
