@@ -116,19 +116,21 @@ def check_pretrained(value: Any, name: str = "pretrained") -> None:
     text = str(value).strip()
     path = Path(text).expanduser()
     expected = f"expected a checkpoint folder (with config.json) or a hub id such as {HUB_EXAMPLE}"
+    # a command-line option reads `--model DIR`, a model arg `pretrained=DIR`
+    label = f"{name} {text}" if name.startswith("-") else f"{name}={text}"
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise VRHError(f"{name}={text}: the folder has no config.json; {expected}")
+            raise VRHError(f"{label}: the folder has no config.json; {expected}")
         return
     if path.exists():
-        raise VRHError(f"{name}={text}: is a file, not a folder; {expected}")
+        raise VRHError(f"{label}: is a file, not a folder; {expected}")
     parts = text.split("/")
     path_like = text.startswith(("/", ".", "~")) or "\\" in text or len(parts) != 2
     local_prefix = not path_like and Path(parts[0]).is_dir()
     path_like = path_like or local_prefix
     if path_like and not (len(parts) <= 2 and _in_hub_cache(text)):
         where = f" ({parts[0]}/ exists here, but holds no {'/'.join(parts[1:])})" if local_prefix else ""
-        raise VRHError(f"{name}={text}: no such folder{where}; {expected}")
+        raise VRHError(f"{label}: no such folder{where}; {expected}")
     # A hub id: `load_config` (before the load) and the wrapper (around it) turn a failed fetch into one line.
 
 
