@@ -134,6 +134,19 @@ def test_demo_refuses_a_foreign_folder_even_with_force(tmp_path, capsys):
     assert "thesis.tex" in err and "--force" not in err and (out / "thesis.tex").exists()
 
 
+def test_a_demo_that_finished_nothing_never_blocks_its_rerun(tmp_path):
+    from vrh_lmms.demo.pipeline import _finished_anything, demo_layout
+
+    out = tmp_path / "demo"
+    (out / "heads.parts").mkdir(parents=True)  # a demo killed during its first discovery doc
+    (out / "heads.parts" / "identity.json").write_text("{}")
+    (out / "data" / "synth" / "hub-0123").mkdir(parents=True)
+    (out / "data" / "synth" / "hub-0123" / "test.parquet").write_bytes(b"x")
+    assert owned.foreign_entries(out, demo_layout(out)) == [] and not _finished_anything(out)
+    (out / "heads.parts" / "synth__test__0.npz").write_bytes(b"x")  # one finished doc: keep it without --force
+    assert _finished_anything(out)
+
+
 def test_report_force_replaces_our_report_but_not_a_foreign_file(tmp_path, capsys):
     out = tmp_path / "report"
     out.mkdir()

@@ -76,7 +76,8 @@ def run(args: argparse.Namespace) -> int:
         convention=args.convention,
         box_params=dict(args.box_param),
     )
-    if args.force and images_dir.exists():
+    if args.force:  # checked above to be our earlier pairs and their images
+        owned.remove(output)
         owned.remove(images_dir)
     rows, stats = build_pairs(args.sweep_dir, options, images_dir)
     if not rows:

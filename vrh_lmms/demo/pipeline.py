@@ -190,6 +190,12 @@ def demo_layout(out: Path) -> owned.Layout:
             "demo_summary.md": owned.is_file}
 
 
+def _finished_anything(out: Path) -> bool:
+    """Whether a demo folder holds any finished unit of work (what a rerun must not discard silently)."""
+    return any(p.exists() for p in (out / "heads.json", out / "demo_summary.json")) or \
+        any(out.glob("heads.parts/[!.]*.npz")) or any(out.glob("sweep/configs/*/results.json"))
+
+
 def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
     """The model folder, its demo spec and the settings, checked before anything is written or loaded."""
     from vrh_lmms.demo.spec import SPEC_FILE, DemoSpec
@@ -226,7 +232,9 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     started = time.time()
     out = Path(output)
     model, spec = _checked_inputs(model_path, settings)
-    owned.prepare_output(out, demo_layout(out), force=force, what="an earlier demo run")
+    # An earlier demo that finished nothing (no discovery part, no configuration) is a failed start: replaced.
+    owned.prepare_output(out, demo_layout(out), force=force or not _finished_anything(out),
+                         what="an earlier demo run")
     out.mkdir(parents=True, exist_ok=True)
     model_args = demo_model_args(model, spec)
     gen = f"max_new_tokens={settings.max_new_tokens}"
