@@ -27,6 +27,7 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.families import get_family
 from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file
 from vrh_lmms.heads.spec import HeadSet, resolve_spec
+from vrh_lmms.preload import check_pretrained
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -109,8 +110,13 @@ class VRHMixin:
         family = get_family(self.vrh_family)
         torch_dtype = self._parse_dtype(dtype)
         kwargs = self._choose_device(kwargs)
-        with load_dtype(torch_dtype), self._vrh_load_context(args, kwargs):
-            super().__init__(*args, **kwargs)
+        pretrained = kwargs.get("pretrained", args[0] if args else _default(self._base_init_params(), "pretrained"))
+        check_pretrained(pretrained)
+        try:
+            with load_dtype(torch_dtype), self._vrh_load_context(args, kwargs):
+                super().__init__(*args, **kwargs)
+        except OSError as exc:  # transformers' "not a local folder and not a valid model identifier" and kin
+            raise VRHError(f"pretrained={pretrained}: cannot be loaded ({str(exc).splitlines()[0][:300]})") from None
         self.vrh_family_spec = family
         model = self.model  # lmms-eval backends unwrap accelerate's wrapper here
         self._vrh_check_model_type(model, family)

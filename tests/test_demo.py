@@ -73,6 +73,46 @@ def test_summary_criteria_agree_with_the_rows(demo_run):
         assert checks["baseline >= 80%"] == (round(acc["baseline_acc"], 9) >= 0.80)
 
 
+def test_a_demo_folder_is_recognised_as_ours(demo_run):
+    """`demo --force` may replace a finished demo run (every entry is recognised), and without --force the
+    refusal says so; a planted foreign file makes --force refuse (test_owned.py)."""
+    from vrh_lmms import owned
+    from vrh_lmms.demo.pipeline import demo_layout, run_demo
+    from vrh_lmms.errors import VRHError
+
+    assert owned.foreign_entries(demo_run, demo_layout(demo_run)) == []
+    with pytest.raises(VRHError, match="holds an earlier demo run; choose another --output or pass --force"):
+        run_demo(demo_run)
+
+
+def test_readme_dpo_command_works_on_the_demo_sweep(demo_run, tmp_path):
+    """README's `vrh-lmms dpo-pairs runs/demo/sweep --config top5 ...` needs no image folder: every scene is
+    regenerated from the scene config the sweep recorded, and is pixel for pixel the image the model was shown
+    (the parquet the task read, in the demo's data cache)."""
+    import io
+
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    out = tmp_path / "dpo.jsonl"
+    proc = subprocess.run([sys.executable, "-m", "vrh_lmms", "dpo-pairs", str(demo_run / "sweep"), "--config",
+                           "top5", "--output", str(out)], env=offline_env(), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    top5 = records(demo_run / "sweep" / "configs" / "top5" / f"samples_{TASK}.jsonl")
+    assert len(rows) == sum(not r["correct"] for r in top5.values()) > 0
+    shown = {}
+    for parquet in (demo_run / "data").rglob("test.parquet"):
+        table = pq.read_table(parquet, columns=["image_id", "image"]).to_pylist()
+        shown.update({str(r["image_id"]): r["image"]["bytes"] for r in table})
+    for row in rows:
+        (path,) = row["images"]
+        regenerated = np.asarray(Image.open(path).convert("RGB"))
+        original = np.asarray(Image.open(io.BytesIO(shown[row["meta"]["image_id"]])).convert("RGB"))
+        assert np.array_equal(regenerated, original), row["meta"]
+
+
 @pytest.mark.xfail(strict=True, reason="issue 7 is blocked: no tiny design tried so far grows sparse causal heads that "
                    "also survive random-head controls (docs/demo-model-experiments.md); the shipped model's top heads "
                    "beat layer-matched controls but random heads in its early layers hurt more. The check stays as "

@@ -204,17 +204,20 @@ def test_resume_skips_done_docs_and_reproduces(discovered, lm, planted_checkpoin
         assert a[key] == b[key], key
 
 
-def test_refuses_to_overwrite_and_foreign_parts(discovered, planted_checkpoint):
+def test_refuses_to_overwrite_and_finished_parts_of_another_discovery(discovered, planted_checkpoint, lm):
+    import shutil
+
     from vrh_lmms.errors import VRHError
 
     with pytest.raises(VRHError, match="exists"):
         run_discovery(spec_for(discovered, planted_checkpoint))
-    other = DiscoverySpec(model="vrh_qwen25", model_args="pretrained=elsewhere", tasks=["vrh_synth_grounding"],
-                          output=str(discovered.with_name("other.json")), limit=N_DOCS)
-    sidecars(other.output)["parts"].mkdir(parents=True)
-    (sidecars(other.output)["parts"] / "identity.json").write_text(json.dumps({"model": "x"}))
-    with pytest.raises(VRHError, match="different discovery"):
-        run_discovery(other)
+    other = spec_for(discovered.with_name("other.json"), planted_checkpoint)
+    parts = sidecars(other.output)["parts"]
+    shutil.copytree(sidecars(discovered)["parts"], parts)
+    (parts / "identity.json").write_text(json.dumps({"model": "x"}))  # finished parts of another discovery
+    with pytest.raises(VRHError, match="finished part.*different discovery.*--force"):
+        run_discovery(other, lm=lm)
+    assert len(list(parts.glob("*.npz"))) == N_DOCS  # nothing removed
 
 
 @pytest.mark.parametrize("with_prompt", [True, False])

@@ -110,9 +110,11 @@ def test_missing_images_are_an_error_unless_skipped(sweep, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--image-root" in err and "doc_id" in err
     assert not out.exists()
-    assert main(["dpo-pairs", str(sweep), "--config", "top4", "--output", str(out), "--skip-missing-images"]) == 0
-    assert out.read_text() == ""
-    assert "no image: 4" in capsys.readouterr().out
+    # Skipping every pair writes nothing and says why, with a non-zero exit (never an empty file and exit 0).
+    assert main(["dpo-pairs", str(sweep), "--config", "top4", "--output", str(out), "--skip-missing-images"]) == 2
+    err = capsys.readouterr().err
+    assert "no preference pairs" in err and "no image: 4" in err and "nothing was written" in err
+    assert not out.exists()
 
 
 def test_inline_images_are_written_beside_the_jsonl(tmp_path):

@@ -73,16 +73,23 @@ def test_masked_json_records_the_heads(tiny_qwen25, exported):
     assert {"tokenizer.json", "chat_template.jinja"} <= set(meta["copied_files"])
 
 
-def test_refuses_non_empty_output_unless_forced(tiny_qwen25, tmp_path, capsys):
+def test_force_replaces_only_an_earlier_export(tiny_qwen25, tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("x")
     args = ["export-masked", "--pretrained", str(tiny_qwen25), "--heads", "L0H0", "--output", str(out)]
-    assert main(args) == 2
-    assert "not empty; pass --force" in capsys.readouterr().err
-    assert (out / "keep.txt").exists()
-    assert main(args + ["--force"]) == 0
-    assert not (out / "keep.txt").exists() and (out / MASKED_FILE).exists()
+    for extra in ([], ["--force"]):  # a folder holding a file we did not write is refused, --force or not
+        assert main(args + extra) == 2
+        err = capsys.readouterr().err
+        assert "keep.txt" in err and "did not write" in err and "--force" not in err
+        assert (out / "keep.txt").read_text() == "x" and not (out / MASKED_FILE).exists()
+    (out / "keep.txt").unlink()
+    assert main(args) == 0
+    first = json.loads((out / MASKED_FILE).read_text())
+    assert main(args) == 2 and "pass --force" in capsys.readouterr().err  # our own export: --force would help
+    assert main(args[:-4] + ["--heads", "L1H1", "--output", str(out), "--force"]) == 0
+    assert json.loads((out / MASKED_FILE).read_text())["vrh"]["ablation"]["heads"] == ["L1H1"] != \
+        first["vrh"]["ablation"]["heads"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no staging folder left
 
 

@@ -424,13 +424,11 @@ class HeadMeanCollector:
 
 
 def save_means(means: torch.Tensor, path: str | Path, geometry: Geometry, count: int) -> Path:
-    from safetensors.torch import save_file
+    from vrh_lmms.atomic import save_safetensors
 
-    path = Path(path)
     meta = {k: str(v) for k, v in geometry.to_dict().items()}
     meta["tokens"] = str(count)
-    save_file({"means": means.contiguous()}, str(path), metadata=meta)
-    return path
+    return save_safetensors({"means": means.contiguous()}, path, metadata=meta)
 
 
 def load_means(path: str | Path) -> torch.Tensor:

@@ -27,6 +27,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+# Commands that run a model: torch's CPU thread count is chosen from the free cores first (vrh_lmms.device).
+MODEL_COMMANDS = ("demo", "discover", "sweep", "export-masked", "eval")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vrh-lmms", description=__doc__.splitlines()[0] if __doc__ else None)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -45,7 +49,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `eval` hands every following argument to lmms-eval untouched (argparse would claim --model etc.).
     if argv and argv[0] == "eval" and not {"-h", "--help"} & set(argv[1:2]):
-        return _guarded(lambda: _load("eval").passthrough(argv[1:]))
+        return _guarded(lambda: _with_threads(lambda: _load("eval").passthrough(argv[1:])))
     # Configure only the chosen subcommand, so `vrh-lmms tasks-path` does not import torch-heavy modules.
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only=chosen if chosen in COMMANDS else "__none__")
@@ -53,7 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 0
-    return _guarded(lambda: _load(COMMANDS[args.command][0]).run(args))
+    run = lambda: _load(COMMANDS[args.command][0]).run(args)  # noqa: E731
+    return _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
+
+
+def _with_threads(call):
+    from vrh_lmms.device import choose_threads
+
+    choose_threads()
+    return call()
 
 
 def _guarded(call) -> int:

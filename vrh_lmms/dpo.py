@@ -18,7 +18,10 @@ Images: samples lines never hold image bytes. Plain `lmms-eval --log_samples` fi
 files keep the doc's non-image fields (`doc`), which hold an image path only for datasets that store paths (e.g.
 Toloka with a local images folder). Images come from `image_root` + `image_pattern` (e.g. `{image_id}.jpg`: the
 user supplies the dataset's image folder), else the line's `input_media` (local paths, or small inline data URIs,
-written out beside the JSONL), else a path-valued field of `doc` (`image`, `image_path`, `file_name`, `path`).
+written out beside the JSONL), else a path-valued field of `doc` (`image`, `image_path`, `file_name`, `path`),
+else (synthetic tasks) the regenerated scene: those need no image folder, because the sweep records the scene
+config it evaluated (`sweep.json`); each scene is regenerated from it, checked against the sample's expression
+and box, and written beside the JSONL.
 """
 
 from __future__ import annotations
@@ -26,14 +29,13 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms import atomic
 from vrh_lmms.errors import VRHError
 
 CHOSEN_MODES = ("auto", "baseline", "ground-truth")
@@ -198,6 +200,16 @@ def _read_lines(path: Path) -> dict[str, dict]:
     return dict(zip(table.doc_ids, table.raw_lines or [], strict=True))
 
 
+def _recorded_synth(sweep: Path) -> dict[str, Any] | None:
+    """The synthetic scene config a sweep recorded in sweep.json (None: not recorded, or no synthetic task)."""
+    manifest = sweep / "sweep.json"
+    try:
+        synth = json.loads(manifest.read_text()).get("identity", {}).get("synth")
+    except (OSError, ValueError):
+        return None
+    return synth if isinstance(synth, dict) else None
+
+
 def _config_folder(sweep: Path, config: str) -> Path:
     folder = sweep / "configs" / config
     if not (folder / "results.json").is_file():
@@ -215,12 +227,40 @@ def _model_of(folder: Path) -> str:
 
 # ----------------------------------------------------------------------------- images
 class ImageResolver:
-    """Finds the image of a sample: `input_media` paths or data URIs, else `image_root` / `image_pattern`."""
+    """Finds the image of a sample: `image_root` / `image_pattern`, else `input_media` paths or data URIs, else a
+    path in `doc`, else (synthetic tasks of a sweep that recorded its scenes) the regenerated scene."""
 
-    def __init__(self, options: PairOptions, images_dir: Path) -> None:
+    def __init__(self, options: PairOptions, images_dir: Path, synth: Mapping[str, Any] | None = None) -> None:
         self.options = options
         self.images_dir = images_dir
+        self.synth = synth
         self.written = 0
+
+    def _synthetic(self, record: dict, task: str, where: str) -> Path | None:
+        """The scene of a synthetic sample, regenerated from the sweep's recorded scene config and checked
+        against the sample (same expression, same box) before it is written."""
+        from vrh_lmms.sweep.checks import SYNTH_TASKS
+
+        if task not in SYNTH_TASKS or self.synth is None or record.get("image_id") in (None, ""):
+            return None
+        from vrh_lmms.synth.cache import SynthSpec
+        from vrh_lmms.synth.scenes import generate_scene
+
+        spec = SynthSpec.from_dict(dict(self.synth), "sweep.json synth")
+        path = self.images_dir / f"{task}_{int(record['image_id']):08d}.png"
+        scene = generate_scene(int(record["image_id"]), spec.seed, spec.scene_config())
+        x, y, w, h = scene.target_object.bbox
+        box = record.get("gt_box") or []
+        same_box = len(box) == 4 and max(abs(a - b) for a, b in zip(box, (x, y, x + w, y + h))) < 1e-3
+        if scene.expression != record.get("expression") or not same_box:
+            raise VRHError(f"{where}: the scene regenerated from sweep.json's synth config ({scene.expression!r}, "
+                           f"box {[x, y, x + w, y + h]}) is not the sample's ({record.get('expression')!r}, box "
+                           f"{box}); was VRH_SYNTH_CONFIG changed after the sweep? Pass --image-root instead")
+        if not path.is_file():
+            self.images_dir.mkdir(parents=True, exist_ok=True)
+            scene.image.save(path, format="PNG")
+            self.written += 1
+        return path.resolve()
 
     def _write_data_uri(self, uri: str, stem: str) -> Path | None:
         match = _DATA_URI.match(uri)
@@ -237,7 +277,7 @@ class ImageResolver:
         self.written += 1
         return path.resolve()
 
-    def resolve(self, line: dict, task: str, doc_id: str) -> list[str] | None:
+    def resolve(self, line: dict, task: str, doc_id: str, where: str = "") -> list[str] | None:
         record = line.get("vrh_record") or {}
         image_id = record.get("image_id")
         if self.options.image_root is not None:
@@ -269,6 +309,10 @@ class ImageResolver:
                 if isinstance(value, str) and value.lower().endswith(_IMAGE_SUFFIXES) and Path(value).is_file():
                     out.append(str(Path(value).resolve()))
                     break
+        if not out:
+            synthetic = self._synthetic(record, task, where or f"{task} doc_id {doc_id}")
+            if synthetic is not None:
+                out.append(str(synthetic))
         return out or None
 
 
@@ -298,7 +342,7 @@ def build_pairs(sweep_dir: str | Path, options: PairOptions, images_dir: str | P
         tasks = list(options.tasks)
     if not tasks:
         raise VRHError(f"{abl_dir}: no samples_<task>.jsonl files")
-    resolver = ImageResolver(options, Path(images_dir))
+    resolver = ImageResolver(options, Path(images_dir), synth=_recorded_synth(sweep))
     stats = PairStats()
     rows: list[dict] = []
     first_missing: str | None = None
@@ -336,7 +380,7 @@ def build_pairs(sweep_dir: str | Path, options: PairOptions, images_dir: str | P
             prompt = _prompt(line)
             if prompt is None:
                 raise VRHError(f"{where}: no prompt text (field input, or arguments[0] in sweep samples)")
-            images = resolver.resolve(line, task, doc_id)
+            images = resolver.resolve(line, task, doc_id, where)
             if images is None:
                 if not options.skip_missing_images:
                     first_missing = first_missing or where
@@ -368,6 +412,23 @@ def build_pairs(sweep_dir: str | Path, options: PairOptions, images_dir: str | P
     return rows, stats
 
 
+def is_pairs_file(path: Path) -> bool:
+    """A JSONL file whose first row is one of our preference pairs (what --force may replace)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            row = json.loads(fh.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(row, dict) and {"prompt", "chosen", "rejected", "images"} <= set(row)
+
+
+def is_pair_images(path: Path) -> bool:
+    """A folder of image files only, as `ImageResolver` writes beside the JSONL (what --force may replace)."""
+    from vrh_lmms.owned import files_matching
+
+    return files_matching(*(f"*{suffix}" for suffix in (*_IMAGE_SUFFIXES, ".svg")))(path)
+
+
 def images_dir_for(output: str | Path) -> Path:
     """Where images decoded from inline data URIs go: `<output stem>_images/` beside the JSONL."""
     out = Path(output)
@@ -376,11 +437,4 @@ def images_dir_for(output: str | Path) -> Path:
 
 def write_pairs(rows: list[dict], output: str | Path) -> Path:
     """Write the JSONL atomically (temporary file, then rename)."""
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-    os.replace(tmp, out)
-    return out
+    return atomic.write_text(output, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))

@@ -13,7 +13,6 @@ import datetime as _dt
 import json
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from vrh_lmms import __version__
+from vrh_lmms import __version__, atomic, owned
 from vrh_lmms.ablation import Ablator, load_means, means_path_for
 from vrh_lmms.backbone import Decoder, locate_decoder
 from vrh_lmms.errors import VRHError
@@ -134,10 +133,22 @@ def check_output(output: Path, pretrained: str, force: bool) -> None:
         s, o = src.resolve(), output.resolve()
         if o == s or o in s.parents:
             raise VRHError(f"--output {output} would replace the source checkpoint {pretrained}; choose another folder")
-    if output.exists() and not output.is_dir():
-        raise VRHError(f"--output {output} exists and is not a folder")
-    if output.is_dir() and any(output.iterdir()) and not force:
-        raise VRHError(f"--output {output} is not empty; pass --force to replace its contents")
+    owned.check_output(output, output_layout(output), force=force, what="an exported checkpoint")
+
+
+def output_layout(output: Path) -> owned.Layout:
+    """What an earlier export wrote into `output`: its file listing (exports made before listings: the files that
+    its vrh_masked.json names, and the model files save_pretrained writes)."""
+    meta = output / MASKED_FILE
+    extra: list[str] = []
+    if owned.listed_files(output) is None and owned.json_with("copied_files", schema_prefix="vrh-masked/")(meta):
+        import fnmatch
+
+        copied = json.loads(meta.read_text())["copied_files"]
+        written = [p.name for p in output.iterdir() if p.is_file() and (p.name in MODEL_FILES or any(
+            fnmatch.fnmatch(p.name, pat) for pat in WEIGHT_PATTERNS))]
+        extra = [MASKED_FILE, *copied, *written]
+    return owned.listing_layout(output, extra)
 
 
 def export_masked(pretrained: str, heads: str, output: str | Path, *, heads_file: str | None = None,
@@ -172,8 +183,7 @@ def export_masked(pretrained: str, heads: str, output: str | Path, *, heads_file
     ablator.apply(headset, mode=ablation, means=means)
     record = masked_record(family, pretrained, decoder, headset, ablation)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", dir=output.parent))
+    staging = atomic.staging_dir(output)
     try:
         model.save_pretrained(staging, safe_serialization=True)
         copied = copy_side_files(source_files_dir(pretrained), staging)
@@ -181,9 +191,12 @@ def export_masked(pretrained: str, heads: str, output: str | Path, *, heads_file
                 "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
                 "version": __version__, "command": " ".join(sys.argv)}
         (staging / MASKED_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        owned.write_listing(staging)
+        for path in owned.check_output(output, output_layout(output), force=force, what="an exported checkpoint"):
+            owned.remove(path)  # only what an earlier export wrote; anything else was refused before loading
         if output.exists():
-            shutil.rmtree(output)
-        staging.rename(output)
+            output.rmdir()
+        atomic.publish_dir(staging, output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -4,28 +4,23 @@ and write results in lmms-eval's own file formats. The rest of the core stays fr
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms import atomic
 from vrh_lmms.errors import VRHError
 from vrh_lmms.paths import tasks_path
 
 
 def build_model(model: str, model_args: str, batch_size: int = 1, extra_args: dict[str, Any] | None = None):
-    """Instantiate an lmms-eval model by registered name (our entry points included)."""
-    from lmms_eval.models import get_model
+    """Instantiate a registered `vrh_*` model; its name and checkpoint path are checked before any weight loads."""
+    from vrh_lmms.preload import check_pretrained, constructor_default, model_class, parse_model_args
 
-    try:
-        cls = get_model(model)
-    except Exception as exc:  # lmms-eval raises ValueError listing every model
-        raise VRHError(f"model {model!r} is not registered with lmms-eval ({str(exc).splitlines()[0][:200]})") from None
+    cls = model_class(model)
+    check_pretrained(parse_model_args(model_args).get("pretrained", constructor_default(cls, "pretrained")))
     args = dict(extra_args or {})
     args["batch_size"] = batch_size
     lm = cls.create_from_arg_string(model_args or "", args)
-    if not hasattr(lm, "vrh_decoder"):
-        raise VRHError(f"model {model!r} is not a vrh_* model (no head ablation support); use e.g. vrh_qwen25")
     lm.vrh_keep_loaded = True  # one load serves every configuration
     return lm
 
@@ -46,12 +41,42 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
     return TaskManager("WARNING", include_path=paths, model_name=model_name)
 
 
+def _missing_tasks(missing: list[str]) -> VRHError:
+    return VRHError(f"task(s) not found: {', '.join(missing)} (plugin tasks are named vrh_*; "
+                    f"`lmms-eval --tasks list --include_path \"$(vrh-lmms tasks-path)\"` lists them)")
+
+
 def check_tasks(tm, tasks: list[str]) -> None:
     known = set(tm.all_tasks)
     missing = [t for t in tasks if t not in known]
     if missing:
-        raise VRHError(f"task(s) not found: {', '.join(missing)} (plugin tasks are named vrh_*; "
-                       f"`lmms-eval --tasks list --include_path \"$(vrh-lmms tasks-path)\"` lists them)")
+        raise _missing_tasks(missing)
+
+
+def check_task_names(tasks: list[str], include_path: str | list[str] | None = None) -> None:
+    """Refuse task names that no task YAML mentions at all, in well under a second and without importing
+    lmms-eval: every task, group and tag is named literally in some YAML of our task folder, lmms-eval's or
+    `include_path`. (A name that is mentioned is then checked for real by a TaskManager.)"""
+    import importlib.util
+
+    folders = [tasks_path()]
+    spec = importlib.util.find_spec("lmms_eval")
+    if spec is not None and spec.submodule_search_locations:
+        folders.append(Path(list(spec.submodule_search_locations)[0]) / "tasks")
+    if include_path:
+        folders += [Path(p) for p in ([include_path] if isinstance(include_path, str) else include_path)]
+    wanted = {t for t in tasks if t}
+    for folder in folders:
+        files = [folder] if folder.is_file() else sorted(folder.rglob("*.yaml")) + sorted(folder.rglob("*.yml"))
+        for path in files:
+            try:
+                text = path.read_text(encoding="utf-8", errors="ignore")
+            except OSError:
+                continue
+            wanted = {t for t in wanted if t not in text}
+            if not wanted:
+                return
+    raise _missing_tasks([t for t in tasks if t in wanted])
 
 
 def evaluate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwargs: str | None = None,
@@ -77,8 +102,7 @@ def write_run(folder: str | Path, results: dict[str, Any], vrh: dict[str, Any] |
     folder = Path(folder)
     if folder.exists():
         raise VRHError(f"{folder} exists already; refusing to overwrite it")
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+    tmp = atomic.staging_dir(folder)
     samples = results.get("samples", {}) or {}
     for task, rows in samples.items():
         with open(tmp / f"samples_{task}.jsonl", "w", encoding="utf-8") as f:
@@ -88,5 +112,4 @@ def write_run(folder: str | Path, results: dict[str, Any], vrh: dict[str, Any] |
     if vrh is not None:
         body["vrh"] = vrh
     (tmp / "results.json").write_text(json.dumps(body, indent=2, default=_default, ensure_ascii=False))
-    os.replace(tmp, folder)
-    return folder
+    return atomic.publish_dir(tmp, folder)

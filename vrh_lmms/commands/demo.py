@@ -16,7 +16,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default=None, help="head counts (default: about 5%% and 10%% of all heads)")
     parser.add_argument("--random-seeds", type=int, default=d.random_seeds, help="random draws per k")
     parser.add_argument("--model", default=None, help="another checkpoint folder (default: the shipped model)")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an earlier demo run in --output (a folder holding anything else is refused)")
 
 
 def run(args: argparse.Namespace) -> int:

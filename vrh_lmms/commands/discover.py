@@ -26,7 +26,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="heads file to write (e.g. heads.json)")
-    parser.add_argument("--force", action="store_true", help="replace an existing heads file / partial run")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a heads file (and its sidecars, or finished parts of another discovery) written "
+                             "here before")
 
 
 def run(args: argparse.Namespace) -> int:

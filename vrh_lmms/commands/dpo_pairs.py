@@ -7,7 +7,16 @@ import argparse
 import json
 from pathlib import Path
 
-from vrh_lmms.dpo import CHOSEN_MODES, PairOptions, build_pairs, images_dir_for, write_pairs
+from vrh_lmms import owned
+from vrh_lmms.dpo import (
+    CHOSEN_MODES,
+    PairOptions,
+    build_pairs,
+    images_dir_for,
+    is_pair_images,
+    is_pairs_file,
+    write_pairs,
+)
 from vrh_lmms.errors import VRHError
 
 
@@ -30,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="auto: baseline answer when it was correct, else ground truth (default); "
                              "baseline: only pairs with a correct baseline answer; ground-truth: always ground truth")
     parser.add_argument("--image-root", type=Path, default=None,
-                        help="folder of the dataset's images (samples files carry none)")
+                        help="folder of the dataset's images (samples files carry none; synthetic tasks need none: "
+                             "their scenes are regenerated)")
     parser.add_argument("--image-pattern", default="{image_id}.jpg",
                         help="file name under --image-root; fields {image_id}, {doc_id}, {task} (default "
                              "'{image_id}.jpg')")
@@ -42,17 +52,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="box convention for ground-truth answers (default: vrh_record.convention)")
     parser.add_argument("--box-param", type=_box_param, action="append", default=[], metavar="KEY=VALUE",
                         help="box convention parameter, e.g. max_pixels=1605632 for Qwen2.5-VL (repeatable)")
-    parser.add_argument("--force", action="store_true", help="overwrite an existing output file")
+    parser.add_argument("--force", action="store_true", help="replace pairs (and their images) written here before")
 
 
 def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     images_dir = images_dir_for(output)
-    if not args.force:
-        if output.exists():
-            raise VRHError(f"{output} exists; pass --force to overwrite it")
-        if images_dir.exists() and any(images_dir.iterdir()):
-            raise VRHError(f"{images_dir} exists and is not empty; pass --force to write into it")
+    # Only our own earlier pairs (and their image folder) are replaced, and only with --force.
+    owned.prepare_file(output, is_pairs_file, force=args.force, what="preference pairs")
+    if images_dir.exists() and any(images_dir.iterdir()):
+        owned.refuse_foreign(images_dir, [] if is_pair_images(images_dir) else [images_dir])
+        if not args.force:
+            raise VRHError(f"{images_dir} holds images of earlier pairs; choose another --output or pass --force "
+                           f"to replace them")
     options = PairOptions(
         config=args.config,
         tasks=tuple(args.task),
@@ -64,7 +76,15 @@ def run(args: argparse.Namespace) -> int:
         convention=args.convention,
         box_params=dict(args.box_param),
     )
+    if args.force:  # checked above to be our earlier pairs and their images
+        owned.remove(output)
+        owned.remove(images_dir)
     rows, stats = build_pairs(args.sweep_dir, options, images_dir)
+    if not rows:
+        skipped = {k: v for k, v in stats.to_dict().items() if k.startswith("skipped_") and v}
+        why = ", ".join(f"{k[len('skipped_'):].replace('_', ' ')}: {v}" for k, v in skipped.items())
+        raise VRHError(f"no preference pairs from {args.config}: {stats.ablated_wrong} wrong answers over "
+                       f"{stats.docs} docs" + (f", all skipped ({why})" if why else "") + "; nothing was written")
     write_pairs(rows, output)
     print(f"{output}: {stats.written} pairs ({stats.chosen_baseline} chosen = baseline answer, "
           f"{stats.chosen_ground_truth} chosen = ground truth) from {stats.ablated_wrong} wrong answers of "
@@ -73,5 +93,6 @@ def run(args: argparse.Namespace) -> int:
     if skipped:
         print("skipped: " + ", ".join(f"{k[len('skipped_'):].replace('_', ' ')}: {v}" for k, v in skipped.items()))
     if stats.images_written:
-        print(f"{stats.images_written} images decoded from input_media into {images_dir}")
+        print(f"{stats.images_written} images written into {images_dir} (decoded from the samples, or synthetic "
+              f"scenes regenerated)")
     return 0

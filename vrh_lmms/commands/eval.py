@@ -48,6 +48,15 @@ def passthrough(lmms_args: list[str]) -> int:
     from lmms_eval.__main__ import cli_evaluate, parse_eval_args
 
     _, parsed = parse_eval_args()
+    if parsed.model:
+        from lmms_eval.models import list_available_models
+
+        from vrh_lmms.errors import VRHError
+        from vrh_lmms.preload import vrh_model_names
+
+        if parsed.model not in list_available_models(include_aliases=True):
+            raise VRHError(f"--model {parsed.model!r} is not a registered model; the vrh-lmms models are: "
+                           f"{', '.join(vrh_model_names())} (lmms-eval's own: `lmms-eval --help`)")
     includes = [str(tasks_path())]
     if parsed.include_path:
         includes.append(parsed.include_path)

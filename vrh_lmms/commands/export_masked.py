@@ -28,7 +28,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
                         help="weights dtype to load and save (default: as stored)")
     parser.add_argument("--output", required=True, help="folder to write; must be empty or new")
-    parser.add_argument("--force", action="store_true", help="replace a non-empty --output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a checkpoint exported into --output before (anything else there is refused)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("family", choices=sorted(FAMILIES), help="model family")
     parser.add_argument("out_dir", help="folder to write (config, safetensors, tokenizer, processor)")
     parser.add_argument("--seed", type=int, default=0, help="weight-init seed (default 0)")
-    parser.add_argument("--force", action="store_true", help="overwrite a non-empty OUT_DIR")
+    parser.add_argument("--force", action="store_true", help="replace a tiny checkpoint written into OUT_DIR before")
 
 
 def run(args: argparse.Namespace) -> int:

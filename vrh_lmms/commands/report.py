@@ -27,7 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="when the runs of a model x task score different docs, restrict every run to the docs "
                              "all of them share (default: stop with an error naming the runs and counts)")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib figures")
-    parser.add_argument("--force", action="store_true", help="write into a non-empty output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace a report written into --output before (anything else there is refused)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from vrh_lmms import atomic, owned
 from vrh_lmms.discovery.efficiency import DEFAULT_NS, efficiency_markdown, efficiency_plot, sample_efficiency
 from vrh_lmms.discovery.run import sidecars
 from vrh_lmms.errors import VRHError
@@ -18,12 +19,26 @@ from vrh_lmms.sweep.plan import parse_int_list
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("heads_file", help="heads file written by `vrh-lmms discover` (its .samples.npz is read)")
     parser.add_argument("--cell", default=None, help="scoring cell (default: the heads file's primary cell)")
-    parser.add_argument("--k", type=int, default=20, help="top-k to compare (default 20, capped at 10%% of heads)")
+    parser.add_argument("--k", type=int, default=None,
+                        help="top-k to compare, at most 10%% of the model's heads (default: 20, or that cap when "
+                             "it is smaller)")
     parser.add_argument("--ns", default=",".join(map(str, DEFAULT_NS)), help="sample counts n to try")
     parser.add_argument("--resamples", type=int, default=200, help="bootstrap resamples per n (default 200)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="folder for efficiency.md, efficiency.json, efficiency.png")
-    parser.add_argument("--force", action="store_true", help="overwrite existing outputs")
+    parser.add_argument("--force", action="store_true", help="replace efficiency results written here before")
+
+
+def choose_k(requested: int | None, total_heads: int) -> int:
+    """Top-k overlap is compared for k up to 10% of all heads (beyond that the top-k is much of the model and
+    overlaps by construction): the default is min(20, that cap); a larger --k is an error, never a silent clamp."""
+    cap = max(1, total_heads // 10)
+    if requested is None:
+        return min(20, cap)
+    if requested < 1 or requested > cap:
+        raise VRHError(f"--k {requested}: this model has {total_heads} heads, so k must be between 1 and {cap} "
+                       f"(10% of its heads)")
+    return requested
 
 
 def load_samples(heads_file: str | Path) -> list[dict[str, np.ndarray]]:
@@ -41,20 +56,25 @@ def load_samples(heads_file: str | Path) -> list[dict[str, np.ndarray]]:
 def run(args: argparse.Namespace) -> int:
     hf = load_heads_file(args.heads_file)
     cell = args.cell or hf.scoring.get("cell") or "out,sum,mean"
-    k = min(args.k, max(1, hf.geometry.total_heads // 10))
+    k = choose_k(args.k, hf.geometry.total_heads)
     out = Path(args.output)
     targets = [out / "efficiency.md", out / "efficiency.json", out / "efficiency.png"]
-    if any(t.exists() for t in targets) and not args.force:
-        raise VRHError(f"{out} already holds efficiency results; pass --force to overwrite them")
+    if any(t.exists() for t in targets):
+        ours = owned.json_with("cell", "k", "rows")(targets[1])
+        owned.refuse_foreign(out, [] if ours else [t for t in targets if t.exists()])
+        if not args.force:
+            raise VRHError(f"{out} already holds efficiency results; choose another --output or pass --force to "
+                           f"replace them")
     samples = load_samples(args.heads_file)
     freq_k = int(hf.scoring.get("freq_top_k") or 20)
     rows, full = sample_efficiency(samples, cell, k, parse_int_list(args.ns, "--ns"), args.resamples, args.seed,
                                    freq_top_k=freq_k)
     out.mkdir(parents=True, exist_ok=True)
-    targets[0].write_text(efficiency_markdown(rows, k, cell))
-    targets[1].write_text(json.dumps({"cell": cell, "k": k, "n_total": rows[-1].n, "resamples": args.resamples,
-                                      "full_top_k": sorted(f"L{l}H{h}" for l, h in full),
-                                      "rows": [r.__dict__ for r in rows]}, indent=1))
+    atomic.write_text(targets[0], efficiency_markdown(rows, k, cell))
+    atomic.write_text(targets[1], json.dumps({"cell": cell, "k": k, "n_total": rows[-1].n,
+                                              "resamples": args.resamples,
+                                              "full_top_k": sorted(f"L{l}H{h}" for l, h in full),
+                                              "rows": [r.__dict__ for r in rows]}, indent=1))
     efficiency_plot(rows, k, cell, targets[2])
     print(targets[0].read_text())
     return 0

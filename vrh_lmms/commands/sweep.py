@@ -30,7 +30,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-cross-model", action="store_true",
                         help="use a heads file made on another geometry (transfer experiments)")
     parser.add_argument("--output", required=True, help="sweep folder (resumed if it holds the same sweep)")
-    parser.add_argument("--force", action="store_true", help="discard a different sweep found in --output")
+    parser.add_argument("--force", action="store_true",
+                        help="discard a different sweep found in --output (only its sweep files; anything else there "
+                             "is refused)")
 
 
 def run(args: argparse.Namespace) -> int:

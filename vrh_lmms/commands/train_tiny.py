@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from vrh_lmms import atomic, owned
 from vrh_lmms.errors import VRHError
 
 
@@ -15,7 +16,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--design", default="demo", help="named design from vrh_lmms.demo.designs (default demo)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--eval-every", type=int, default=None, help="held-out evaluation interval in steps")
-    parser.add_argument("--force", action="store_true", help="write into a non-empty --out")
+    parser.add_argument("--force", action="store_true", help="replace a model this command wrote into --out before")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -25,10 +26,13 @@ def run(args: argparse.Namespace) -> int:
     if args.design not in DESIGNS:
         raise VRHError(f"unknown design {args.design!r}; known: {', '.join(DESIGNS)}")
     out = Path(args.out)
-    if out.exists() and any(out.iterdir()) and not args.force:
-        raise VRHError(f"{out} is not empty; pass --force to overwrite it")
+    # Only a folder this command wrote (its file listing says so) is replaced, and only with --force.
+    owned.prepare_output(out, owned.listing_layout(out), force=args.force, what="a trained tiny model",
+                         option="--out")
     design = get_design(args.design, steps=args.steps, eval_every=args.eval_every)
     summary = train(design, out, args.seed, threads=args.threads, log=lambda s: print(s, flush=True))
+    atomic.follow_umask_tree(out)  # save_pretrained writes its safetensors 0600
+    owned.write_listing(out)
     final = summary.get("final") or {}
     print(f"wrote {out} in {summary['seconds'] / 60:.1f} min; held-out Acc@0.5 "
           f"{100 * final.get('acc50', float('nan')):.1f}% (n={design.eval_n})")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -21,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from vrh_lmms import owned
 from vrh_lmms.errors import VRHError
 from vrh_lmms.paths import assets_path
 
@@ -201,10 +201,52 @@ def criteria(acc: Acceptance, total_heads: int) -> dict[int, dict[str, bool]]:
     return out
 
 
+def demo_layout(out: Path) -> owned.Layout:
+    """Everything a demo run writes into its folder (what --force may replace)."""
+    from vrh_lmms.discovery.run import discovery_layout
+    from vrh_lmms.report.build import REPORT_LAYOUT
+    from vrh_lmms.sweep.checks import SWEEP_LAYOUT
+
+    synth_cache = owned.folder_of({"synth": owned.folder_of({"hub-*": owned.files_matching("*.parquet"),
+                                                             ".hub-*": None})})
+    return {**discovery_layout(out / "heads.json"), "data": synth_cache, "sweep": owned.folder_of(SWEEP_LAYOUT),
+            "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
+            "demo_summary.md": owned.is_file}
+
+
+def _finished_anything(out: Path) -> bool:
+    """Whether a demo folder holds any finished unit of work (what a rerun must not discard silently)."""
+    return any(p.exists() for p in (out / "heads.json", out / "demo_summary.json")) or \
+        any(out.glob("heads.parts/[!.]*.npz")) or any(out.glob("sweep/configs/*/results.json"))
+
+
+def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
+    """The model folder, its demo spec and the settings, checked before anything is written or loaded."""
+    from vrh_lmms.demo.spec import SPEC_FILE, DemoSpec
+    from vrh_lmms.families import get_family
+    from vrh_lmms.preload import check_pretrained, config_geometry, load_config
+
+    for name, value, low in (("--n-discovery", settings.n_discovery, 1), ("--n-eval", settings.n_eval, 1),
+                             ("--random-seeds", settings.random_seeds, 0)):
+        if value < low:
+            raise VRHError(f"{name} must be at least {low}, got {value}")
+    if any(int(k) < 1 for k in settings.ks):
+        raise VRHError(f"--k values must be positive, got {list(settings.ks)}")
+    model = Path(model_path) if model_path else demo_model_path()
+    check_pretrained(str(model), name="--model")
+    if not (model / SPEC_FILE).is_file():
+        raise VRHError(f"--model {model}: no {SPEC_FILE}; the demo runs models written by `vrh-lmms train-tiny`")
+    spec = DemoSpec.load(model)
+    geometry = config_geometry(load_config(str(model)), get_family("qwen2_5_vl"))
+    if geometry is not None and max(settings.ks, default=0) >= geometry.total_heads:
+        raise VRHError(f"--k {max(settings.ks)}: the demo's layer-matched controls need k below the model's "
+                       f"{geometry.total_heads} heads")
+    return model, spec
+
+
 def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bool = False,
              model_path: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     from vrh_lmms import lmms
-    from vrh_lmms.demo.spec import DemoSpec
     from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
     from vrh_lmms.report.build import ReportSettings, build_report
     from vrh_lmms.sweep.plan import plan_configurations
@@ -213,13 +255,11 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     settings = settings or DemoSettings()
     started = time.time()
     out = Path(output)
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise VRHError(f"{out} is not empty; choose another --output or pass --force to replace it")
-        shutil.rmtree(out)
+    model, spec = _checked_inputs(model_path, settings)
+    # An earlier demo that finished nothing (no discovery part, no configuration) is a failed start: replaced.
+    owned.prepare_output(out, demo_layout(out), force=force or not _finished_anything(out),
+                         what="an earlier demo run")
     out.mkdir(parents=True, exist_ok=True)
-    model = Path(model_path) if model_path else demo_model_path()
-    spec = DemoSpec.load(model)
     model_args = demo_model_args(model, spec)
     gen = f"max_new_tokens={settings.max_new_tokens}"
     say = print if progress else (lambda *a, **k: None)

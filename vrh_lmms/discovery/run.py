@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vrh_lmms import atomic, owned
 from vrh_lmms.errors import VRHError
 
 IDENTITY = "identity.json"
@@ -53,54 +53,126 @@ def sidecars(output: str | Path) -> dict[str, Path]:
             "means": means_path_for(out)}
 
 
-def _prepare(spec: DiscoverySpec, force: bool) -> dict[str, Path]:
+HEADS_FILE = owned.json_with("schema", "geometry", schema_prefix="vrh-heads/")
+PARTS_LAYOUT: dict[str, owned.Check | None] = {IDENTITY: owned.json_with(), "*.npz": owned.is_file}
+# Each output beside the heads file, and how to tell that vrh-lmms wrote it.
+SIDECAR_CHECKS: dict[str, owned.Check] = {
+    "parts": owned.folder_of(PARTS_LAYOUT),
+    "eval": owned.RUN_FOLDER,
+    "samples": owned.npz_with("keys"),
+    "means": owned.safetensors_with("means"),
+}
+
+
+def discovery_layout(output: str | Path) -> dict[str, owned.Check | None]:
+    """Names (in the heads file's folder) of everything one discovery writes, with their ownership checks."""
+    paths = sidecars(output)
+    name = Path(output).name
+    layout: dict[str, owned.Check | None] = {name: HEADS_FILE, f".{name}.*": owned.is_file,
+                                              f".{paths['eval'].name}.*": owned.RUN_FOLDER,
+                                              f".{paths['samples'].name}.*": owned.is_file,
+                                              f".{paths['means'].name}.*": owned.is_file}
+    layout.update({paths[key].name: check for key, check in SIDECAR_CHECKS.items()})
+    return layout
+
+
+@dataclass
+class _Folder:
+    """What `_claim` will do with the outputs of an earlier discovery (decided before anything loads)."""
+
+    reset_parts: bool  # parts of another discovery, or none finished: start the parts folder afresh
+
+
+def _inspect(spec: DiscoverySpec, force: bool) -> _Folder:
+    """Refuse what must be refused, change nothing: files vrh-lmms did not write (always), a finished heads file
+    (unless force), finished parts of a different discovery (unless force)."""
     out = Path(spec.output)
     paths = sidecars(out)
+    for key, check in SIDECAR_CHECKS.items():
+        path = paths[key]
+        if (path.exists() or path.is_symlink()) and not check(path):
+            if key == "parts" and path.is_dir() and not path.is_symlink():
+                owned.refuse_foreign(path, owned.foreign_entries(path, PARTS_LAYOUT))
+            raise VRHError(f"{path} exists and was not written by vrh-lmms discover; nothing was changed: choose "
+                           f"another --output, or move it away yourself")
+    owned.prepare_file(out, HEADS_FILE, force=True, what="a heads file")  # refuses only a file we did not write
     if out.exists() and not force:
         raise VRHError(f"{out} exists; choose another --output or pass --force to replace it")
     parts = paths["parts"]
     ident = parts / IDENTITY
-    if ident.is_file():
-        old = json.loads(ident.read_text())
-        differs = [k for k, v in spec.identity().items() if old.get(k) != v]
-        if differs and not force:
-            raise VRHError(f"{parts} holds partial results of a different discovery ({', '.join(differs)} "
-                           f"differ); pass --force to discard them")
-        if differs:
-            shutil.rmtree(parts)
+    if not ident.is_file():
+        return _Folder(reset_parts=True)
+    old = json.loads(ident.read_text())
+    differs = [k for k, v in spec.identity().items() if old.get(k) != v]
+    finished = list(parts.glob("[!.]*.npz"))
+    if differs and finished and not force:
+        raise VRHError(f"{parts} holds {len(finished)} finished part(s) of a different discovery "
+                       f"({', '.join(differs)} differ); choose another --output or pass --force to discard them")
+    return _Folder(reset_parts=bool(differs))
+
+
+def _claim(spec: DiscoverySpec, folder: _Folder, force: bool) -> dict[str, Path]:
+    """Apply `_inspect`'s decision: clear our earlier outputs, (re)start the parts folder, record its identity."""
+    paths = sidecars(spec.output)
+    parts = paths["parts"]
+    if folder.reset_parts and parts.exists():
+        owned.remove(parts)
     if force:
         for key in ("eval", "samples", "means"):
-            p = paths[key]
-            if p.is_dir():
-                shutil.rmtree(p)
-            elif p.exists():
-                p.unlink()
+            owned.remove(paths[key])
     parts.mkdir(parents=True, exist_ok=True)
-    ident.write_text(json.dumps(spec.identity(), indent=1))
+    atomic.write_text(parts / IDENTITY, json.dumps(spec.identity(), indent=1))
     return paths
+
+
+def preflight(spec: DiscoverySpec, force: bool, lm=None):
+    """Every check that needs no forward pass, before the model loads; returns the task manager and what to do
+    with earlier outputs. Writes nothing."""
+    from vrh_lmms import lmms, preload
+
+    if not spec.tasks:
+        raise VRHError("--tasks names no task")
+    lmms.check_task_names(list(spec.tasks))
+    if spec.limit is not None and spec.limit <= 0:
+        raise VRHError(f"--limit must be positive (or -1 for all docs), got {spec.limit}")
+    if spec.freq_top_k is not None and spec.freq_top_k < 1:
+        raise VRHError(f"--freq-top-k must be at least 1, got {spec.freq_top_k}")
+    plan = None
+    if lm is None:
+        plan = preload.plan_args(spec.model, spec.model_args)
+        intact = "discovery scores the intact model, so no model arg may choose heads to ablate"
+        preload.refuse_head_args(plan.args, "discover", {k: intact for k in preload.HEAD_ARGS})
+        if str(plan.args.get("batch_size", 1)) != "1":
+            raise VRHError(f"model arg batch_size={plan.args['batch_size']}: discovery runs with batch_size 1")
+    folder = _inspect(spec, force)
+    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
+    lmms.check_tasks(tm, spec.tasks)
+    if plan is not None:
+        preload.plan_geometry(plan)  # the backend class and the checkpoint's config.json, still without weights
+    return tm, folder
 
 
 def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:
     """Returns the heads file path (None on non-zero ranks)."""
     from vrh_lmms import lmms
-    from vrh_lmms.discovery.collector import SampleCollector
-    from vrh_lmms.discovery.interceptor import DocTracker, GenerateInterceptor
     from vrh_lmms.discovery.scoring import all_cells, parse_cells
-    from vrh_lmms.discovery.store import PartStore
 
     cells = spec.cells or all_cells()
     primary = parse_cells(spec.primary)[0]
     if primary not in cells:
         cells = [primary, *cells]
-    paths = _prepare(spec, force)
+    tm, folder = preflight(spec, force, lm=lm)  # nothing is written before every check has passed
+    from vrh_lmms.discovery.collector import SampleCollector  # imports transformers: only once checks passed
+    from vrh_lmms.discovery.interceptor import DocTracker, GenerateInterceptor
+    from vrh_lmms.discovery.store import PartStore
+
+    if lm is not None and lm.vrh_headset.heads:
+        raise VRHError(f"discovery scores the intact model, but model_args ablate {lm.vrh_headset.spec}; drop heads=")
+    paths = _claim(spec, folder, force)
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
     if getattr(lm, "batch_size", 1) != 1:
         raise VRHError("discovery runs with batch_size 1")
-    if lm.vrh_headset.heads:
-        raise VRHError(f"discovery scores the intact model, but model_args ablate {lm.vrh_headset.spec}; drop heads=")
-    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
-    lmms.check_tasks(tm, spec.tasks)
     store = PartStore(paths["parts"])
     tracker = DocTracker(lm.task_dict)
     lm.task_dict = tracker
@@ -176,7 +248,7 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
             geometry.layers, geometry.heads, geometry.head_dim)
         save_means(means, paths["means"], geometry, tokens)
     if paths["eval"].exists():
-        shutil.rmtree(paths["eval"])
+        owned.remove(paths["eval"])  # checked to be ours before the run
     lmms.write_run(paths["eval"], results, lm.vrh_record(config={"id": "discovery", "kind": "baseline", "k": 0,
                                                                   "seed": None}))
     save_heads_file(hf, spec.output, force=True)

@@ -7,14 +7,13 @@ stored answer, so evaluation results are identical). Nothing is overwritten: a p
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from vrh_lmms import atomic
 from vrh_lmms.errors import VRHError
 
 
@@ -50,10 +49,8 @@ class PartStore:
                                        dtype=np.uint8)
         if part.head_sums is not None:
             arrays["head_sums"] = part.head_sums.astype(np.float32)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".part-", suffix=".npz")
-        os.close(fd)
-        np.savez(tmp, **arrays)
-        os.replace(tmp, path)
+        with atomic.atomic_file(path, suffix=".npz") as tmp:
+            np.savez(tmp, **arrays)
         return path
 
     def read(self, key: str) -> SamplePart:

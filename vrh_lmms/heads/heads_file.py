@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vrh_lmms import atomic
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import Geometry, HeadRef, parse_head
 
@@ -82,12 +81,8 @@ def save_heads_file(hf: HeadsFile, path: str | Path, *, force: bool = False) -> 
     path = Path(path)
     if path.exists() and not force:
         raise VRHError(f"{path} exists; pass --force to overwrite it")
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(hf.to_json(), indent=1)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
     hf.path, hf.sha256 = path, hashlib.sha256(text.encode()).hexdigest()
     return path
 

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from vrh_lmms import atomic, owned
 from vrh_lmms.errors import VRHError
 from vrh_lmms.report import plots
 from vrh_lmms.report.analysis import LoadedRun, Settings, analyze_group
@@ -50,11 +49,20 @@ def _version() -> str:
         return "unknown"
 
 
-def _check_output(output: Path, force: bool) -> None:
-    if output.exists() and not output.is_dir():
-        raise VRHError(f"{output}: exists and is not a folder")
-    if output.is_dir() and any(output.iterdir()) and not force:
-        raise VRHError(f"{output}: folder is not empty; pass --force to write the report over it")
+_REPORT_JSON = owned.json_with("groups", schema_prefix="vrh-report/")
+# What a report writes into its folder (report.md counts as ours only beside our report.json).
+REPORT_LAYOUT: dict[str, owned.Check | None] = {
+    "report.json": _REPORT_JSON,
+    "report.md": lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),
+    "plots": owned.files_matching("*.png"),
+    ".report.json.*": owned.is_file,
+    ".report.md.*": owned.is_file,
+}
+
+
+def _check_output(output: Path, force: bool) -> list[Path]:
+    """Refuse a folder holding anything a report did not write; our earlier report only with `force`."""
+    return owned.check_output(output, REPORT_LAYOUT, force=force, what="an earlier report")
 
 
 def load_runs(dirs: list[str | Path], score_field: str | None) -> tuple[list[LoadedRun], list[str]]:
@@ -77,10 +85,7 @@ def load_runs(dirs: list[str | Path], score_field: str | None) -> tuple[list[Loa
 
 
 def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
 
 
 def _make_plots(report: dict, heads, out: Path) -> list[str]:
@@ -113,7 +118,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     if settings.n_resamples < 100:
         raise VRHError(f"--n-resamples must be at least 100, got {settings.n_resamples}")
     out = Path(output)
-    _check_output(out, settings.force)
+    replaced = _check_output(out, settings.force)
     heads = [read_heads_file(p) for p in settings.heads_files]
     runs, warnings = load_runs(dirs, settings.score_field)
     stats_settings = Settings(settings.alpha, settings.n_resamples, settings.seed, settings.score_field,
@@ -160,6 +165,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "files": {"json": "report.json", "markdown": "report.md", "plots": []},
     }
     report = jsonable(report)
+    for path in replaced:  # the earlier report's files (stale plots included), nothing else
+        owned.remove(path)
     out.mkdir(parents=True, exist_ok=True)
     if settings.plots:
         report["files"]["plots"] = _make_plots(report, heads, out)

@@ -1,8 +1,10 @@
 """`vrh-lmms sweep`: baseline, top-k, random-k and layer-matched random-k ablations with one model load.
 
 Each configuration is evaluated through lmms-eval's evaluator and written as `configs/<id>/` (results.json +
-samples_<task>.jsonl), atomically. A rerun skips finished configurations and redoes partial ones; a folder made by
-a different sweep (other model, tasks, heads file or limit) is refused unless `force`.
+samples_<task>.jsonl), atomically. Everything that needs no forward pass is checked before the model loads
+(`vrh_lmms.sweep.checks`). A rerun skips finished configurations and redoes partial ones; a folder holding a
+different sweep with finished configurations is refused unless `force`, and one holding files vrh-lmms did not
+write is always refused.
 
 Configurations run in packs (`pack`, default automatic): the first lmms-eval pass of a pack generates every answer
 of the pack in shared batches, the passes of the others replay them (vrh_lmms.packing). Each configuration still has
@@ -11,7 +13,6 @@ its own evaluator pass, so the files are those of an unpacked sweep.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
@@ -20,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.errors import VRHError
+from vrh_lmms.sweep import checks
 from vrh_lmms.sweep.plan import Configuration, pack_groups
 
-MANIFEST = "sweep.json"
+MANIFEST = checks.MANIFEST
 # automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per
 # configuration, the demo model's generation kept getting cheaper up to ~100 rows (benchmarks/RESULTS.md); CUDA: the
 # range benchmarks/gpu/bench_pack_7b.py measures, and at most half the free memory for the rows' KV caches.
@@ -52,29 +54,6 @@ class SweepSpec:
                 "seed": self.seed}
 
 
-def _sha(path: str | None) -> str | None:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
-
-
-def _check_folder(out: Path, identity: dict[str, Any], force: bool) -> dict[str, Any] | None:
-    manifest = out / MANIFEST
-    if manifest.is_file():
-        old = json.loads(manifest.read_text())
-        differs = [k for k, v in identity.items() if old.get("identity", {}).get(k) != v]
-        if differs and not force:
-            raise VRHError(f"{out} holds a different sweep ({', '.join(differs)} differ); choose another --output "
-                           f"or pass --force to discard it")
-        if differs:
-            shutil.rmtree(out)
-            return None
-        return old
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise VRHError(f"{out} is not empty and holds no sweep; choose another --output or pass --force")
-        shutil.rmtree(out)
-    return None
-
-
 def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: set[str], started: float,
                     pack: int | None = None) -> None:
     data = {"identity": identity, "heads_file": spec.heads_file, "batch_size": spec.batch_size, "pack": pack,
@@ -89,21 +68,15 @@ def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: 
 def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model."""
     from vrh_lmms import lmms
-    from vrh_lmms.ablation import load_means, means_path_for
-    from vrh_lmms.heads.heads_file import load_heads_file
     from vrh_lmms.heads.spec import resolve_spec
 
     out = Path(output)
-    heads_sha = _sha(spec.heads_file)
-    identity = spec.identity(heads_sha)
-    _check_folder(out, identity, force)
+    ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
+    identity, hf, means, tm = ready.identity, ready.heads_file, ready.means, ready.task_manager
+    checks.claim_folder(ready.folder)
     out.mkdir(parents=True, exist_ok=True)
     configs_dir = out / "configs"
     configs_dir.mkdir(exist_ok=True)
-    hf = load_heads_file(spec.heads_file) if spec.heads_file else None
-    needs_file = [c.id for c in spec.configurations if c.kind in ("topk", "layer_matched")]
-    if needs_file and hf is None:
-        raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
     done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
     started = time.time()
     _write_manifest(out, spec, identity, done, started, spec.pack)
@@ -115,14 +88,8 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
             shutil.rmtree(partial, ignore_errors=True)
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
-    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
-    lmms.check_tasks(tm, spec.tasks)
     geometry = lm.vrh_decoder.geometry
-    means = None
-    if any(c.mode == "mean" for c in todo):
-        if hf is None:
-            raise VRHError("--ablation mean needs --heads-file (its means file is written beside it)")
-        means = load_means(means_path_for(spec.heads_file))
+    checks.check_headsets(spec, geometry, hf)  # the loaded model's own geometry, before the first evaluation
     pack = choose_pack(spec.pack, lm, len(todo), spec.batch_size)
     _write_manifest(out, spec, identity, done, started, pack)
     rank = getattr(lm, "rank", 0)

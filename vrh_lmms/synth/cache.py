@@ -11,11 +11,11 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms import atomic
 from vrh_lmms.synth.scenes import SceneConfig
 
 CACHE_ENV = "VRH_CACHE_DIR"
@@ -72,10 +72,10 @@ def _build_once(target: Path, write) -> Path:
     """Run ``write(tmp_dir)`` into a temp sibling and rename it to ``target`` unless another writer won."""
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp = atomic.staging_dir(target)
     try:
         write(tmp)
+        atomic.follow_umask_tree(tmp)
         try:
             os.rename(tmp, target)
         except OSError:  # another process finished first

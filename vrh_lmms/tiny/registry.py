@@ -20,11 +20,16 @@ FAMILIES: dict[str, str] = {
 
 
 def build_tiny(family: str, out_dir: str | Path, seed: int = 0, force: bool = False, **overrides) -> Path:
-    """Write a tiny checkpoint; refuses to write into a non-empty folder unless `force` (nothing is overwritten)."""
+    """Write a tiny checkpoint. A non-empty folder is refused unless it holds a tiny checkpoint written here
+    (its file listing says so) and `force` is given; then exactly those files are replaced."""
+    from vrh_lmms import atomic, owned
+
     if family not in FAMILIES:
         raise VRHError(f"unknown tiny family {family!r}; known: {', '.join(sorted(FAMILIES))}")
     out = Path(out_dir)
-    if out.exists() and any(out.iterdir()) and not force:
-        raise VRHError(f"{out} is not empty; pass --force to overwrite it")
+    owned.prepare_output(out, owned.listing_layout(out), force=force, what="a tiny checkpoint", option="OUT_DIR")
     module = importlib.import_module(f"vrh_lmms.tiny.{FAMILIES[family]}")
-    return module.build(out, seed=seed, **overrides)
+    path = module.build(out, seed=seed, **overrides)
+    atomic.follow_umask_tree(out)  # save_pretrained writes its safetensors 0600
+    owned.write_listing(out)
+    return path
