@@ -1,0 +1,88 @@
+"""Uniform-attention ablation equals a hand computation (mean of the value states over the keys a row may see, or
+over the image tokens among them), touches nothing else, and never looks ahead: generation under the ablation
+matches a teacher-forced forward of the generated sequence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from intervention_refs import eager_probs, head_slice, layer_tensors
+
+from vrh_lmms.backbone import locate_decoder
+from vrh_lmms.capture.attention import _EDITS
+from vrh_lmms.errors import VRHError
+from vrh_lmms.heads.geometry import HeadRef
+from vrh_lmms.interventions.uniform import UniformAblation, image_token_ids, uniform_ablated
+from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
+
+torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "paligemma", "internvl"])
+@pytest.mark.parametrize("over", ["prefix", "image"])
+def test_uniform_equals_mean_of_visible_values(family, over, tiny_checkpoints):
+    model, processor = load_tiny(tiny_checkpoints(family))
+    batch = processor_inputs(processor, n=2)  # left-padded: padding keys must not count
+    t = batch["input_ids"].shape[1]
+    prompt_len, head = t - 3, 2
+    g = locate_decoder(model).geometry
+    visible = eager_probs(model, batch)[:, 0, head] > 0  # (b, T, T): what each row of head `head` may see
+    if over == "image":
+        visible &= torch.isin(batch["input_ids"], torch.tensor(image_token_ids(model)))[:, None, :]
+    with torch.no_grad(), layer_tensors(model, 0) as plain:
+        model(**batch)
+    with torch.no_grad(), layer_tensors(model, 0) as ablated, uniform_ablated(model, [HeadRef(0, head)], over,
+                                                                              prompt_len=prompt_len):
+        model(**batch)
+    rows = slice(prompt_len - 1, t)
+    w = visible[:, rows].float()
+    v = plain["v"][:, head // (g.heads // g.kv_heads)]
+    expected = torch.matmul(w / w.sum(-1, keepdim=True), v)
+    got = head_slice(ablated["o_in"], head, g.head_dim)
+    torch.testing.assert_close(got[:, rows], expected, rtol=0, atol=1e-5)
+    assert not torch.allclose(got[:, rows], head_slice(plain["o_in"], head, g.head_dim)[:, rows], atol=1e-3)
+    assert torch.equal(got[:, :prompt_len - 1], head_slice(plain["o_in"], head, g.head_dim)[:, :prompt_len - 1])
+    for h in range(g.heads):
+        if h != head:
+            assert torch.equal(head_slice(ablated["o_in"], h, g.head_dim), head_slice(plain["o_in"], h, g.head_dim))
+    assert not _EDITS
+
+
+@pytest.mark.parametrize("over", ["prefix", "image"])
+def test_generation_never_looks_ahead(over, tiny_checkpoints):
+    """Each generated token's scores under the ablation equal the teacher-forced forward of the final sequence at
+    that row: the rows saw only their prefix while generating, exactly as in the full forward."""
+    model, processor = load_tiny(tiny_checkpoints("qwen2_5_vl"))
+    batch = processor_inputs(processor, n=2)
+    heads = [HeadRef(0, 1), HeadRef(1, 3)]
+    p = batch["input_ids"].shape[1]
+    with torch.no_grad(), uniform_ablated(model, heads, over):
+        gen = model.generate(**batch, max_new_tokens=4, do_sample=False, output_logits=True,
+                             return_dict_in_generate=True, min_new_tokens=4)
+    seq = gen.sequences
+    full = dict(batch, input_ids=seq, attention_mask=torch.cat(
+        [batch["attention_mask"], torch.ones(2, seq.shape[1] - p, dtype=torch.long)], 1),
+        mm_token_type_ids=torch.cat([batch["mm_token_type_ids"], torch.zeros(2, seq.shape[1] - p, dtype=torch.long)],
+                                    1))
+    with torch.no_grad(), uniform_ablated(model, heads, over, prompt_len=p):
+        logits = model(**full).logits
+    for i, scores in enumerate(gen.logits):
+        torch.testing.assert_close(logits[:, p - 1 + i], scores, rtol=0, atol=1e-4)
+    with torch.no_grad():
+        plain = model.generate(**batch, max_new_tokens=4, do_sample=False, output_logits=True,
+                               return_dict_in_generate=True, min_new_tokens=4)
+    assert any(not torch.allclose(a, b, atol=1e-4) for a, b in zip(plain.logits, gen.logits))
+
+
+def test_uniform_checks_and_restores(tiny_checkpoints):
+    model, processor = load_tiny(tiny_checkpoints("qwen2_5_vl"))
+    impl = locate_decoder(model).text_config._attn_implementation
+    with pytest.raises(VRHError, match="over"):
+        UniformAblation(model, [HeadRef(0, 0)], over="box")
+    with pytest.raises(VRHError, match="outside the model"):
+        UniformAblation(model, [HeadRef(0, 99)])
+    ablation = UniformAblation(model, [HeadRef(0, 0)])
+    with pytest.raises(VRHError, match="already carry"):
+        UniformAblation(model, [HeadRef(0, 1)])
+    ablation.remove()
+    assert not _EDITS and locate_decoder(model).text_config._attn_implementation == impl
