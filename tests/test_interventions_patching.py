@@ -97,3 +97,25 @@ def test_per_head_grid_and_checks(setup):
     with pytest.raises(VRHError, match="answer rows"):
         patched_logits(model, dec, teacher_forced(clean, answer_b), [HeadRef(0, 0)],
                        record(model, dec, teacher_forced(clean, answer_a)).values)
+
+
+def test_encoded_images_and_batches_keep_the_forward_exact(setup):
+    """The vision tower runs once per sample (pre-encoded images) and a batch of copies gives the same rows."""
+    model, _, clean, _, answer_a, _ = setup
+    tf = teacher_forced(clean, answer_a)
+    with torch.no_grad():
+        plain = model(**tf.inputs, use_cache=False).logits
+        once = model(**tf.batch(model, 1), use_cache=False).logits
+        three = model(**tf.batch(model, 3), use_cache=False).logits
+    assert "mm_encoder_outputs" in tf.batch(model, 1)
+    assert torch.equal(once, plain)
+    torch.testing.assert_close(three, plain.expand(3, -1, -1), rtol=0, atol=1e-5)
+
+
+def test_batched_patching_equals_one_head_at_a_time(setup):
+    model, dec, clean, corrupt, answer_a, answer_b = setup
+    sets = {"pair": [HeadRef(0, 0), HeadRef(1, 3)]}
+    one = patch_pair(model, dec, clean, corrupt, answer_a, answer_b, head_sets=sets, batch_size=1)
+    many = patch_pair(model, dec, clean, corrupt, answer_a, answer_b, head_sets=sets, batch_size=5)
+    np.testing.assert_allclose(many.heads, one.heads, rtol=0, atol=1e-5)
+    assert many.sets["pair"] == pytest.approx(one.sets["pair"], abs=1e-5)

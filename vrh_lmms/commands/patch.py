@@ -18,12 +18,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default="5,10", help="sizes of the head sets patched together (default 5,10)")
     parser.add_argument("--random-seeds", type=int, default=3, help="random head sets per k (default 3)")
     parser.add_argument("--no-layer-matched", action="store_true", help="skip layer-matched random head sets")
+    parser.add_argument("--pairs", choices=("correct", "all"), default="correct",
+                        help="pair only correctly answered docs (default) or all answered docs")
     parser.add_argument("--pairs-per-image", type=int, default=2, help="ordered pairs (A, B) per image (default 2)")
     parser.add_argument("--max-pairs", type=int, default=50, help="pairs in all (default 50)")
     parser.add_argument("--direction", choices=DIRECTIONS, default="denoise",
                         help="denoise: clean activations into the corrupted run (default); noise: the reverse")
     parser.add_argument("--min-gap", type=float, default=1.0,
                         help="leave out pairs whose LD_clean - LD_corrupt is below this (nats, default 1)")
+    parser.add_argument("--patch-batch", type=int, default=8,
+                        help="patched copies of a run per forward (default 8; memory grows with it)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task evaluated to form pairs")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
@@ -38,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
                      heads_file=args.heads_file, ks=parse_int_list(args.k, "--k"), random_seeds=args.random_seeds,
                      layer_matched=not args.no_layer_matched, limit=limit, gen_kwargs=args.gen_kwargs,
                      seed=args.seed, per_image=args.pairs_per_image, max_pairs=args.max_pairs,
-                     direction=args.direction, min_gap=args.min_gap, allow_cross_model=args.allow_cross_model)
+                     direction=args.direction, min_gap=args.min_gap, allow_cross_model=args.allow_cross_model,
+                     patch_batch=args.patch_batch, pairs=args.pairs)
     path = run_patching(spec, args.output, force=args.force)
     print(path.parent / "report.md")
     return 0

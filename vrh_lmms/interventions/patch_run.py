@@ -4,7 +4,9 @@
    and the model's answer are stored per doc (`inputs/`; docs whose image holds no other object keep only their
    answer). A rerun replays stored answers instead of generating again.
 2. Pairs (A, B): docs of one image naming different objects (IoU < 0.5), both answered correctly (vrh_record
-   `correct`), `--pairs-per-image` per image, `--max-pairs` in all (vrh_lmms.interventions.pairs).
+   `correct`; `--pairs all`: any non-empty answers), `--pairs-per-image` per image, `--max-pairs` in all
+   (vrh_lmms.interventions.pairs). Pairs whose LD_clean - LD_corrupt is not above `--min-gap` are left out of
+   the averages (identical answers give 0).
 3. Per pair: every head (and every head set: top-k, random-k, layer-matched random-k of the heads file) is patched
    on the answer rows (vrh_lmms.interventions.patching), one part file per pair (`parts/`, resumable).
 4. `patch.json` (written last: the run is complete when it exists): the per-head recovery map, the head sets, the
@@ -54,13 +56,15 @@ class PatchSpec:
     min_gap: float = 1.0
     allow_cross_model: bool = False
     controls: tuple[str, ...] = ()
+    patch_batch: int = 8  # patched copies per forward (rows of one batch)
+    pairs: str = "correct"  # which docs may form pairs: "correct" (both answered right) or "all" answered docs
 
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
                 "heads_file_sha256": file_sha256(self.heads_file), "limit": self.limit, "gen_kwargs": self.gen_kwargs,
                 "seed": self.seed, "per_image": self.per_image, "max_pairs": self.max_pairs,
                 "direction": self.direction, "ks": sorted(self.ks), "random_seeds": self.random_seeds,
-                "layer_matched": self.layer_matched, "controls": list(self.controls)}
+                "layer_matched": self.layer_matched, "controls": list(self.controls), "pairs": self.pairs}
 
 
 class InputStore:
@@ -145,6 +149,8 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     from vrh_lmms.discovery.queries import answer_length
     from vrh_lmms.heads.heads_file import load_heads_file
 
+    if spec.pairs not in ("correct", "all"):
+        raise VRHError(f"--pairs {spec.pairs!r}: use correct or all")
     if spec.direction not in DIRECTIONS:
         raise VRHError(f"--direction {spec.direction!r}: use one of {', '.join(DIRECTIONS)}")
     if not spec.heads_file:
@@ -183,23 +189,30 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     model, decoder = lm.model, lm.vrh_decoder
     device = next(model.parameters()).device
     stops = stop_token_ids(lm, model)
+
+    def answer_of(data) -> torch.Tensor:
+        ids = data["answer"].flatten()
+        return ids[:answer_length(ids.tolist(), stops)]
+
     todo = []
     for task, rows in (results.get("samples") or {}).items():
         split = next((s for (t, s) in recorder.indexes if t == task), None)
         if split is None:
             continue
         index = recorder.indexes[(task, split)]
-        correct = {int(r["doc_id"]) for r in rows if (r.get("vrh_record") or {}).get("correct")}
-        stored = {d for d in correct if store.has(DocContext(task, split, d, None).key)}
+        chosen = {int(r["doc_id"]) for r in rows
+                  if spec.pairs == "all" or (r.get("vrh_record") or {}).get("correct")}
+        stored = set()
+        for d in chosen:
+            key = DocContext(task, split, d, None).key
+            if store.has(key) and answer_of(store.read(key)).numel() > 0:
+                stored.add(d)
         todo += [(task, split, a, b) for a, b in index.pairs(stored, spec.per_image)]
     todo = todo[:spec.max_pairs] if spec.max_pairs is not None else todo
     if not todo:
-        raise VRHError("no pair of correctly answered docs naming two objects of one image; patching needs a task "
-                       "with several objects per image (e.g. RefCOCO, or vrh_synth_grounding with objects='all')")
-
-    def answer_of(data) -> torch.Tensor:
-        ids = data["answer"].flatten()
-        return ids[:answer_length(ids.tolist(), stops)]
+        raise VRHError(f"no pair of {'correctly ' if spec.pairs == 'correct' else ''}answered docs naming two objects "
+                       "of one image; patching needs a task with several objects per image (e.g. RefCOCO, or "
+                       "vrh_synth_grounding with objects='all')")
 
     for task, split, a, b in tqdm(todo, desc="patch", unit="pair", disable=not progress):
         path = _part_path(out, task, a, b)
@@ -211,7 +224,8 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
         clean = {k: v.to(device) for k, v in da["tensors"].items()}
         corrupt = {k: v.to(device) for k, v in db["tensors"].items()}
         res = patch_pair(model, decoder, clean, corrupt, answer_of(da), answer_of(db),
-                         head_sets={name: s["heads"] for name, s in sets.items()}, direction=spec.direction)
+                         head_sets={name: s["heads"] for name, s in sets.items()}, direction=spec.direction,
+                         batch_size=spec.patch_batch)
         index = recorder.indexes[(task, split)]
         write_json(path, {"task": task, "a": a, "b": b, "image_id": index.targets[a].image_id,
                           "expressions": [index.targets[a].expression, index.targets[b].expression],

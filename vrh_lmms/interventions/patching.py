@@ -19,9 +19,11 @@ run's own activations into itself changes nothing (bit for bit).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,10 +43,48 @@ class TeacherForced:
     inputs: dict[str, torch.Tensor]
     prompt_len: int
     answer: torch.Tensor  # (n,) long
+    _encoded: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
     def rows(self) -> torch.Tensor:
         return torch.arange(self.prompt_len - 1, self.prompt_len - 1 + self.answer.numel())
+
+    def batch(self, model: nn.Module, size: int) -> dict[str, Any]:
+        """The forward's inputs repeated `size` times.
+
+        Where the model takes pre-encoded images (`mm_encoder_outputs`, transformers' generate path), the vision
+        tower runs once per sample and generate's own expansion repeats every input correctly for the family; other
+        models get their raw inputs, one row only."""
+        if self._encoded is None:
+            self._encoded = encode_images(model, self.inputs)
+        if "mm_encoder_outputs" not in self._encoded:
+            if size != 1:
+                raise VRHError(f"{type(model).__name__} takes no pre-encoded images; patch with batch size 1")
+            return dict(self._encoded)
+        kwargs = {k: v for k, v in self._encoded.items() if k != "input_ids"}
+        kwargs["mm_encoder_outputs"] = {m: copy.copy(o) for m, o in kwargs["mm_encoder_outputs"].items()}
+        if size == 1:
+            return {"input_ids": self._encoded["input_ids"], **kwargs}
+        ids, kwargs = model._expand_inputs_for_generation(expand_size=size, input_ids=self._encoded["input_ids"],
+                                                          **kwargs)
+        return {"input_ids": ids, **kwargs}
+
+
+def encode_images(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
+    """`inputs` with the pixels replaced by the vision tower's output (when the model accepts it; the forward is
+    then bit-identical, tests/test_interventions_patching.py). Grid and size metadata stay: positions need them."""
+    supports = getattr(model, "_supports_mm_encoder_outputs", None)
+    if supports is None or not supports():
+        return dict(inputs)
+    rest = {k: v for k, v in inputs.items() if k != "input_ids"}
+    with torch.no_grad():
+        encoded = model._prepare_multimodal_encoder_kwargs_for_generation(dict(rest))
+    if not encoded.get("mm_encoder_outputs"):
+        return dict(inputs)
+    for key in set(rest) - set(encoded):
+        if "pixel" not in key:
+            encoded[key] = rest[key]
+    return {"input_ids": inputs["input_ids"], **encoded}
 
 
 def teacher_forced(prompt: Mapping[str, torch.Tensor], answer: torch.Tensor) -> TeacherForced:
@@ -57,10 +97,15 @@ def teacher_forced(prompt: Mapping[str, torch.Tensor], answer: torch.Tensor) -> 
     return TeacherForced(teacher_forced_inputs(dict(prompt), answer), int(prompt["input_ids"].shape[1]), answer)
 
 
+def answer_logprobs(logits: torch.Tensor, tf: TeacherForced) -> list[float]:
+    """Per batch row: sum over answer tokens of log p(token | everything before it), in float64."""
+    rows = logits[:, tf.rows.to(logits.device)].double().log_softmax(-1)
+    answer = tf.answer.to(logits.device).view(1, -1, 1).expand(rows.shape[0], -1, 1)
+    return rows.gather(-1, answer)[..., 0].sum(-1).tolist()
+
+
 def answer_logprob(logits: torch.Tensor, tf: TeacherForced) -> float:
-    """Sum over answer tokens of log p(token | everything before it), in float64."""
-    rows = logits[0, tf.rows.to(logits.device)].double().log_softmax(-1)
-    return float(rows.gather(-1, tf.answer.to(logits.device).view(-1, 1)).sum())
+    return answer_logprobs(logits[:1], tf)[0]
 
 
 @dataclass
@@ -99,43 +144,56 @@ def record(model: nn.Module, decoder: Decoder, tf: TeacherForced) -> Recording:
         return hook
 
     with _o_proj_hooks(decoder, hook_for):
-        logits = model(**tf.inputs, use_cache=False).logits
+        logits = model(**tf.batch(model, 1), use_cache=False).logits
     values = torch.stack([got[i].to(got[0].device) for i in range(len(decoder.out_projs))])
     return Recording(values, answer_logprob(logits, tf))
 
 
 @torch.no_grad()
-def patched_logits(model: nn.Module, decoder: Decoder, tf: TeacherForced, heads: Sequence[HeadRef],
-                   source: torch.Tensor) -> torch.Tensor:
-    """Logits of `tf` with `heads`' o_proj input slices on its answer rows replaced by `source` (layers, rows,
-    heads * head_dim), recorded on another run's answer rows with the same answer."""
+def patched_batch_logits(model: nn.Module, decoder: Decoder, tf: TeacherForced,
+                         groups: Sequence[Sequence[HeadRef]], source: torch.Tensor) -> torch.Tensor:
+    """Logits (len(groups), T, vocab) of `tf`, batch row j with the o_proj input slices of `groups[j]` on its answer
+    rows replaced by `source` (layers, rows, heads * head_dim), recorded on another run with the same answer."""
     if source.shape[1] != tf.answer.numel():
         raise VRHError(f"patch source has {source.shape[1]} answer rows, the run {tf.answer.numel()}")
-    d = decoder.geometry.head_dim
-    by_layer: dict[int, list[int]] = {}
-    for h in heads:
-        decoder.geometry.check(h, where="patched head")
-        by_layer.setdefault(h.layer, []).append(h.head)
+    g, d = decoder.geometry, decoder.geometry.head_dim
+    columns = torch.zeros(g.layers, len(groups), g.heads * d, dtype=torch.bool)
+    for j, heads in enumerate(groups):
+        for h in heads:
+            g.check(h, where="patched head")
+            columns[h.layer, j, h.head * d:(h.head + 1) * d] = True
     rows = tf.rows
 
     def hook_for(layer):
-        if layer not in by_layer:
+        if not columns[layer].any():
             return None
-        cols = torch.cat([torch.arange(h * d, (h + 1) * d) for h in by_layer[layer]])
 
         def hook(module, args):
             x = args[0].clone()
-            r, c = rows.to(x.device), cols.to(x.device)
-            x[0, r[:, None], c[None, :]] = source[layer][:, c].to(device=x.device, dtype=x.dtype)
+            r = rows.to(x.device)
+            cols = columns[layer].to(x.device)[:, None, :]  # (B, 1, width)
+            x[:, r] = torch.where(cols, source[layer].to(device=x.device, dtype=x.dtype)[None], x[:, r])
             return (x, *args[1:])
         return hook
 
     with _o_proj_hooks(decoder, hook_for):
-        return model(**tf.inputs, use_cache=False).logits
+        return model(**tf.batch(model, len(groups)), use_cache=False).logits
 
 
-def patched_logprob(model, decoder, tf: TeacherForced, heads: Sequence[HeadRef], source: torch.Tensor) -> float:
-    return answer_logprob(patched_logits(model, decoder, tf, heads, source), tf)
+def patched_logits(model: nn.Module, decoder: Decoder, tf: TeacherForced, heads: Sequence[HeadRef],
+                   source: torch.Tensor) -> torch.Tensor:
+    """Logits of `tf` with `heads` patched from `source` (one batch row)."""
+    return patched_batch_logits(model, decoder, tf, [list(heads)], source)
+
+
+def patched_logprobs(model, decoder, tf: TeacherForced, groups: Sequence[Sequence[HeadRef]], source: torch.Tensor,
+                     batch_size: int = 8) -> list[float]:
+    """Answer log-probability of `tf` with each group of heads patched, `batch_size` groups per forward."""
+    out: list[float] = []
+    for start in range(0, len(groups), max(1, batch_size)):
+        chunk = groups[start:start + max(1, batch_size)]
+        out += answer_logprobs(patched_batch_logits(model, decoder, tf, chunk, source), tf)
+    return out
 
 
 @dataclass
@@ -158,8 +216,9 @@ class PairResult:
 def patch_pair(model: nn.Module, decoder: Decoder, clean: Mapping[str, torch.Tensor],
                corrupt: Mapping[str, torch.Tensor], answer_a: torch.Tensor, answer_b: torch.Tensor,
                head_sets: Mapping[str, Sequence[HeadRef]] | None = None, per_head: bool = True,
-               direction: str = "denoise") -> PairResult:
-    """Patch every single head (and every named head set) of one pair; 4 + 2 x (heads + sets) forwards.
+               direction: str = "denoise", batch_size: int = 8) -> PairResult:
+    """Patch every single head (and every named head set) of one pair: 4 forwards, then 2 x (heads + sets) patched
+    rows in forwards of `batch_size` rows.
 
     clean / corrupt: generate inputs (batch 1) of the expressions naming A / B; answer_a / answer_b: the answers
     (ids without the stop token) the model gives to them. direction: "denoise" copies clean activations into the
@@ -172,16 +231,14 @@ def patch_pair(model: nn.Module, decoder: Decoder, clean: Mapping[str, torch.Ten
     rec = {key: record(model, decoder, tf) for key, tf in runs.items()}
     ld = {p: rec[(p, "a")].logprob - rec[(p, "b")].logprob for p in ("clean", "corrupt")}
     src, dst = ("clean", "corrupt") if direction == "denoise" else ("corrupt", "clean")
-
-    def ld_patched(heads: Sequence[HeadRef]) -> float:
-        return (patched_logprob(model, decoder, runs[(dst, "a")], heads, rec[(src, "a")].values)
-                - patched_logprob(model, decoder, runs[(dst, "b")], heads, rec[(src, "b")].values))
-
     g = decoder.geometry
-    grid = None
-    if per_head:
-        grid = np.full((g.layers, g.heads), np.nan)
-        for head in g.all_heads():
-            grid[head.layer, head.head] = ld_patched([head])
-    sets = {name: ld_patched(list(heads)) for name, heads in (head_sets or {}).items()}
+    names = list(head_sets or {})
+    groups = [[h] for h in g.all_heads()] if per_head else []
+    groups += [list((head_sets or {})[n]) for n in names]
+    lp = {a: patched_logprobs(model, decoder, runs[(dst, a)], groups, rec[(src, a)].values, batch_size)
+          for a in ("a", "b")}
+    patched = np.asarray(lp["a"]) - np.asarray(lp["b"])
+    grid = patched[:g.total_heads].reshape(g.layers, g.heads) if per_head else None
+    offset = g.total_heads if per_head else 0
+    sets = {n: float(patched[offset + i]) for i, n in enumerate(names)}
     return PairResult(ld["clean"], ld["corrupt"], grid, sets)

@@ -22,8 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from vrh_lmms.boxes.geometry import iou
-from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
+from vrh_lmms.discovery.interceptor import DocContext, DocTracker
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.folder import file_sha256, open_folder, write_json
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
@@ -80,6 +82,7 @@ class SteerSpec:
     distractor_seed: int = 0
     rule: str = "overlap"
     allow_cross_model: bool = False
+    batch_size: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     def identity(self) -> dict[str, Any]:
@@ -89,13 +92,14 @@ class SteerSpec:
 
 
 class Steerer:
-    """Per doc: the distractor and its key positions, and the steering plan of the current configuration."""
+    """Per doc: the distractor and its key positions; per batch: the steering plan of the current configuration."""
 
     def __init__(self, lm, tracker: DocTracker, seed: int, rule: str) -> None:
         from vrh_lmms.discovery.collector import backend_processor
 
         self.family = lm.vrh_family_spec.name
         self.processor = backend_processor(lm)
+        self.tokenizer = getattr(lm, "tokenizer", None) or self.processor.tokenizer
         self.tracker, self.seed, self.rule = tracker, seed, rule
         self.indexes: dict[tuple[str, str], ObjectIndex] = {}
         self.heads: list = []
@@ -108,29 +112,40 @@ class Steerer:
             self.indexes[(task, split)] = ObjectIndex(split_targets(docs, where=task))
         return self.indexes[(task, split)]
 
-    def plan(self, ctx: DocContext, tensors: dict) -> SteerPlan | None:
+    def row_keys(self, ctx: DocContext, tensors: dict, row: int, check_expression: bool) -> torch.Tensor:
+        """(P,) bool steering keys of batch row `row` (the distractor's image tokens minus the doc's own box)."""
         from vrh_lmms.capture.extras import layout_extras
         from vrh_lmms.capture.layouts import box_key_mask, image_token_map
+        from vrh_lmms.discovery.queries import expression_rows, token_pieces
 
         idx = self.index(ctx.task, ctx.split)
         target = idx.targets[ctx.doc_id]
+        ids = tensors["input_ids"][row].detach().cpu()
+        n = ids.numel()
+        if check_expression and target.expression:
+            if not expression_rows(token_pieces(self.tokenizer, ids.tolist()), target.expression):
+                raise VRHError(f"{ctx.task} doc {ctx.doc_id}: its expression is not in batch row {row}; this backend "
+                               "batches docs in another order than it looks them up: steer with batch size 1")
         other = idx.distractor(ctx.doc_id, self.seed)
         info: dict[str, Any] = {"steer_doc_id": other, "steer_box": None, "n_steer_tokens": 0,
                                 "steerable": False, "steered": False}
-        plan = None
+        keys = torch.zeros(n, dtype=torch.bool)
         if other is not None:
             box = idx.targets[other].box
-            ids = tensors["input_ids"][0].detach().cpu()
-            n = ids.numel()
             tmap = image_token_map(self.family, ids, target.image_size,
-                                   layout_extras(self.family, self.processor, tensors, 0))
+                                   layout_extras(self.family, self.processor, tensors, row))
             keys = box_key_mask(tmap, box, n, self.rule) & ~box_key_mask(tmap, target.box, n, self.rule)
-            info.update(steer_box=[float(v) for v in box], n_steer_tokens=int(keys.sum()), steerable=bool(keys.any()))
-            if keys.any() and self.heads:
-                plan = SteerPlan(self.heads, keys[None], self.bias, prompt_len=n)
-                info["steered"] = True
+            info.update(steer_box=[float(v) for v in box], n_steer_tokens=int(keys.sum()), steerable=bool(keys.any()),
+                        steered=bool(keys.any() and self.heads))
         self.info[(ctx.task, ctx.doc_id)] = info
-        return plan
+        return keys
+
+    def plan(self, ctxs: list[DocContext], tensors: dict) -> SteerPlan | None:
+        rows = [self.row_keys(ctx, tensors, i, len(ctxs) > 1) for i, ctx in enumerate(ctxs)]
+        keys = torch.stack(rows)
+        if not self.heads or not keys.any():
+            return None
+        return SteerPlan(self.heads, keys, self.bias, prompt_len=keys.shape[1])
 
     def record(self, task: str, doc_id: int, vrh_record: dict[str, Any]) -> dict[str, Any]:
         """The `vrh_steer` entry of one sample line: the distractor, the prediction's IoUs, moved or not."""
@@ -145,22 +160,62 @@ class Steerer:
         return info
 
 
-class SteeringInterceptor(GenerateInterceptor):
-    """The backend's `model.generate`, run inside the steering scope of the doc it answers."""
+class BatchDocTracker(DocTracker):
+    """A DocTracker that also lists the docs looked up since the last generate call (a batch's docs, in order)."""
 
-    def __init__(self, model, tracker: DocTracker, steerer: Steerer) -> None:
-        super().__init__(model, tracker, lambda *a: None, lambda ctx: None)
-        inner = self._original
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.recent: list[DocContext] = []
+        self._last: DocContext | None = None
 
-        def steered(*args, **kwargs):
-            tensors = {k: v for k, v in kwargs.items() if hasattr(v, "shape")}
-            plan = steerer.plan(self.tracker.last, tensors)
-            if plan is None:
-                return inner(*args, **kwargs)
-            with steer_attention(model, plan):
-                return inner(*args, **kwargs)
+    @property
+    def last(self) -> DocContext | None:  # type: ignore[override]
+        return self._last
 
-        self._original = steered
+    @last.setter
+    def last(self, ctx: DocContext) -> None:
+        self._last = ctx
+        self.recent.append(ctx)
+
+    def batch(self, size: int) -> list[DocContext]:
+        """The docs of a batch of `size` rows; refuses when the lookups do not say."""
+        seen: dict[str, DocContext] = {}
+        for ctx in reversed(self.recent):  # the batch's docs are the last ones looked up
+            if len(seen) == size:
+                break
+            seen.setdefault(ctx.key, ctx)
+        self.recent = []
+        if size == 1 and self._last is not None:
+            return [self._last]
+        if len(seen) != size:
+            raise VRHError(f"could not tell which docs a batch of {size} holds ({len(seen)} docs looked up before "
+                           "generate); steer with batch size 1")
+        return list(reversed(seen.values()))
+
+
+class SteeringInterceptor:
+    """The backend's `model.generate`, run inside the steering scope of the docs of its batch."""
+
+    def __init__(self, model, tracker: BatchDocTracker, steerer: Steerer) -> None:
+        self.model, self.tracker, self.steerer = model, tracker, steerer
+        self._original = model.generate
+        model.generate = self._generate  # instance attribute shadows the class method
+
+    def uninstall(self) -> None:
+        if self.model.__dict__.get("generate") is not None:
+            del self.model.generate
+
+    def _generate(self, *args, **kwargs):
+        ids = kwargs.get("input_ids")
+        if args or ids is None:
+            raise VRHError("steering expects the backend to call model.generate(input_ids=..., ...) with keywords")
+        ctxs = self.tracker.batch(ids.shape[0])
+        tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        plan = self.steerer.plan(ctxs, tensors)
+        if plan is None:
+            return self._original(**kwargs)
+        with steer_attention(self.model, plan):
+            return self._original(**kwargs)
 
 
 def _write_manifest(out: Path, spec: SteerSpec, done: set[str]) -> None:
@@ -195,15 +250,13 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
             if partial.name.startswith(".") or not (partial / "results.json").is_file():
                 shutil.rmtree(partial, ignore_errors=True)
         if lm is None:
-            lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
-        if getattr(lm, "batch_size", 1) != 1:
-            raise VRHError("steering runs with batch_size 1 (one doc per generate call)")
+            lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
         if lm.vrh_headset.heads:
             raise VRHError(f"steering runs on the intact model, but model_args ablate {lm.vrh_headset.spec}")
         tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
         lmms.check_tasks(tm, spec.tasks)
         geometry = lm.vrh_decoder.geometry
-        tracker = DocTracker(lm.task_dict)
+        tracker = BatchDocTracker(lm.task_dict)
         lm.task_dict = tracker
         steerer = Steerer(lm, tracker, spec.distractor_seed, spec.rule)
         interceptor = SteeringInterceptor(lm.model, tracker, steerer)
