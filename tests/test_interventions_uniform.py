@@ -86,3 +86,54 @@ def test_uniform_checks_and_restores(tiny_checkpoints):
         UniformAblation(model, [HeadRef(0, 1)])
     ablation.remove()
     assert not _EDITS and locate_decoder(model).text_config._attn_implementation == impl
+
+
+def test_uniform_is_an_ablation_mode_of_backends_and_sweeps(tiny_checkpoints, tmp_path, monkeypatch):
+    """`ablation=uniform` through the vrh_* backend equals the direct ablation, is undone exactly, and sweep
+    configurations are labelled like the other modes (id suffix, vrh.ablation.mode)."""
+    import json
+
+    import numpy as np
+
+    from vrh_lmms import lmms
+    from vrh_lmms.heads import Geometry
+    from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+    from vrh_lmms.heads.spec import HeadSet
+    from vrh_lmms.sweep.plan import plan_configurations
+    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+
+    monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 2, "seed": 4}))
+    ckpt = tiny_checkpoints("qwen2_5_vl")
+    args = f"pretrained={ckpt},dtype=float32,min_pixels={224 * 224},max_pixels={224 * 224}"
+    lm = lmms.build_model("vrh_qwen25", args)
+    model, processor = load_tiny(ckpt)
+    batch = processor_inputs(processor, n=2)
+    heads = [HeadRef(0, 1), HeadRef(1, 2)]
+    gen = {"max_new_tokens": 4, "do_sample": False, "output_logits": True, "return_dict_in_generate": True}
+    with torch.no_grad():
+        plain = lm.model.generate(**batch, **gen)
+        lm.vrh_apply(HeadSet(tuple(heads), "L0H1;L1H2", "explicit", 2), mode="uniform")
+        assert lm.vrh_record()["ablation"]["mode"] == "uniform" and lm.vrh_ablator.method == "attention"
+        ablated = lm.model.generate(**batch, **gen)
+        with uniform_ablated(model, heads):
+            direct = model.generate(**batch, **gen)
+        lm.vrh_apply(HeadSet((), "none", "baseline", 0))
+        again = lm.model.generate(**batch, **gen)
+    assert all(torch.equal(a, b) for a, b in zip(ablated.logits, direct.logits))
+    assert all(torch.equal(a, b) for a, b in zip(again.logits, plain.logits))
+    assert not _EDITS
+
+    scores = np.random.default_rng(1).random((2, 4))
+    hf = tmp_path / "heads.json"
+    save_heads_file(HeadsFile({"id": str(ckpt), "family": "qwen2_5_vl"}, Geometry(2, 4, 2, 16), scores,
+                              ranking_from_scores(scores)), hf)
+    configs = plan_configurations([1], 0, False, ["zero", "uniform", "uniform_image"])
+    assert [c.id for c in configs] == ["baseline", "top1", "top1_uniform", "top1_uniform_image"]
+    out = run_sweep(SweepSpec(model="vrh_qwen25", model_args=args, tasks=["vrh_synth_grounding"],
+                              heads_file=str(hf), configurations=configs, gen_kwargs="max_new_tokens=6"),
+                    tmp_path / "sweep", lm=lm, progress=False)
+    for cid, mode in (("top1_uniform", "uniform"), ("top1_uniform_image", "uniform_image"), ("top1", "zero")):
+        vrh = json.loads((out / "configs" / cid / "results.json").read_text())["vrh"]
+        assert vrh["ablation"]["mode"] == mode and vrh["config"]["id"] == cid
+    assert not _EDITS

@@ -21,7 +21,9 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import Geometry, HeadRef
 from vrh_lmms.heads.spec import HeadSet
 
-MODES = ("zero", "mean")
+# zero / mean fold into o_proj; the uniform modes replace answer-row attention (vrh_lmms.interventions.uniform)
+UNIFORM_MODES = ("uniform", "uniform_image")
+MODES = ("zero", "mean", *UNIFORM_MODES)
 METHODS = ("auto", "fold", "hook")
 
 
@@ -58,8 +60,10 @@ class Ablator:
     def __init__(self, model: nn.Module, decoder: Decoder | None = None, method: str = "auto") -> None:
         if method not in METHODS:
             raise VRHError(f"ablation method {method!r} unknown; use one of {', '.join(METHODS)}")
+        self.model = model
         self.decoder = decoder or locate_decoder(model)
         self.requested_method = method
+        self._uniform = None  # vrh_lmms.interventions.uniform.UniformAblation while a uniform mode is applied
         self._saved: list[_Saved] = []
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         self.active: list[HeadRef] = []
@@ -89,6 +93,13 @@ class Ablator:
             means = self._check_means(means)
         self.restore()
         if not heads:
+            return
+        if mode in UNIFORM_MODES:  # not a weight edit: answer rows attend uniformly (registered attention path)
+            from vrh_lmms.interventions.uniform import MODES as OVER
+            from vrh_lmms.interventions.uniform import UniformAblation
+
+            self._uniform = UniformAblation(self.model, heads, over=OVER[mode])
+            self.active, self.mode, self.method = sorted(heads), mode, "attention"
             return
         method = self.resolve_method()
         by_layer: dict[int, list[int]] = {}
@@ -159,6 +170,9 @@ class Ablator:
             else:
                 proj.bias = None
         self._saved.clear()
+        if self._uniform is not None:
+            self._uniform.remove()
+            self._uniform = None
         for handle in self._hooks:
             handle.remove()
         self._hooks.clear()

@@ -18,7 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seeds", type=int, default=5, help="random draws per k (default 5)")
     parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
     parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
-    parser.add_argument("--ablation", default="zero", help="zero, mean or zero,mean (default zero)")
+    parser.add_argument("--ablation", default="zero",
+                        help="comma-separated modes: zero, mean, uniform, uniform_image (default zero)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")

@@ -14,7 +14,7 @@ class Configuration:
     kind: str  # baseline | topk | random | layer_matched
     k: int
     seed: int | None
-    mode: str  # none | zero | mean
+    mode: str  # none | zero | mean | uniform | uniform_image
     spec: str
 
     def to_dict(self) -> dict:
@@ -34,9 +34,11 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
         raise VRHError(f"--k values must be positive, got {list(ks)}")
     if random_seeds < 0:
         raise VRHError("--random-seeds must be >= 0")
+    from vrh_lmms.ablation import MODES
+
     for mode in modes:
-        if mode not in ("zero", "mean"):
-            raise VRHError(f"--ablation {mode!r}: use zero and/or mean")
+        if mode not in MODES:
+            raise VRHError(f"--ablation {mode!r}: use any of {', '.join(MODES)}")
     out = [Configuration("baseline", "baseline", 0, None, "none", "none")]
     for mode in modes:
         sfx = _suffix(mode)
