@@ -20,6 +20,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-layer-matched", action="store_true", help="skip layer-matched random head sets")
     parser.add_argument("--pairs", choices=("correct", "all"), default="correct",
                         help="pair only correctly answered docs (default) or all answered docs")
+    parser.add_argument("--answers", choices=("model", "reference"), default="model",
+                        help="teacher-force the model's own answers (default) or the ground-truth boxes written in "
+                             "the task's box convention")
     parser.add_argument("--pairs-per-image", type=int, default=2, help="ordered pairs (A, B) per image (default 2)")
     parser.add_argument("--max-pairs", type=int, default=50, help="pairs in all (default 50)")
     parser.add_argument("--direction", choices=DIRECTIONS, default="denoise",
@@ -28,6 +31,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="leave out pairs whose LD_clean - LD_corrupt is below this (nats, default 1)")
     parser.add_argument("--patch-batch", type=int, default=8,
                         help="patched copies of a run per forward (default 8; memory grows with it)")
+    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
+                        help="also image-matched head sets (heads outside the top 2k matching each top head's "
+                             "attention mass on the image; see `vrh-lmms sweep --control`)")
+    parser.add_argument("--control-tolerance", type=float, default=None,
+                        help="largest image-mass difference of an image-matched head (default 0.05)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task evaluated to form pairs")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
@@ -43,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
                      layer_matched=not args.no_layer_matched, limit=limit, gen_kwargs=args.gen_kwargs,
                      seed=args.seed, per_image=args.pairs_per_image, max_pairs=args.max_pairs,
                      direction=args.direction, min_gap=args.min_gap, allow_cross_model=args.allow_cross_model,
-                     patch_batch=args.patch_batch, pairs=args.pairs)
+                     patch_batch=args.patch_batch, pairs=args.pairs, answers=args.answers, controls=tuple(args.control),
+                     control_tolerance=args.control_tolerance)
     path = run_patching(spec, args.output, force=args.force)
     print(path.parent / "report.md")
     return 0

@@ -28,6 +28,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seeds", type=int, default=3, help="random draws per k (default 3)")
     parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
     parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
+    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
+                        help="also image-matched head sets (heads outside the top 2k matching each top head's "
+                             "attention mass on the image; see `vrh-lmms sweep --control`)")
+    parser.add_argument("--control-tolerance", type=float, default=None,
+                        help="largest image-mass difference of an image-matched head (default 0.05)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
@@ -40,7 +45,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     limit = None if args.limit is None else (int(args.limit) if float(args.limit).is_integer() else args.limit)
     configs = plan_steering(parse_int_list(args.k, "--k"), args.random_seeds, args.layer_matched,
-                            parse_float_list(args.bias, "--bias"), random=not args.no_random)
+                            parse_float_list(args.bias, "--bias"), random=not args.no_random,
+                            controls=args.control, control_tolerance=args.control_tolerance)
     spec = SteerSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, gen_kwargs=args.gen_kwargs,
                      seed=args.seed, distractor_seed=args.distractor_seed, allow_cross_model=args.allow_cross_model)

@@ -17,6 +17,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default="1,5,10,20,40", help="head counts to ablate (default 1,5,10,20,40)")
     parser.add_argument("--random-seeds", type=int, default=5, help="random draws per k (default 5)")
     parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
+    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
+                        help="extra control head sets per k and seed: image-matched (heads outside the top 2k whose "
+                             "attention mass on the image matches each top head's; needs a heads file with "
+                             "image_mass)")
+    parser.add_argument("--control-tolerance", type=float, default=None,
+                        help="largest image-mass difference of an image-matched head (default 0.05)")
     parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
     parser.add_argument("--ablation", default="zero",
                         help="comma-separated modes: zero, mean, uniform, uniform_image (default zero)")
@@ -34,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     limit = None if args.limit is None else (int(args.limit) if float(args.limit).is_integer() else args.limit)
     configs = plan_configurations(parse_int_list(args.k, "--k"), args.random_seeds, args.layer_matched,
                                   [m.strip() for m in args.ablation.split(",") if m.strip()],
-                                  random=not args.no_random)
+                                  random=not args.no_random, controls=args.control,
+                                  control_tolerance=args.control_tolerance)
     spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model)

@@ -5,8 +5,9 @@
    answer). A rerun replays stored answers instead of generating again.
 2. Pairs (A, B): docs of one image naming different objects (IoU < 0.5), both answered correctly (vrh_record
    `correct`; `--pairs all`: any non-empty answers), `--pairs-per-image` per image, `--max-pairs` in all
-   (vrh_lmms.interventions.pairs). Pairs whose LD_clean - LD_corrupt is not above `--min-gap` are left out of
-   the averages (identical answers give 0).
+   (vrh_lmms.interventions.pairs). The teacher-forced answers are the model's own (default) or, with
+   `--answers reference`, the ground-truth boxes written in the task's box convention. Pairs whose
+   LD_clean - LD_corrupt is not above `--min-gap` are left out of the averages (identical answers give 0).
 3. Per pair: every head (and every head set: top-k, random-k, layer-matched random-k of the heads file) is patched
    on the answer rows (vrh_lmms.interventions.patching), one part file per pair (`parts/`, resumable).
 4. `patch.json` (written last: the run is complete when it exists): the per-head recovery map, the head sets, the
@@ -56,15 +57,19 @@ class PatchSpec:
     min_gap: float = 1.0
     allow_cross_model: bool = False
     controls: tuple[str, ...] = ()
+    control_tolerance: float | None = None
     patch_batch: int = 8  # patched copies per forward (rows of one batch)
     pairs: str = "correct"  # which docs may form pairs: "correct" (both answered right) or "all" answered docs
+    answers: str = "model"  # teacher-forced answers: the model's own ("model") or the ground truth ("reference")
 
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
                 "heads_file_sha256": file_sha256(self.heads_file), "limit": self.limit, "gen_kwargs": self.gen_kwargs,
                 "seed": self.seed, "per_image": self.per_image, "max_pairs": self.max_pairs,
                 "direction": self.direction, "ks": sorted(self.ks), "random_seeds": self.random_seeds,
-                "layer_matched": self.layer_matched, "controls": list(self.controls), "pairs": self.pairs}
+                "layer_matched": self.layer_matched, "controls": list(self.controls),
+                "control_tolerance": self.control_tolerance, "pairs": self.pairs,
+                "answers": self.answers}
 
 
 class InputStore:
@@ -120,13 +125,29 @@ class _Recorder:
         self.store.write(ctx.key, tensors if pairable else None, continuation, with_prompt)
 
 
+def reference_answer(tokenizer, record: dict[str, Any], where: str) -> torch.Tensor:
+    """The ground-truth box written in the box convention the task used (vrh_lmms.dpo.format_ground_truth_box,
+    with the active resize parameters), as token ids."""
+    from vrh_lmms.boxes import context
+    from vrh_lmms.dpo import format_ground_truth_box
+
+    name = record.get("convention")
+    if not name or "gt_box" not in record or "image_size" not in record:
+        raise VRHError(f"{where}: its vrh_record lacks convention, gt_box or image_size; use --answers model")
+    active = context.get_active()
+    params = dict(active.params) if active is not None and active.name == name else None
+    text = format_ground_truth_box(name, record["gt_box"], record["image_size"], record.get("expression") or "",
+                                   params)
+    return torch.tensor(tokenizer(text, add_special_tokens=False)["input_ids"], dtype=torch.long)
+
+
 def head_sets(spec: PatchSpec, hf, geometry) -> dict[str, list]:
     """Named head sets (sweep configuration ids) patched together."""
     from vrh_lmms.heads.spec import resolve_spec
     from vrh_lmms.sweep.plan import plan_configurations
 
-    extra = {"controls": tuple(spec.controls)} if spec.controls else {}
-    configs = plan_configurations(spec.ks, spec.random_seeds, spec.layer_matched, ["zero"], **extra)
+    configs = plan_configurations(spec.ks, spec.random_seeds, spec.layer_matched, ["zero"], controls=spec.controls,
+                                  control_tolerance=spec.control_tolerance)
     out = {}
     for c in configs:
         if c.kind == "baseline":
@@ -145,12 +166,14 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     from tqdm.auto import tqdm
 
     from vrh_lmms import lmms
-    from vrh_lmms.discovery.collector import stop_token_ids
+    from vrh_lmms.discovery.collector import backend_processor, stop_token_ids
     from vrh_lmms.discovery.queries import answer_length
     from vrh_lmms.heads.heads_file import load_heads_file
 
     if spec.pairs not in ("correct", "all"):
         raise VRHError(f"--pairs {spec.pairs!r}: use correct or all")
+    if spec.answers not in ("model", "reference"):
+        raise VRHError(f"--answers {spec.answers!r}: use model or reference")
     if spec.direction not in DIRECTIONS:
         raise VRHError(f"--direction {spec.direction!r}: use one of {', '.join(DIRECTIONS)}")
     if not spec.heads_file:
@@ -190,7 +213,13 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     device = next(model.parameters()).device
     stops = stop_token_ids(lm, model)
 
-    def answer_of(data) -> torch.Tensor:
+    records = {(task, int(r["doc_id"])): r.get("vrh_record") or {}
+               for task, rows in (results.get("samples") or {}).items() for r in rows}
+    tokenizer = getattr(lm, "tokenizer", None) or backend_processor(lm).tokenizer
+
+    def answer_of(task: str, doc_id: int, data) -> torch.Tensor:
+        if spec.answers == "reference":
+            return reference_answer(tokenizer, records[(task, doc_id)], where=f"{task} doc {doc_id}")
         ids = data["answer"].flatten()
         return ids[:answer_length(ids.tolist(), stops)]
 
@@ -205,7 +234,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
         stored = set()
         for d in chosen:
             key = DocContext(task, split, d, None).key
-            if store.has(key) and answer_of(store.read(key)).numel() > 0:
+            if store.has(key) and answer_of(task, d, store.read(key)).numel() > 0:
                 stored.add(d)
         todo += [(task, split, a, b) for a, b in index.pairs(stored, spec.per_image)]
     todo = todo[:spec.max_pairs] if spec.max_pairs is not None else todo
@@ -223,7 +252,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
             raise VRHError(f"{task} docs {a}/{b}: stored without inputs; rerun with --force")
         clean = {k: v.to(device) for k, v in da["tensors"].items()}
         corrupt = {k: v.to(device) for k, v in db["tensors"].items()}
-        res = patch_pair(model, decoder, clean, corrupt, answer_of(da), answer_of(db),
+        res = patch_pair(model, decoder, clean, corrupt, answer_of(task, a, da), answer_of(task, b, db),
                          head_sets={name: s["heads"] for name, s in sets.items()}, direction=spec.direction,
                          batch_size=spec.patch_batch)
         index = recorder.indexes[(task, split)]

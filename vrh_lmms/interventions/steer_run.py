@@ -53,7 +53,7 @@ def bias_label(bias: float) -> str:
 
 
 def plan_steering(ks, random_seeds: int, layer_matched: bool, biases, random: bool = True,
-                  controls=()) -> list[SteerConfig]:
+                  controls=(), control_tolerance: float | None = None) -> list[SteerConfig]:
     """Baseline (nothing steered), then every head configuration of a sweep plan at every bias."""
     from vrh_lmms.sweep.plan import plan_configurations
 
@@ -61,7 +61,7 @@ def plan_steering(ks, random_seeds: int, layer_matched: bool, biases, random: bo
     if not biases:
         raise VRHError("steering needs at least one bias strength (--bias 4,8)")
     heads = [c for c in plan_configurations(ks, random_seeds, layer_matched, ["zero"], random=random,
-                                            **({"controls": tuple(controls)} if controls else {}))
+                                            controls=controls, control_tolerance=control_tolerance)
              if c.kind != "baseline"]
     out = [SteerConfig("baseline", "baseline", 0, None, "none", 0.0)]
     for bias in biases:

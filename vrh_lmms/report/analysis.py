@@ -12,7 +12,7 @@ from vrh_lmms.report.runs import RunMeta
 from vrh_lmms.report.samples import STATUSES, SampleTable
 from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_bootstrap_drop
 
-_KIND_ORDER = {"baseline": 0, "topk": 1, "random": 2, "layer_matched": 3, "explicit": 4}
+_KIND_ORDER = {"baseline": 0, "topk": 1, "random": 2, "layer_matched": 3, "image_matched": 4, "explicit": 5}
 
 
 @dataclass

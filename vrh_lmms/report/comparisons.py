@@ -7,7 +7,7 @@ import numpy as np
 
 from vrh_lmms.stats import adjust_pvalues, topk_vs_random
 
-NULL_KINDS = ("random", "layer_matched")
+NULL_KINDS = ("random", "layer_matched", "image_matched")
 
 
 def _null_pool(group: dict, top: dict, null_kind: str) -> tuple[list[dict], str]:

@@ -11,7 +11,7 @@ from vrh_lmms.errors import VRHError
 @dataclass(frozen=True)
 class Configuration:
     id: str
-    kind: str  # baseline | topk | random | layer_matched
+    kind: str  # baseline | topk | random | layer_matched | image_matched
     k: int
     seed: int | None
     mode: str  # none | zero | mean | uniform | uniform_image
@@ -26,8 +26,15 @@ def _suffix(mode: str) -> str:
 
 
 def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: bool, modes: Sequence[str],
-                        random: bool = True) -> list[Configuration]:
-    """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed."""
+                        random: bool = True, controls: Sequence[str] = (),
+                        control_tolerance: float | None = None) -> list[Configuration]:
+    """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed, and each extra
+    control per seed (`image-matched`: vrh_lmms.sweep.controls; `control_tolerance` overrides its tolerance)."""
+    from vrh_lmms.sweep.controls import CONTROL_KINDS
+
+    unknown = [c for c in controls if c not in CONTROL_KINDS]
+    if unknown:
+        raise VRHError(f"--control {unknown[0]!r}: use {', '.join(CONTROL_KINDS)}")
     if not ks:
         raise VRHError("a sweep needs at least one k (--k 1,5,10)")
     if any(k <= 0 for k in ks):
@@ -51,6 +58,11 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
                 for s in range(random_seeds):
                     out.append(Configuration(f"layer_matched{k}_s{s}{sfx}", "layer_matched", k, s, mode,
                                              f"like:top{k}"))
+            for control in controls:
+                kind = CONTROL_KINDS[control]
+                tol = "" if control_tolerance is None else f"~{control_tolerance:g}"
+                for s in range(random_seeds):
+                    out.append(Configuration(f"{kind}{k}_s{s}{sfx}", kind, k, s, mode, f"{kind}:top{k}{tol}"))
     return out
 
 
