@@ -126,14 +126,23 @@ def test_uniform_is_an_ablation_mode_of_backends_and_sweeps(tiny_checkpoints, tm
 
     scores = np.random.default_rng(1).random((2, 4))
     hf = tmp_path / "heads.json"
+    mass = {"query": "out", "scores": (scores * 0.5).tolist()}
     save_heads_file(HeadsFile({"id": str(ckpt), "family": "qwen2_5_vl"}, Geometry(2, 4, 2, 16), scores,
-                              ranking_from_scores(scores)), hf)
-    configs = plan_configurations([1], 0, False, ["zero", "uniform", "uniform_image"])
-    assert [c.id for c in configs] == ["baseline", "top1", "top1_uniform", "top1_uniform_image"]
+                              ranking_from_scores(scores), extra={"image_mass": mass}), hf)
+    configs = plan_configurations([1], 1, False, ["zero", "uniform", "uniform_image"], random=False,
+                                  controls=["image-matched"], control_tolerance=1.0)
+    assert [c.id for c in configs] == ["baseline", "top1", "image_matched1_s0", "top1_uniform",
+                                       "image_matched1_s0_uniform", "top1_uniform_image",
+                                       "image_matched1_s0_uniform_image"]
     out = run_sweep(SweepSpec(model="vrh_qwen25", model_args=args, tasks=["vrh_synth_grounding"],
                               heads_file=str(hf), configurations=configs, gen_kwargs="max_new_tokens=6"),
                     tmp_path / "sweep", lm=lm, progress=False)
-    for cid, mode in (("top1_uniform", "uniform"), ("top1_uniform_image", "uniform_image"), ("top1", "zero")):
+    for cid, mode in (("top1_uniform", "uniform"), ("top1_uniform_image", "uniform_image"), ("top1", "zero"),
+                      ("image_matched1_s0_uniform", "uniform")):
         vrh = json.loads((out / "configs" / cid / "results.json").read_text())["vrh"]
         assert vrh["ablation"]["mode"] == mode and vrh["config"]["id"] == cid
+    matched = json.loads((out / "configs" / "image_matched1_s0" / "results.json").read_text())["vrh"]
+    assert matched["config"]["kind"] == "image_matched" and matched["ablation"]["heads"]
+    assert matched["ablation"]["heads"] != json.loads((out / "configs" / "top1" / "results.json").read_text())[
+        "vrh"]["ablation"]["heads"]
     assert not _EDITS

@@ -34,6 +34,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--control-tolerance", type=float, default=None,
                         help="largest image-mass difference of an image-matched head (default 0.05)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="docs per generate call (default 1; larger batches need a backend that looks docs up in "
+                             "batch order, which is checked)")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--distractor-seed", type=int, default=0, help="seed of the per-doc distractor draw")
@@ -49,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
                             controls=args.control, control_tolerance=args.control_tolerance)
     spec = SteerSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, gen_kwargs=args.gen_kwargs,
-                     seed=args.seed, distractor_seed=args.distractor_seed, allow_cross_model=args.allow_cross_model)
+                     seed=args.seed, distractor_seed=args.distractor_seed, allow_cross_model=args.allow_cross_model,
+                     batch_size=args.batch_size)
     out = run_steering(spec, args.output, force=args.force)
     print(out / "report.md")
     return 0

@@ -186,3 +186,26 @@ def write_patching_report(folder: str | Path, result: dict[str, Any], hf) -> Pat
     path = folder / "report.md"
     path.write_text("# Activation patching\n\n" + text.split("\n", 2)[2])
     return path
+
+
+def append_to_report(report_dir: str | Path, steer_dir: str | Path | None = None,
+                     patch_dir: str | Path | None = None) -> Path:
+    """Add the steering table and the patching map to a built report (report.md and interventions.md)."""
+    import json
+    import shutil
+
+    report_dir = Path(report_dir)
+    sections = []
+    if steer_dir is not None:
+        sections.append(steering_markdown(steering_summary(steer_dir)))
+    if patch_dir is not None:
+        result = json.loads((Path(patch_dir) / "patch.json").read_text())
+        (report_dir / "plots").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(Path(patch_dir) / "patch_map.png", report_dir / "plots" / "patch_map.png")
+        sections.append(patching_markdown(result, "plots/patch_map.png"))
+    text = "\n".join(sections)
+    (report_dir / "interventions.md").write_text("# Interventions\n\n" + text)
+    report = report_dir / "report.md"
+    if report.is_file():
+        report.write_text(report.read_text().rstrip("\n") + "\n\n" + text)
+    return report_dir / "interventions.md"
