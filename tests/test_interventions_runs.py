@@ -1,16 +1,13 @@
 """`steer`, `patch` and discovery's new scoring options end to end through lmms-eval on tiny models of three
-families (different layouts, sdpa and eager attention), and the CLI commands on the shipped demo model."""
+families (different layouts, sdpa and eager attention), and the commands on the shipped demo model."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import offline_env
 
 from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.heads.heads_file import load_heads_file
@@ -64,13 +61,30 @@ def test_discovery_null_query_image_mass_and_sparsity(family_run):
     assert sparsity["cell"] == "out,sum,mean" and 0 < sparsity["half_mass_share"] <= 1
 
 
-def test_steer_end_to_end(family_run):
+@pytest.fixture(scope="module")
+def steered(family_run):
     model_id, args, lm, heads, root = family_run
     # the tiny models' image masses are far apart; a loose tolerance keeps the image-matched control drawable
     configs = plan_steering([1], 1, True, [0.0, 6.0], controls=["image-matched"], control_tolerance=1.0)
     spec = SteerSpec(model=model_id, model_args=args, tasks=[TASK], heads_file=str(heads), configurations=configs,
                      gen_kwargs=GEN)
-    out = run_steering(spec, root / "steer", lm=lm, progress=False)
+    return spec, run_steering(spec, root / "steer", lm=lm, progress=False)
+
+
+@pytest.fixture(scope="module")
+def patched(family_run):
+    """Random tiny models answer the same whatever they are asked, so pairs are teacher-forced on the
+    ground-truth answers (--answers reference) of all docs (--pairs all)."""
+    model_id, args, lm, heads, root = family_run
+    spec = PatchSpec(model=model_id, model_args=args, tasks=[TASK], heads_file=str(heads), ks=[1], random_seeds=1,
+                     gen_kwargs=GEN, pairs="all", answers="reference", min_gap=0.0, max_pairs=6)
+    return run_patching(spec, root / "patch", lm=lm, progress=False)
+
+
+def test_steer_end_to_end(family_run, steered):
+    lm = family_run[2]
+    spec, out = steered
+    configs = spec.configurations
     records = read_steer_records(out)
     assert sorted(records) == sorted(c.id for c in configs)
     base = records["baseline"]
@@ -96,14 +110,9 @@ def test_steer_end_to_end(family_run):
     assert (out / "configs" / "top1_b6" / "results.json").read_text() == before
 
 
-def test_patch_end_to_end(family_run):
-    """Random tiny models answer the same whatever they are asked, so pairs are teacher-forced on the
-    ground-truth answers (--answers reference) of all docs (--pairs all)."""
-    model_id, args, lm, heads, root = family_run
-    g = lm.vrh_decoder.geometry
-    spec = PatchSpec(model=model_id, model_args=args, tasks=[TASK], heads_file=str(heads), ks=[1], random_seeds=1,
-                     gen_kwargs=GEN, pairs="all", answers="reference", min_gap=0.0, max_pairs=6)
-    path = run_patching(spec, root / "patch", lm=lm, progress=False)
+def test_patch_end_to_end(family_run, patched):
+    g = family_run[2].vrh_decoder.geometry
+    path = patched
     result = json.loads(path.read_text())
     assert result["schema"] == "vrh-patch/1" and result["n_pairs_used"] >= 1
     assert np.asarray(result["recovery"]["mean"]).shape == (g.layers, g.heads)
@@ -114,36 +123,48 @@ def test_patch_end_to_end(family_run):
     assert len(parts) == result["n_pairs"]
 
 
+def test_demo_step_adds_both_sections_to_a_report(family_run, steered, patched, tmp_path):
+    """What `vrh-lmms demo --interventions` does after its report: both sections appended, the map copied."""
+    from vrh_lmms.demo.pipeline import intervention_figures, interventions_markdown
+    from vrh_lmms.report.interventions import append_to_report
+
+    root = family_run[4]
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "report.md").write_text("# Report\n\nbody\n")
+    append_to_report(report, steered[1], patched.parent)
+    text = (report / "report.md").read_text()
+    assert text.startswith("# Report") and "## Steering" in text and "## Activation patching" in text
+    assert "plots/patch_map.png" in text and (report / "plots" / "patch_map.png").is_file()
+    figures = intervention_figures(root)
+    assert figures["k"] == 1 and figures["patching"]["pairs"] >= 1 and "topk" in figures["patching"]["recovery"]
+    assert "Steering (k = 1" in interventions_markdown(figures)
+
+
 MODEL = assets_path() / "demo_model"
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="no shipped demo model")
-def test_commands_on_the_demo_model(tmp_path):
-    """discover -> steer -> patch through the CLI on the shipped model, on scenes with every object named."""
+def test_commands_on_the_demo_model(tmp_path, monkeypatch):
+    """discover -> steer -> patch through the command line (in process) on the shipped model, on scenes with
+    every object named."""
+    from vrh_lmms.cli import main
     from vrh_lmms.demo.pipeline import demo_model_args
     from vrh_lmms.demo.spec import DemoSpec
 
     spec = DemoSpec.load(MODEL)
     scene = dict(spec.scene, image_size=spec.image_size)
-    env = offline_env(VRH_CACHE_DIR=str(tmp_path / "cache"),
-                      VRH_SYNTH_CONFIG=json.dumps({"n": 8, "seed": 2, "start": 300_000, "scene": scene,
-                                                   "objects": "all"}))
+    monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 6, "seed": 2, "start": 300_000, "scene": scene,
+                                                       "objects": "all"}))
     common = ["--model", "vrh_qwen25", "--model_args", demo_model_args(MODEL, spec), "--tasks", TASK,
               "--gen-kwargs", "max_new_tokens=16"]
-
-    def cli(*args):
-        proc = subprocess.run([sys.executable, "-m", "vrh_lmms", *args], env=env, capture_output=True, text=True,
-                              timeout=600)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        return proc.stdout
-
     heads = tmp_path / "heads.json"
-    cli("discover", *common, "--output", str(heads), "--limit", "-1")
-    cli("steer", *common, "--heads-file", str(heads), "--k", "3", "--bias", "8", "--random-seeds", "1",
-        "--layer-matched", "--output", str(tmp_path / "steer"))
-    cli("patch", *common, "--heads-file", str(heads), "--k", "3", "--random-seeds", "1", "--max-pairs", "6",
-        "--output", str(tmp_path / "patch"))
+    assert main(["discover", *common, "--output", str(heads), "--limit", "-1"]) == 0
+    assert main(["steer", *common, "--heads-file", str(heads), "--k", "3", "--bias", "8", "--random-seeds", "1",
+                 "--layer-matched", "--batch-size", "8", "--output", str(tmp_path / "steer")]) == 0
+    assert main(["patch", *common, "--heads-file", str(heads), "--k", "3", "--random-seeds", "1", "--max-pairs", "5",
+                 "--patch-batch", "16", "--output", str(tmp_path / "patch")]) == 0
     summary = json.loads((tmp_path / "steer" / "summary.json").read_text())
     assert summary["baseline"]["n"] > 0 and summary["baseline"]["on_target"] >= 0.8  # the demo model grounds
     result = json.loads((tmp_path / "patch" / "patch.json").read_text())

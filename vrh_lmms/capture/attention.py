@@ -11,6 +11,9 @@
 The matching mask function is registered under the same name (`AttentionMaskInterface`): without it the model
 builds no mask for an unknown implementation and padding is silently ignored. The previous implementation is
 restored on exit, also on exceptions.
+
+The same functions carry the attention interventions (vrh_lmms.interventions): a per-layer `AttentionEdit` may
+change the layer's mask (steering) or rows of its output (uniform ablation) around the unchanged base computation.
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-resamples", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence level of CIs (default 0.05)")
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    parser.add_argument("--steer", default=None, metavar="DIR",
+                        help="a `vrh-lmms steer` folder: adds the steering table (docs/interventions.md)")
+    parser.add_argument("--patch", default=None, metavar="DIR",
+                        help="a `vrh-lmms patch` folder: adds the patching map and head-set recoveries")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib figures")
     parser.add_argument("--force", action="store_true", help="write into a non-empty output folder")
 
@@ -39,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
         arguments={k: v for k, v in vars(args).items() if k != "command"},
     )
     report = build_report(args.dirs, args.output, settings)
+    if args.steer or args.patch:
+        from vrh_lmms.report.interventions import append_to_report
+
+        append_to_report(args.output, args.steer, args.patch)
     for warning in report["warnings"]:
         print(f"vrh-lmms: warning: {warning}", file=sys.stderr)
     n_configs = sum(len(g["configs"]) for g in report["groups"])

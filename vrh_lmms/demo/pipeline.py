@@ -277,7 +277,7 @@ def intervention_figures(out: Path) -> dict[str, Any]:
     """The headline numbers of the steering and patching step, from their own output files."""
     steer = json.loads((out / "steer" / "summary.json").read_text())
     patch = json.loads((out / "patch" / "patch.json").read_text())
-    row = steer["table"][0] if steer["table"] else None
+    row = max(steer["table"], key=lambda e: (e["bias"], e["k"])) if steer["table"] else None  # strongest steering
     figures: dict[str, Any] = {"steer_bias": None if row is None else row["bias"],
                                "k": None if row is None else row["k"],
                                "steer_n": None if row is None else row["topk"]["n"]}
