@@ -119,3 +119,20 @@ def test_batched_patching_equals_one_head_at_a_time(setup):
     many = patch_pair(model, dec, clean, corrupt, answer_a, answer_b, head_sets=sets, batch_size=5)
     np.testing.assert_allclose(many.heads, one.heads, rtol=0, atol=1e-5)
     assert many.sets["pair"] == pytest.approx(one.sets["pair"], abs=1e-5)
+
+
+def test_answer_logprob_is_the_causal_lm_log_likelihood(setup):
+    """The standard shift (logits at t predict token t + 1) over the answer part of input_ids, independently of
+    the answer rows the patching code uses."""
+    import torch.nn.functional as F
+
+    from vrh_lmms.interventions.patching import answer_logprob
+
+    model, _, clean, _, answer_a, _ = setup
+    tf = teacher_forced(clean, answer_a)
+    with torch.no_grad():
+        logits = model(**tf.inputs, use_cache=False).logits
+    ids = tf.inputs["input_ids"][0]
+    p = clean["input_ids"].shape[1]
+    ref = -F.cross_entropy(logits[0, :-1].double()[p - 1:], ids[1:][p - 1:], reduction="sum")
+    assert answer_logprob(logits, tf) == pytest.approx(float(ref), abs=1e-9)
