@@ -206,3 +206,28 @@ def test_bad_config_is_named(sweep, tmp_path, capsys):
     assert main(["dpo-pairs", str(sweep), "--config", "top99", "--output", str(tmp_path / "p.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "top99" in err and "top4" in err
+
+
+def test_synthetic_scenes_with_every_object_named_are_regenerated(tmp_path):
+    """A sweep over `objects: "all"` scenes (steering / patching data, one sample per nameable object) records that
+    in its synth config; the resolver then accepts a sample naming any nameable object of the regenerated scene,
+    and still refuses one that names no object of it."""
+    import numpy as np
+
+    from vrh_lmms.dpo import ImageResolver, PairOptions
+    from vrh_lmms.errors import VRHError
+    from vrh_lmms.synth.scenes import expression_for, generate_scene, nameable_objects
+
+    synth = {"n": 6, "seed": 3, "start": 0, "scene": {}, "objects": "all"}
+    scene_id, scene = next((i, s) for i in range(50) if len(nameable_objects(s := generate_scene(i, 3))) > 1)
+    other = scene.objects[nameable_objects(scene)[1]]
+    x, y, w, h = other.bbox
+    record = {"image_id": str(scene_id), "expression": expression_for(other), "gt_box": [x, y, x + w, y + h]}
+    resolver = ImageResolver(PairOptions(config="top1"), tmp_path / "images", synth=synth)
+    path = resolver._synthetic(record, "vrh_synth_grounding", "doc 0")
+    assert np.array_equal(np.asarray(Image.open(path).convert("RGB")), np.asarray(scene.image.convert("RGB")))
+    target_only = ImageResolver(PairOptions(config="top1"), tmp_path / "images2", synth=synth | {"objects": "target"})
+    with pytest.raises(VRHError, match="is not the sample's"):
+        target_only._synthetic(record, "vrh_synth_grounding", "doc 0")
+    with pytest.raises(VRHError, match="is not the sample's"):
+        resolver._synthetic(record | {"expression": "the plaid unicorn"}, "vrh_synth_grounding", "doc 0")

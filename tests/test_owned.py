@@ -125,6 +125,93 @@ def test_discover_never_replaces_a_file_it_did_not_write(tiny_qwen25, tmp_path, 
     assert notes.read_text() == '{"my": "notes"}' and (parts / "notes.txt").exists()
 
 
+@pytest.mark.parametrize("command", ["steer", "patch"])
+def test_steer_and_patch_refuse_a_foreign_folder_even_with_force(command, tiny_qwen25, tmp_path, capsys):
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("do not delete")
+    heads = _heads_file(tmp_path / "heads.json")
+    for extra in ([], ["--force"]):
+        code = main([command, "--model", "vrh_qwen25", "--model_args", f"pretrained={tiny_qwen25}",
+                     "--tasks", "vrh_synth_grounding", "--heads-file", str(heads), "--k", "1",
+                     "--output", str(precious), *extra])
+        err = capsys.readouterr().err
+        assert code == 2 and "notes.txt" in err and "did not write" in err and "--force" not in err, err
+    assert (precious / "notes.txt").read_text() == "do not delete" and len(list(precious.iterdir())) == 1
+
+
+def _steer_folder(out: Path, identity: dict) -> None:
+    from vrh_lmms import lmms
+    from vrh_lmms.interventions.folder import write_json
+    from vrh_lmms.interventions.steer_run import MANIFEST
+
+    write_json(out / MANIFEST, {"identity": identity, "configurations": []})
+    lmms.write_run(out / "configs" / "top1_b4", {"results": {}, "samples": {"t": [{"doc_id": 0}]}}, {"schema": 1})
+    (out / "configs" / ".top1_b8.abc").mkdir()  # write_run's staging folder of a killed run
+    write_json(out / "summary.json", {"folder": str(out), "configs": [], "baseline": None, "table": []})
+    atomic.write_text(out / "report.md", "# Steering\n")
+
+
+def _patch_folder(out: Path, identity: dict) -> None:
+    from vrh_lmms import lmms
+    from vrh_lmms.interventions.folder import write_json
+    from vrh_lmms.interventions.patch_run import MANIFEST, RESULT, SCHEMA, InputStore
+
+    write_json(out / MANIFEST, {"identity": identity})
+    InputStore(out / "inputs").write("t__test__0", None, torch.zeros(3, dtype=torch.long), True)
+    write_json(out / "parts" / "t__0__1.json", {"task": "t"})
+    lmms.write_run(out / "eval", {"results": {}, "samples": {"t": [{"doc_id": 0}]}}, {"schema": 1})
+    write_json(out / RESULT, {"schema": SCHEMA})
+    atomic.write_text(out / "report.md", "# Activation patching\n")
+    atomic.write_bytes(out / "patch_map.png", b"png")
+
+
+@pytest.mark.parametrize("kind", ["steer", "patch"])
+def test_steer_and_patch_force_removes_exactly_their_files(kind, tmp_path):
+    """A different run in the folder is refused without --force; with it, exactly the command's files go (the
+    layout recognises each of them), and a foreign file makes the whole folder refused."""
+    from vrh_lmms.interventions.folder import claim_folder, inspect_folder
+    from vrh_lmms.interventions.patch_run import MANIFEST as PATCH_MANIFEST
+    from vrh_lmms.interventions.patch_run import PATCH_LAYOUT
+    from vrh_lmms.interventions.steer_run import MANIFEST as STEER_MANIFEST
+    from vrh_lmms.interventions.steer_run import STEER_LAYOUT
+
+    layout, manifest = (STEER_LAYOUT, STEER_MANIFEST) if kind == "steer" else (PATCH_LAYOUT, PATCH_MANIFEST)
+    out = tmp_path / kind
+    (_steer_folder if kind == "steer" else _patch_folder)(out, {"model": "a"})
+    assert owned.foreign_entries(out, layout) == []
+    assert inspect_folder(out, manifest, layout, {"model": "a"}, force=False).resume
+    with pytest.raises(VRHError, match="holds a different run \\(model differ\\); choose another --output or pass "
+                                       "--force"):
+        inspect_folder(out, manifest, layout, {"model": "b"}, force=False)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(VRHError, match="notes.txt"):
+        inspect_folder(out, manifest, layout, {"model": "b"}, force=True)
+    (out / "notes.txt").unlink()
+    (out / "configs" if kind == "steer" else out / "parts").joinpath("notes.txt").write_text("inside ours")
+    assert [p.name for p in owned.foreign_entries(out, layout)] == ["configs" if kind == "steer" else "parts"]
+    (out / "configs" if kind == "steer" else out / "parts").joinpath("notes.txt").unlink()
+    state = inspect_folder(out, manifest, layout, {"model": "b"}, force=True)
+    claim_folder(state, layout)
+    assert out.is_dir() and not any(out.iterdir())
+
+
+def test_report_with_interventions_is_ours_and_the_sources_are_checked_first(tmp_path, capsys):
+    from vrh_lmms.report.build import REPORT_LAYOUT
+
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.json").write_text(json.dumps({"schema": "vrh-report/2", "groups": []}))
+    (out / "report.md").write_text("# r\n")
+    (out / "interventions.md").write_text("# Interventions\n")
+    assert owned.foreign_entries(out, REPORT_LAYOUT) == []
+    (out / "report.json").unlink()
+    assert {p.name for p in owned.foreign_entries(out, REPORT_LAYOUT)} == {"report.md", "interventions.md"}
+    code = main(["report", str(tmp_path / "nosweep"), "--output", str(tmp_path / "new"), "--steer",
+                 str(tmp_path / "nosteer")])
+    assert code == 2 and "--steer" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
 def test_demo_refuses_a_foreign_folder_even_with_force(tmp_path, capsys):
     out = tmp_path / "home"
     out.mkdir()
@@ -228,7 +315,8 @@ def test_atomic_writers_follow_the_umask(umask, tmp_path):
 
 def test_outputs_of_every_writer_follow_the_umask(umask, tmp_path):
     """Heads file, means, discovery part, run folder (sweep configurations, discovery eval), DPO pairs, report
-    text, synthetic data cache: each went through tempfile or safetensors and came out 0600/0700 before."""
+    text, synthetic data cache, steering and patching folders: each went through tempfile or safetensors and came out
+    0600/0700 before."""
     from vrh_lmms import lmms
     from vrh_lmms.ablation import save_means
     from vrh_lmms.discovery.store import PartStore, SamplePart
@@ -245,7 +333,9 @@ def test_outputs_of_every_writer_follow_the_umask(umask, tmp_path):
     pairs = write_pairs([{"prompt": []}], tmp_path / "pairs.jsonl")
     _write_text(tmp_path / "report.md", "# r\n")
     synth = ensure_hub_data(SynthSpec(n=2, seed=0), root=tmp_path / "cache")
-    for path in (heads, means, part, run, pairs, tmp_path / "report.md", synth):
+    _steer_folder(tmp_path / "steer", {"model": "a"})  # manifest, run folder, summary, report
+    _patch_folder(tmp_path / "patch", {"model": "a"})  # stored inputs (torch.save), parts, patch.json, the map
+    for path in (heads, means, part, run, pairs, tmp_path / "report.md", synth, tmp_path / "steer", tmp_path / "patch"):
         _assert_tree(Path(path), umask)
 
 

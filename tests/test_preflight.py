@@ -131,6 +131,49 @@ def test_discover_refuses_heads_before_loading(tiny_qwen25, tmp_path, no_model_l
     assert not sidecars(tmp_path / "h.json")["parts"].exists()
 
 
+def _steer(tiny, heads, ks=(1,), tasks=(TASK,), model_args=None, controls=()):
+    from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering
+
+    return SteerSpec(model="vrh_qwen25", model_args=model_args or _args(tiny), tasks=list(tasks),
+                     heads_file=str(heads), configurations=plan_steering(list(ks), 1, False, [4.0], controls=controls),
+                     limit=2, gen_kwargs="max_new_tokens=6")
+
+
+def _patch(tiny, heads, ks=(1,), tasks=(TASK,), model_args=None):
+    from vrh_lmms.interventions.patch_run import PatchSpec
+
+    return PatchSpec(model="vrh_qwen25", model_args=model_args or _args(tiny), tasks=list(tasks),
+                     heads_file=str(heads), ks=list(ks), random_seeds=1, limit=2, gen_kwargs="max_new_tokens=6")
+
+
+@pytest.mark.parametrize("command", ["steer", "patch"])
+def test_steer_and_patch_check_before_the_model_loads(command, tiny_qwen25, tmp_path, no_model_load):
+    """The checks of sweeps, for the intervention commands: task names, head model args, k against the heads
+    file, the image mass an image-matched set needs, the geometry config.json declares; nothing is written."""
+    from vrh_lmms.interventions.patch_run import run_patching
+    from vrh_lmms.interventions.steer_run import run_steering
+
+    heads, out = _heads(tmp_path / "heads.json"), tmp_path / "out"
+    run = run_steering if command == "steer" else run_patching
+    make = _steer if command == "steer" else _patch
+    with pytest.raises(VRHError, match="task\\(s\\) not found: vrh_nosuch"):
+        run(make(tiny_qwen25, heads, tasks=[TASK, "vrh_nosuch"]), out)
+    with pytest.raises(VRHError, match=f"heads=top1 is not allowed in `vrh-lmms {command}` --model_args: "
+                                       f"{command} runs on the intact model"):
+        run(make(tiny_qwen25, heads, model_args=f"{_args(tiny_qwen25)},heads=top1"), out)
+    with pytest.raises(VRHError, match="configuration top9.* asks for more heads than the heads file ranks \\(8\\)"):
+        run(make(tiny_qwen25, heads, ks=(1, 9)), out)
+    with pytest.raises(VRHError, match="made on geometry .*'heads': 8.* but the model has .*'heads': 4"):
+        run(make(tiny_qwen25, _heads(tmp_path / "other.json", Geometry(2, 8, 2, 16))), out)
+    if command == "steer":
+        with pytest.raises(VRHError, match="has no image_mass"):
+            run(_steer(tiny_qwen25, heads, controls=["image-matched"]), out)
+    else:
+        with pytest.raises(VRHError, match="model arg batch_size: patching runs with batch_size 1"):
+            run(_patch(tiny_qwen25, heads, model_args=f"{_args(tiny_qwen25)},batch_size=2"), out)
+    assert not out.exists()
+
+
 # ------------------------------------------------------------------------------------ one line per bad value
 def test_unregistered_and_non_vrh_models_name_the_vrh_models():
     with pytest.raises(VRHError) as err:

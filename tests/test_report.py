@@ -255,7 +255,7 @@ def test_markdown_and_plots(report):
     assert f"a drop of {100 * d['drop']:.1f} points (95% CI {100 * d['ci_low']:.1f} to {100 * d['ci_high']:.1f})" in s4
     assert f"over {N_IMAGES} images p = {top4['test']['pvalue']:.3g}" in s4
     assert "of 3 random draws" in s4 and "of 3 layer-matched random draws" in s4 and "too few draws" in s4
-    assert "no random or layer-matched draws" not in s4
+    assert "no random, layer-matched or image-matched draws" not in s4
     assert "random draws" in sentences[1] and "layer-matched" not in sentences[1]  # top8 has no layer-matched draws
     row = next(line for line in rest.splitlines() if line.startswith("| Tiny-VLM-2B | vrh_refcoco_val | top4 of"))
     assert f"| {100 * base['accuracy']['mean']:.1f} | {100 * top4['accuracy']['mean']:.1f} |" in row
@@ -268,6 +268,44 @@ def test_markdown_and_plots(report):
                  "taxonomy_Tiny-VLM-2B_vrh_refcoco_val.png"):
         assert f"plots/{name}" in rep["files"]["plots"]
         assert (out / "plots" / name).stat().st_size > 1000
+
+
+def test_image_matched_draws_are_controls_beside_random_ones(tmp_path):
+    """`sweep --control image-matched` draws: in the controls family with the random draws, an empirical null of
+    their own in the claims-vs-controls family, a summary column pair, and named in the claim sentence."""
+    rng = np.random.default_rng(11)
+    root = tmp_path / "sweep"
+    docs = _docs(rng)
+    configs = [("baseline", "baseline", None, None, 0.85), ("top4", "topk", 4, None, 0.4),
+               *[(f"random4_s{s}", "random", 4, s, 0.82) for s in range(3)],
+               *[(f"image_matched4_s{s}", "image_matched", 4, s, 0.7) for s in range(4)]]
+    for config_id, kind, k, seed, p in configs:
+        lines = _lines(docs, _statuses(rng, docs, p, 0.1))
+        _write_config(root, config_id, _vrh_block(MODEL, config_id, kind, k, seed, MODEL if k else None), lines)
+    out = tmp_path / "report"
+    assert main(["report", str(root), "--output", str(out), "--n-resamples", "200", "--no-plots"]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    (group,) = rep["groups"]
+    families = rep["multiple_testing"]["families"]
+    assert [t["config"] for t in families["claims"]["tests"]] == ["top4"]
+    assert sorted(t["config"] for t in families["controls"]["tests"]) == sorted(c[0] for c in configs[2:])
+    comp = next(n for n in group["null_comparisons"] if n["null_kind"] == "image_matched")
+    observed = _config(rep, "top4")["drop"]["drop"]
+    null = [_config(rep, f"image_matched4_s{s}")["drop"]["drop"] for s in range(4)]
+    assert comp["null_drops"] == pytest.approx(null) and comp["family"] == "claims_vs_controls"
+    assert comp["pvalue"] == pytest.approx((1 + sum(x >= observed for x in null)) / 5)
+    assert len(families["claims_vs_controls"]["tests"]) == 2
+    (row,) = group["summary"]
+    assert row["image_matched"]["n"] == 4 and row["image_matched"]["drop_mean"] == pytest.approx(np.mean(null))
+    assert row["p_image_matched"] == pytest.approx(comp["pvalue"]) and row["p_image_matched_floor"] == 0.2
+    assert _config(rep, "image_matched4_s1")["heads_label"] == "4 image-matched heads (seed 1)"
+    (claim,) = rep["claims"]
+    assert "of 3 random draws" in claim["sentence"] and "of 4 image-matched draws" in claim["sentence"]
+    md = (out / "report.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| Model | Task | Heads |"))
+    assert "Image-matched draws: drop (mean ± sd)" in header and "p vs image-matched" in header
+    summary_row = next(line for line in md.splitlines() if line.startswith("| Tiny-VLM-2B | vrh_refcoco_val | top4"))
+    assert summary_row.count("(R=") == 2 and "(R=4)" in summary_row and "(floor 0.2)" in summary_row
 
 
 def test_refuses_to_overwrite_without_force(sweep, report, capsys):

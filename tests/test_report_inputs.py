@@ -310,3 +310,18 @@ def test_plain_target_text_pairs_with_the_sweep_target_object(tmp_path, capsys):
     _sweep_config(other, "top4", _vrh("top4", "topk", 4), {"t": swept})
     assert main(["report", str(plain), str(other), "--output", str(tmp_path / "r2"), "--no-plots"]) == 2
     assert "doc_id 5 is not the same document" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("config_id, kind, mode", [("top5_uniform_image", "topk", "uniform_image"),
+                                                   ("image_matched5_s2_uniform", "image_matched", "uniform"),
+                                                   ("layer_matched5_s0_mean", "layer_matched", "mean"),
+                                                   ("random5_s1", "random", "zero")])
+def test_mode_read_from_the_configuration_id_when_the_vrh_block_omits_it(config_id, kind, mode, tmp_path):
+    from vrh_lmms.report.runs import read_run_meta
+
+    vrh = _vrh(config_id, kind, 5, seed=1)
+    vrh["ablation"].pop("mode", None)
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"vrh": vrh}))
+    meta = read_run_meta(path)
+    assert (meta.kind, meta.mode) == (kind, mode)

@@ -99,7 +99,7 @@ def test_first_page_states_each_claim_with_test_and_controls(null_report):
     s = claim["sentence"]
     assert "[L1H2, L3H0, L2H5, L0H1, L3H7]" in s and "cluster sign-flip test over 300 images p = 1" in s
     assert "of 100 random draws" in s and "R = 100" in s and "floor 1/(R+1) = 0.0099" in s
-    assert "too few draws" not in s and "no random or layer-matched draws" not in s
+    assert "too few draws" not in s and "no random, layer-matched or image-matched draws" not in s
     comp = null_report["groups"][0]["null_comparisons"][0]
     assert (f"Holm over the 1 comparisons with controls: {comp['p_holm']:.3g}, "
             f"{'significant' if comp['p_holm'] <= 0.05 else 'not significant'} at 5%") in s

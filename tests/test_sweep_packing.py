@@ -121,3 +121,61 @@ def test_choose_pack():
         choose_pack(4, _FakeLM("remote code"), 22, 1)
     # Qwen2.5-VL-7B in bf16: 28 layers x 2 x 4 KV heads x 128 x 2 bytes = 57,344 bytes per token and row.
     assert kv_bytes_per_token(Geometry(28, 28, 4, 128), torch.bfloat16) == 57344
+
+
+UNIFORM_KEEP = ("baseline", "top2", "random2_s0", "top2_uniform", "random2_s0_uniform", "top2_uniform_image")
+
+
+def test_uniform_configurations_run_alone_in_a_packed_sweep(tiny_or_skip, vrh_env, tmp_path, capsys):
+    """Uniform-attention ablation edits attention, not o_proj rows, so a pack's per-row masks cannot carry it:
+    with --pack 4 the zero configurations share one pack, each uniform one runs alone (and the sweep says so), and
+    every file equals the unpacked sweep's. Packing them as rows would give them zero ablation's answers."""
+    from vrh_lmms.ablation import RowAblator, RowConfig
+    from vrh_lmms.heads import HeadRef
+
+    model_name, extra, batch_size = FAMILIES["qwen2_5_vl"]
+    ckpt = tiny_or_skip("qwen2_5_vl")
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 4, "seed": 3}))
+    model_args = f"pretrained={ckpt},dtype=float32{extra}"
+    lm = lmms.build_model(model_name, model_args, batch_size=batch_size)
+    g = lm.vrh_decoder.geometry
+    with pytest.raises(VRHError, match="'uniform' edits attention, not o_proj, so it cannot share a packed batch"):
+        RowAblator(lm.vrh_decoder, [RowConfig(()), RowConfig((HeadRef(0, 1),), "uniform")])
+    scores = np.random.default_rng(2).random((g.layers, g.heads))
+    heads = tmp_path / "heads.json"
+    save_heads_file(HeadsFile({"id": str(ckpt), "family": "qwen2_5_vl"}, g, scores, ranking_from_scores(scores)), heads)
+    configs = [c for c in plan_configurations([2], 1, False, ["zero", "uniform", "uniform_image"])
+               if c.id in UNIFORM_KEEP]
+    assert [c.id for c in configs] == list(UNIFORM_KEEP)
+    assert [[c.id for c in grp] for grp in pack_groups(configs, 4)] == [
+        ["baseline", "top2", "random2_s0"], ["top2_uniform"], ["random2_s0_uniform"], ["top2_uniform_image"]]
+
+    def spec(pack: int) -> SweepSpec:
+        return SweepSpec(model_name, model_args, [TASK], str(heads), configs, limit=4, batch_size=batch_size,
+                         gen_kwargs="max_new_tokens=10", pack=pack)
+
+    unpacked, packed = tmp_path / "unpacked", tmp_path / "packed"
+    run_sweep(spec(1), unpacked, lm=lm, progress=False)
+    capsys.readouterr()
+    packs = []
+    original_pack = lm.vrh_pack
+
+    def counting_pack(headsets, modes, **kwargs):
+        packs.append(list(modes))
+        return original_pack(headsets, modes, **kwargs)
+
+    lm.vrh_pack = counting_pack
+    run_sweep(spec(4), packed, lm=lm, progress=False)
+    del lm.vrh_pack
+    assert packs == [["none", "zero", "zero"]], "only the zero configurations share a pack"
+    note = capsys.readouterr().err
+    assert "top2_uniform, random2_s0_uniform, top2_uniform_image run unpacked" in note and "attention" in note
+    a, b = sweep_files(unpacked), sweep_files(packed)
+    assert sorted(a) == sorted(b) == sorted(UNIFORM_KEEP)
+    for cid in a:
+        assert a[cid] == b[cid], cid
+    assert b["top2_uniform"][1]["ablation"]["mode"] == "uniform" and b["top2_uniform"][1]["ablation"]["method"] == \
+        "attention"
+    raws = {cid: [line["vrh_record"]["raw"] for line in a[cid][3]] for cid in a}
+    assert raws["top2_uniform"] != raws["top2"] or raws["top2_uniform_image"] != raws["top2"], \
+        "uniform ablation must answer differently from zero ablation somewhere, or this test could not fail"

@@ -1,5 +1,8 @@
 """Head ablation on a language decoder: zero (or mean) each chosen head's output slice before o_proj.
 
+(The uniform modes, `uniform` and `uniform_image`, instead make the heads' answer rows attend uniformly:
+vrh_lmms.interventions.uniform; `Ablator` applies them too, `RowAblator` refuses them.)
+
 The default method folds the ablation into o_proj's weights: zeroing input columns [h*d:(h+1)*d] equals zeroing
 that head's output, and a mean replacement adds W[:, slice] @ mean to the bias. That costs nothing at run time and
 works with any engine that reads the weights. Where weights cannot be edited (quantized, offloaded, meta), a
@@ -22,7 +25,9 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import Geometry, HeadRef
 from vrh_lmms.heads.spec import HeadSet
 
-MODES = ("zero", "mean")
+# zero / mean fold into o_proj; the uniform modes replace answer-row attention (vrh_lmms.interventions.uniform)
+UNIFORM_MODES = ("uniform", "uniform_image")
+MODES = ("zero", "mean", *UNIFORM_MODES)
 METHODS = ("auto", "fold", "hook")
 
 
@@ -105,8 +110,10 @@ class Ablator:
     """
 
     def __init__(self, model: nn.Module, decoder: Decoder | None = None, method: str = "auto") -> None:
+        self.model = model
         self.decoder = decoder or locate_decoder(model)
         self.requested_method = check_method(method)
+        self._uniform = None  # vrh_lmms.interventions.uniform.UniformAblation while a uniform mode is applied
         self._saved: list[_Saved] = []
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         self.active: list[HeadRef] = []
@@ -130,6 +137,13 @@ class Ablator:
             means = self._check_means(means)
         self.restore()
         if not heads:
+            return
+        if mode in UNIFORM_MODES:  # not a weight edit: answer rows attend uniformly (registered attention path)
+            from vrh_lmms.interventions.uniform import MODES as OVER
+            from vrh_lmms.interventions.uniform import UniformAblation
+
+            self._uniform = UniformAblation(self.model, heads, over=OVER[mode])
+            self.active, self.mode, self.method = sorted(heads), mode, "attention"
             return
         method = self.resolve_method()
         by_layer: dict[int, list[int]] = {}
@@ -191,6 +205,9 @@ class Ablator:
             else:
                 proj.bias = None
         self._saved.clear()
+        if self._uniform is not None:
+            self._uniform.remove()
+            self._uniform = None
         for handle in self._hooks:
             handle.remove()
         self._hooks.clear()
@@ -235,6 +252,9 @@ class RowAblator:
         for cfg in self.configs:
             if cfg.heads:
                 check_mode(cfg.mode)
+                if cfg.mode in UNIFORM_MODES:  # an attention edit: no per-row o_proj arithmetic reproduces it
+                    raise VRHError(f"ablation mode {cfg.mode!r} edits attention, not o_proj, so it cannot share a "
+                                   "packed batch; run it alone (--pack 1)")
             for h in cfg.heads:
                 self.geometry.check(h)
         if any(cfg.heads and cfg.mode == "mean" for cfg in self.configs):

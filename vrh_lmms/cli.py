@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("demo", "discover, validate and report on the shipped tiny VLM (no weights, no hub)"),
     "discover": ("discover", "score every head of a model on a grounding task and write a heads file"),
     "sweep": ("sweep", "evaluate baseline, top-k, random-k and layer-matched random-k head ablations"),
+    "steer": ("steer", "steer head sets toward another object of the image (sufficiency of the heads)"),
+    "patch": ("patch", "activation patching of every head between expressions naming two objects of an image"),
     "report": ("report", "statistics, tables and plots from sweep or lmms-eval output folders"),
     "sample-efficiency": ("sample_efficiency", "top-k overlap of rankings from n samples vs all samples"),
     "dpo-pairs": ("dpo_pairs", "TRL-ready preference pairs: correct answers vs ablated answers"),

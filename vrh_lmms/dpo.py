@@ -244,15 +244,22 @@ class ImageResolver:
         if task not in SYNTH_TASKS or self.synth is None or record.get("image_id") in (None, ""):
             return None
         from vrh_lmms.synth.cache import SynthSpec
-        from vrh_lmms.synth.scenes import generate_scene
+        from vrh_lmms.synth.scenes import expression_for, generate_scene, nameable_objects
 
         spec = SynthSpec.from_dict(dict(self.synth), "sweep.json synth")
         path = self.images_dir / f"{task}_{int(record['image_id']):08d}.png"
         scene = generate_scene(int(record["image_id"]), spec.seed, spec.scene_config())
-        x, y, w, h = scene.target_object.bbox
         box = record.get("gt_box") or []
-        same_box = len(box) == 4 and max(abs(a - b) for a, b in zip(box, (x, y, x + w, y + h))) < 1e-3
-        if scene.expression != record.get("expression") or not same_box:
+
+        def same(obj) -> bool:
+            x, y, w, h = obj.bbox
+            return (expression_for(obj) == record.get("expression") and len(box) == 4
+                    and max(abs(a - b) for a, b in zip(box, (x, y, x + w, y + h))) < 1e-3)
+
+        # objects="all" scenes have one sample per nameable object of the image, else the referent's only
+        named = nameable_objects(scene) if spec.objects == "all" else [scene.target]
+        if not any(same(scene.objects[i]) for i in named):
+            x, y, w, h = scene.target_object.bbox
             raise VRHError(f"{where}: the scene regenerated from sweep.json's synth config ({scene.expression!r}, "
                            f"box {[x, y, x + w, y + h]}) is not the sample's ({record.get('expression')!r}, box "
                            f"{box}); was VRH_SYNTH_CONFIG changed after the sweep? Pass --image-root instead")

@@ -11,6 +11,9 @@
 The matching mask function is registered under the same name (`AttentionMaskInterface`): without it the model
 builds no mask for an unknown implementation and padding is silently ignored. The previous implementation is
 restored on exit, also on exceptions.
+
+The same functions carry the attention interventions (vrh_lmms.interventions): a per-layer `AttentionEdit` may
+change the layer's mask (steering) or rows of its output (uniform ablation) around the unchanged base computation.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import importlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -187,12 +191,35 @@ def _capture_layer(handle: CaptureHandle, layer: int, module: nn.Module, query: 
     handle._record(layer, stats.mass, stats.argmax)
 
 
+class AttentionEdit(Protocol):
+    """An intervention on one decoder layer's attention, run inside the registered function (steering, uniform
+    ablation: vrh_lmms.interventions). `edit_mask` may return another (additive float) mask for the layer's call;
+    `edit_output` may replace rows of the layer's output (batch, q, heads, head_dim)."""
+
+    def edit_mask(self, layer: int, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+                  attention_mask: torch.Tensor | None, kwargs: dict, base: str) -> torch.Tensor | None: ...
+
+    def edit_output(self, layer: int, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+                    value: torch.Tensor, attention_mask: torch.Tensor | None, kwargs: dict, base: str,
+                    output: torch.Tensor) -> torch.Tensor: ...
+
+
+# id(attention module) -> (edit, layer index): set by vrh_lmms.interventions through `attention_edits`.
+_EDITS: dict[int, tuple[AttentionEdit, int]] = {}
+
+
 def _make_function(base: str) -> Callable:
     def capture_function(module, query, key, value, attention_mask, **kwargs):
+        edit = _EDITS.get(id(module))
+        if edit is not None:
+            attention_mask = edit[0].edit_mask(edit[1], module, query, key, attention_mask, kwargs, base)
         if base == "sdpa":
             out = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
         else:
             out = _eager_function(module)(module, query, key, value, attention_mask, **kwargs)
+        if edit is not None:
+            out = (edit[0].edit_output(edit[1], module, query, key, value, attention_mask, kwargs, base, out[0]),
+                   *out[1:])
         session = _SESSIONS.get(id(module))
         if session is not None:
             _capture_layer(session[0], session[1], module, query, key, attention_mask, kwargs)
@@ -234,10 +261,84 @@ def _nested(key: str, value: str) -> dict | str:
 
 
 def choose_base(previous: str | None, text_config) -> str:
-    """sdpa for the output, unless the text model runs eager (soft-capping, or eager chosen by the user)."""
+    """sdpa for the output, unless the text model runs eager (soft-capping, or eager chosen by the user).
+
+    When the text model already runs one of our registered names (a capture inside a steering scope), its base."""
+    for base, name in BASES.items():
+        if previous == name:
+            return base
     if previous == "eager" or getattr(text_config, "attn_logit_softcapping", None) is not None:
         return "eager"
     return "sdpa"
+
+
+class TextAttentionSwitch:
+    """Switches only the text stack of `model` to the registered function of `base` (see `choose_base`) and back.
+
+    Used by capture (one scope) and by the interventions (a scope, or for as long as an ablation is applied)."""
+
+    def __init__(self, model: nn.Module, base: str | None = None) -> None:
+        self.model = unwrap(model)
+        self.decoder = locate_decoder(self.model)
+        self.key = text_config_key(self.model.config, self.decoder.text_config)
+        self.previous: str | None = None
+        self.base = base
+        self.active = False
+
+    def on(self) -> str:
+        """Switch; returns the base ("sdpa" or "eager") whose output the registered function reproduces."""
+        if self.active:
+            return self.base  # type: ignore[return-value]
+        self.previous = self.decoder.text_config._attn_implementation
+        self.base = self.base or choose_base(self.previous, self.decoder.text_config)
+        if self.base not in BASES:
+            raise VRHError(f"unknown capture base {self.base!r}; use one of {', '.join(BASES)}")
+        self.model.set_attn_implementation(_nested(self.key, BASES[self.base]))
+        self.active = True
+        return self.base
+
+    def off(self) -> None:
+        if self.active:
+            self.model.set_attn_implementation(_nested(self.key, self.previous))
+            self.active = False
+
+
+def install_attention_edits(model: nn.Module, edits: dict[int, AttentionEdit], base: str | None = None,
+                            ) -> tuple[str, Callable[[], None]]:
+    """Decoder layer i's attention runs `edits[i]` (through the registered function) until the returned `remove()`
+    is called; returns (base, remove). Refuses a layer that already carries an edit (no nested interventions)."""
+    switch = TextAttentionSwitch(model, base)
+    attns = switch.decoder.attns
+    bad = [i for i in edits if not 0 <= i < len(attns)]
+    if bad:
+        raise VRHError(f"attention intervention on layer {bad[0]}, but the decoder has layers 0-{len(attns) - 1}")
+    busy = [i for i in edits if id(attns[i]) in _EDITS]
+    if busy:
+        raise VRHError(f"decoder layers {busy[:8]} already carry an attention intervention; nested steering or "
+                       "uniform ablation is not supported")
+    for i, edit in edits.items():
+        _EDITS[id(attns[i])] = (edit, i)
+
+    def remove() -> None:
+        for i in edits:
+            _EDITS.pop(id(attns[i]), None)
+        switch.off()
+
+    try:
+        return switch.on(), remove
+    except BaseException:
+        remove()
+        raise
+
+
+@contextmanager
+def attention_edits(model: nn.Module, edits: dict[int, AttentionEdit], base: str | None = None) -> Iterator[str]:
+    """Scoped `install_attention_edits`: yields the base; everything is undone on exit, also on exceptions."""
+    used, remove = install_attention_edits(model, edits, base)
+    try:
+        yield used
+    finally:
+        remove()
 
 
 @contextmanager
@@ -246,25 +347,22 @@ def capture_attention(model: nn.Module, plan: CapturePlan, base: str | None = No
 
     base: "sdpa" or "eager" for the layer output (default: what the text model ran before, see `choose_base`).
     """
-    model = unwrap(model)
-    dec = locate_decoder(model)
-    key = text_config_key(model.config, dec.text_config)
-    previous = dec.text_config._attn_implementation
-    base = base or choose_base(previous, dec.text_config)
-    if base not in BASES:
-        raise VRHError(f"unknown capture base {base!r}; use one of {', '.join(BASES)}")
-    handle = CaptureHandle(plan=plan, geometry=dec.geometry, base=base)
+    switch = TextAttentionSwitch(model, base)
+    dec = switch.decoder
     busy = [i for i, attn in enumerate(dec.attns) if id(attn) in _SESSIONS]
     if busy:
         raise VRHError("this model is already inside capture_attention; nested captures are not supported")
+    if base is not None and base not in BASES:
+        raise VRHError(f"unknown capture base {base!r}; use one of {', '.join(BASES)}")
+    handle = CaptureHandle(plan=plan, geometry=dec.geometry, base="")
     for i, attn in enumerate(dec.attns):
         _SESSIONS[id(attn)] = (handle, i)
     try:
-        model.set_attn_implementation(_nested(key, BASES[base]))
+        handle.base = switch.on()
         yield handle
     finally:
         for attn in dec.attns:
             _SESSIONS.pop(id(attn), None)
         handle._mask_rows.clear()
         handle._on_device.clear()
-        model.set_attn_implementation(_nested(key, previous))
+        switch.off()

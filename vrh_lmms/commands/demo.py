@@ -16,12 +16,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default=None, help="head counts (default: about 5%% and 10%% of all heads)")
     parser.add_argument("--random-seeds", type=int, default=d.random_seeds, help="random draws per k")
     parser.add_argument("--model", default=None, help="another checkpoint folder (default: the shipped model)")
+    parser.add_argument("--interventions", action="store_true",
+                        help="also steer and patch heads (vrh-lmms steer / patch) on more scenes; adds the steering "
+                             "table and the patching map to the report")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier demo run in --output (a folder holding anything else is refused)")
 
 
 def run(args: argparse.Namespace) -> int:
     settings = DemoSettings(n_discovery=args.n_discovery, n_eval=args.n_eval,
-                            ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds)
+                            ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds,
+                            interventions=args.interventions)
     run_demo(args.output, settings, force=args.force, model_path=args.model)
     return 0

@@ -22,6 +22,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "'+'-separated list")
     parser.add_argument("--freq-top-k", type=int, default=None,
                         help="k of the per-sample top-k for Omega=freq (default: 10%% of heads, at most 20)")
+    parser.add_argument("--null-query", action="store_true",
+                        help="subtract each head's score on a content-free query (the expression replaced by N/A)")
     parser.add_argument("--no-means", action="store_true", help="skip per-head means (needed for ablation=mean)")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0)
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     spec = DiscoverySpec(model=args.model, model_args=args.model_args,
                          tasks=[t for t in args.tasks.split(",") if t], output=args.output, limit=limit,
                          cells=cells, primary=primary, freq_top_k=args.freq_top_k, collect_means=not args.no_means,
-                         gen_kwargs=args.gen_kwargs, seed=args.seed)
+                         gen_kwargs=args.gen_kwargs, seed=args.seed, null_query=args.null_query)
     path = run_discovery(spec, force=args.force)
     if path is not None:
         print(path)

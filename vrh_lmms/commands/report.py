@@ -26,6 +26,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--intersection", action="store_true",
                         help="when the runs of a model x task score different docs, restrict every run to the docs "
                              "all of them share (default: stop with an error naming the runs and counts)")
+    parser.add_argument("--steer", default=None, metavar="DIR",
+                        help="a `vrh-lmms steer` folder: adds the steering table (docs/interventions.md)")
+    parser.add_argument("--patch", default=None, metavar="DIR",
+                        help="a `vrh-lmms patch` folder: adds the patching map and head-set recoveries")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib figures")
     parser.add_argument("--force", action="store_true",
                         help="replace a report written into --output before (anything else there is refused)")
@@ -44,7 +48,15 @@ def run(args: argparse.Namespace) -> int:
         intersection=args.intersection,
         arguments={k: v for k, v in vars(args).items() if k != "command"},
     )
+    if args.steer or args.patch:
+        from vrh_lmms.report.interventions import check_sources
+
+        check_sources(args.steer, args.patch)  # before the statistics
     report = build_report(args.dirs, args.output, settings)
+    if args.steer or args.patch:
+        from vrh_lmms.report.interventions import append_to_report
+
+        append_to_report(args.output, args.steer, args.patch)
     for warning in report["warnings"]:
         print(f"vrh-lmms: warning: {warning}", file=sys.stderr)
     n_configs = sum(len(g["configs"]) for g in report["groups"])

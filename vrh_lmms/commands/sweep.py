@@ -18,8 +18,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seeds", type=int, default=19,
                         help="random draws per k (default 19: the fewest whose empirical p can reach 0.05)")
     parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
+    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
+                        help="extra control head sets per k and seed: image-matched (heads outside the top 2k whose "
+                             "attention mass on the image matches each top head's; needs a heads file with "
+                             "image_mass)")
+    parser.add_argument("--control-tolerance", type=float, default=None,
+                        help="largest image-mass difference of an image-matched head (default 0.05)")
     parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
-    parser.add_argument("--ablation", default="zero", help="zero, mean or zero,mean (default zero)")
+    parser.add_argument("--ablation", default="zero",
+                        help="comma-separated modes: zero, mean, uniform, uniform_image (default zero)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--pack", default="auto",
@@ -39,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     limit = None if args.limit is None else (int(args.limit) if float(args.limit).is_integer() else args.limit)
     configs = plan_configurations(parse_int_list(args.k, "--k"), args.random_seeds, args.layer_matched,
                                   [m.strip() for m in args.ablation.split(",") if m.strip()],
-                                  random=not args.no_random)
+                                  random=not args.no_random, controls=args.control,
+                                  control_tolerance=args.control_tolerance)
     spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,

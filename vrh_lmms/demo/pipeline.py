@@ -27,6 +27,7 @@ from vrh_lmms.paths import assets_path
 TASK = "vrh_synth_grounding"
 DISCOVERY_START = 0
 EVAL_START = 100_000  # scene ids of the evaluation set: disjoint from the discovery set
+INTERVENTION_START = 200_000  # scenes of the optional steering / patching step, every object named
 
 
 def demo_model_path() -> Path:
@@ -52,6 +53,11 @@ class DemoSettings:
     batch_size: int = 25
     max_new_tokens: int = 16
     n_resamples: int = 5000
+    # optional step: steering and activation patching (vrh_lmms.interventions) on scenes with every object named
+    interventions: bool = False
+    n_intervention_scenes: int = 16
+    steer_bias: float = 8.0
+    patch_pairs: int = 24
 
     def resolved_ks(self, total_heads: int) -> list[int]:
         if self.ks:
@@ -204,12 +210,15 @@ def criteria(acc: Acceptance, total_heads: int) -> dict[int, dict[str, bool]]:
 def demo_layout(out: Path) -> owned.Layout:
     """Everything a demo run writes into its folder (what --force may replace)."""
     from vrh_lmms.discovery.run import discovery_layout
+    from vrh_lmms.interventions.patch_run import PATCH_LAYOUT
+    from vrh_lmms.interventions.steer_run import STEER_LAYOUT
     from vrh_lmms.report.build import REPORT_LAYOUT
     from vrh_lmms.sweep.checks import SWEEP_LAYOUT
 
     synth_cache = owned.folder_of({"synth": owned.folder_of({"hub-*": owned.files_matching("*.parquet"),
                                                              ".hub-*": None})})
     return {**discovery_layout(out / "heads.json"), "data": synth_cache, "sweep": owned.folder_of(SWEEP_LAYOUT),
+            "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
             "demo_summary.md": owned.is_file}
 
@@ -281,16 +290,94 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
             run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=str(heads),
                                 configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
                       out / "sweep", lm=lm, progress=progress)
+        if settings.interventions:
+            t_interventions = time.time()
+            run_interventions(lm, out, spec, model_args, str(heads), settings, say)
+            t_interventions = time.time() - t_interventions
     say("[3/3] report")
     build_report([out / "sweep"], out / "report",
                  ReportSettings(heads_files=(str(heads),), n_resamples=settings.n_resamples))
+    intervention_summary = None
+    if settings.interventions:
+        from vrh_lmms.report.interventions import append_to_report
+
+        append_to_report(out / "report", out / "steer", out / "patch")
+        intervention_summary = intervention_figures(out) | {"seconds": t_interventions}
     acc = acceptance_figures(out / "sweep", ks, settings.n_resamples)
     seconds = time.time() - started
     summary = {"model": str(model), "geometry": geometry.to_dict(), "settings": asdict(settings) | {"ks": ks},
                "acceptance": acc.to_dict(),
                "criteria": {str(k): v for k, v in criteria(acc, geometry.total_heads).items()}, "seconds": seconds}
+    if intervention_summary is not None:
+        summary["interventions"] = intervention_summary
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
     markdown = summary_markdown(acc, geometry.total_heads, seconds)
+    if intervention_summary is not None:
+        markdown += interventions_markdown(intervention_summary)
     (out / "demo_summary.md").write_text(markdown)
     say(markdown)
     return summary
+
+
+def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings: DemoSettings, say) -> None:
+    """Steering (top-k vs random-k and layer-matched random-k at one bias) and activation patching, k = 10% of
+    the heads, on held-out scenes where every uniquely nameable object has its own expression."""
+    from vrh_lmms.interventions.patch_run import PatchSpec, run_patching
+    from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering, run_steering
+
+    k = max(1, lm.vrh_decoder.geometry.total_heads // 10)
+    gen = f"max_new_tokens={settings.max_new_tokens}"
+    config = json.loads(_synth_config(spec, settings.n_intervention_scenes, INTERVENTION_START)) | {"objects": "all"}
+    say(f"[+] interventions on {settings.n_intervention_scenes} more scenes (every object named): steering and "
+        f"activation patching, k = {k}")
+    with _env(VRH_SYNTH_CONFIG=json.dumps(config)):
+        lm.batch_size_per_gpu = settings.batch_size
+        run_steering(SteerSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads,
+                               configurations=plan_steering([k], settings.random_seeds, True, [settings.steer_bias]),
+                               gen_kwargs=gen, batch_size=settings.batch_size), out / "steer", lm=lm, progress=False)
+        lm.batch_size_per_gpu = 1
+        run_patching(PatchSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads, ks=[k],
+                               random_seeds=settings.random_seeds, gen_kwargs=gen, max_pairs=settings.patch_pairs,
+                               patch_batch=32), out / "patch", lm=lm, progress=False)
+
+
+def intervention_figures(out: Path) -> dict[str, Any]:
+    """The headline numbers of the steering and patching step, from their own output files."""
+    steer = json.loads((out / "steer" / "summary.json").read_text())
+    patch = json.loads((out / "patch" / "patch.json").read_text())
+    row = max(steer["table"], key=lambda e: (e["bias"], e["k"])) if steer["table"] else None  # strongest steering
+    figures: dict[str, Any] = {"steer_bias": None if row is None else row["bias"],
+                               "k": None if row is None else row["k"],
+                               "steer_n": None if row is None else row["topk"]["n"]}
+    if row is not None:
+        figures["moved"] = {"topk": row["topk"]["moved"], "topk_ci": row["topk"]["moved_ci"],
+                            "random": (row.get("random") or {}).get("mean"),
+                            "layer_matched": (row.get("layer_matched") or {}).get("mean"),
+                            "baseline": (steer.get("baseline") or {}).get("moved")}
+    sets = {s["kind"]: [] for s in patch["sets"]}
+    for s in patch["sets"]:
+        sets[s["kind"]].append(s["recovery"])
+    figures["patching"] = {"pairs": patch["n_pairs_used"], "spearman": patch["discovery"]["spearman"],
+                           "kendall": patch["discovery"]["kendall"],
+                           "recovery": {kind: float(np.mean(v)) for kind, v in sets.items()},
+                           "best_head": patch["top_heads"][0]}
+    return figures
+
+
+def interventions_markdown(f: dict[str, Any]) -> str:
+    lines = [""]
+    m = f.get("moved")
+    if m:
+        lines.append(f"Steering (k = {f['k']}, bias {f['steer_bias']:g}, {f['steer_n']} predictions): "
+                     f"{m['topk']:.1%} of top-k predictions move onto the other object "
+                     f"[{m['topk_ci'][0]:.1%}, {m['topk_ci'][1]:.1%}], random-k {m['random']:.1%}, layer-matched "
+                     f"{m['layer_matched']:.1%}, unsteered {m['baseline']:.1%}.")
+    p = f["patching"]
+    rec = p["recovery"]
+    lines.append(f"Patching ({p['pairs']} pairs): top-k heads restore {rec.get('topk', float('nan')):.1%} of the "
+                 f"logit difference, random-k {rec.get('random', float('nan')):.1%}, layer-matched "
+                 f"{rec.get('layer_matched', float('nan')):.1%}; per-head recovery vs discovery score: Spearman "
+                 f"{p['spearman']['rho']:.2f} (p = {p['spearman']['p']:.2g}).")
+    if "seconds" in f:
+        lines.append(f"Interventions step {f['seconds']:.0f} s.")
+    return "\n".join(lines) + "\n"

@@ -67,10 +67,13 @@ def teacher_forced_inputs(tensors: dict[str, torch.Tensor], answer: torch.Tensor
 
 
 class SampleCollector:
-    """Callback for GenerateInterceptor: capture, reduce, and store one part per doc."""
+    """Callback for GenerateInterceptor: capture, reduce, and store one part per doc.
 
-    def __init__(self, lm, store: PartStore, collect_means: bool = True) -> None:
-        self.lm, self.store, self.collect_means = lm, store, collect_means
+    null_query: also score the content-free query (the expression replaced by "N/A", vrh_lmms.discovery.controls),
+    stored as `null_<quantity>` beside each quantity."""
+
+    def __init__(self, lm, store: PartStore, collect_means: bool = True, null_query: bool = False) -> None:
+        self.lm, self.store, self.collect_means, self.null_query = lm, store, collect_means, null_query
         self.model = lm.model
         self.family = lm.vrh_family_spec
         self.processor = backend_processor(lm)
@@ -80,11 +83,36 @@ class SampleCollector:
     def __call__(self, ctx: DocContext, tensors: dict[str, torch.Tensor], continuation: torch.Tensor,
                  output_includes_prompt: bool = True) -> None:
         target = target_from_doc(ctx.doc, where=f"{ctx.task} doc {ctx.doc_id}")
-        prompt = tensors["input_ids"][0]
-        prompt_len = prompt.numel()
         cont = continuation.detach().cpu()
         n = answer_length(cont.tolist(), self.stop_ids)
         answer = cont[:n]
+        stats, info, head_sums, tokens = self._sample(tensors, answer, target.expression, target,
+                                                      collect_means=self.collect_means)
+        meta: dict[str, Any] = {"task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id, "image_id": target.image_id,
+                                "n_answer": n, "output_includes_prompt": output_includes_prompt, **info,
+                                "answer": self.tokenizer.decode(answer.tolist(), skip_special_tokens=True)}
+        if self.null_query:
+            from vrh_lmms.discovery.controls import NULL_EXPRESSION, NULL_PREFIX, content_free_prompt
+
+            prompt_pieces = token_pieces(self.tokenizer, tensors["input_ids"][0].tolist())
+            null = content_free_prompt(tensors, self.tokenizer, prompt_pieces, target.expression)
+            if null is not None:
+                null_stats = self._sample(null, answer, NULL_EXPRESSION, target, collect_means=False)[0]
+            else:
+                null_stats = {k: np.full_like(v, np.nan) for k, v in stats.items()}
+            stats.update({NULL_PREFIX + k: v for k, v in null_stats.items()})
+            meta["null_query"] = null is not None
+        self.store.write(SamplePart(key=ctx.key, stats=stats, answer_ids=cont.numpy(), meta=meta,
+                                    head_sums=head_sums, tokens=tokens))
+
+    def _sample(self, tensors: dict[str, torch.Tensor], answer: torch.Tensor, expression: str, target,
+                collect_means: bool) -> tuple[dict[str, np.ndarray], dict[str, Any], np.ndarray | None, int]:
+        """Per-head statistics of one teacher-forced prompt + answer (and the o_proj input sums for means)."""
+        from vrh_lmms.discovery.controls import IMAGE_MASS
+
+        prompt = tensors["input_ids"][0]
+        prompt_len = prompt.numel()
+        n = answer.numel()
         inputs = teacher_forced_inputs(tensors, answer)
         full = inputs["input_ids"][0].detach().cpu()
         seq_len = full.numel()
@@ -92,24 +120,22 @@ class SampleCollector:
         rows_by_set = {
             "out": out_rows(prompt_len, n),
             "out_coords": coord_rows(prompt_len, pieces[prompt_len:prompt_len + n]),
-            "in": expression_rows(pieces, target.expression, limit=prompt_len) if target.expression else [],
+            "in": expression_rows(pieces, expression, limit=prompt_len) if expression else [],
         }
         extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm)
         tmap = image_token_map(self.family.name, prompt.detach().cpu(), target.image_size, extras)
         box = box_key_mask(tmap, target.box, seq_len)
         rows = sorted({r for rs in rows_by_set.values() for r in rs})
-        meta: dict[str, Any] = {"task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id, "image_id": target.image_id,
-                                "n_answer": n, "prompt_len": prompt_len,
-                                "output_includes_prompt": output_includes_prompt, "n_box_tokens": int(box.sum()),
-                                "n_image_tokens": int(tmap.positions.numel()),
-                                "rows": {k: len(v) for k, v in rows_by_set.items()},
-                                "answer": self.tokenizer.decode(answer.tolist(), skip_special_tokens=True)}
+        info = {"prompt_len": prompt_len, "n_box_tokens": int(box.sum()), "n_image_tokens": int(tmap.positions.numel()),
+                "rows": {k: len(v) for k, v in rows_by_set.items()}}
         geometry = self.lm.vrh_decoder.geometry
         head_sums, tokens = None, 0
+        nan = np.full((geometry.layers, geometry.heads), np.nan)
         if rows:
             plan = CapturePlan(query_positions=torch.tensor([rows], dtype=torch.long),
-                               key_sets={"box": box.view(1, -1)}, argmax=True)
-            means = HeadMeanCollector(self.model, self.lm.vrh_decoder) if self.collect_means else None
+                               key_sets={"box": box.view(1, -1), "image": tmap.key_mask(seq_len).view(1, -1)},
+                               argmax=True)
+            means = HeadMeanCollector(self.model, self.lm.vrh_decoder) if collect_means else None
             with torch.no_grad(), capture_attention(self.model, plan) as handle:
                 if means is not None:
                     with means:
@@ -119,11 +145,12 @@ class SampleCollector:
             result = handle.result()
             stats = reduce_sample(result.mass["box"][0].cpu(), result.argmax[0].cpu(), rows, rows_by_set, box, full,
                                   needle_mask=torch.arange(seq_len) < prompt_len)
+            out_cols = [rows.index(r) for r in rows_by_set["out"]]
+            stats[IMAGE_MASS] = (result.mass["image"][0][:, :, out_cols].double().mean(-1).cpu().numpy()
+                                 if out_cols else nan.copy())
             if means is not None:
                 head_sums, tokens = means.sums.numpy().astype(np.float32), means.count
         else:
-            nan = np.full((geometry.layers, geometry.heads), np.nan)
             stats = {k: nan.copy() for k in ("in_sum", "in_argmax", "out_sum", "out_argmax", "out_coords_sum",
-                                             "out_coords_argmax", "retrieval")}
-        self.store.write(SamplePart(key=ctx.key, stats=stats, answer_ids=cont.numpy(), meta=meta,
-                                    head_sums=head_sums, tokens=tokens))
+                                             "out_coords_argmax", "retrieval", IMAGE_MASS)}
+        return stats, info, head_sums, tokens

@@ -38,10 +38,12 @@ class DiscoverySpec:
     collect_means: bool = True
     gen_kwargs: str | None = None
     seed: int = 0
+    null_query: bool = False  # subtract each head's score on the content-free query (discovery/controls.py)
 
     def identity(self) -> dict[str, Any]:
-        return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks, "limit": self.limit,
-                "gen_kwargs": self.gen_kwargs, "seed": self.seed}
+        out = {"model": self.model, "model_args": self.model_args, "tasks": self.tasks, "limit": self.limit,
+               "gen_kwargs": self.gen_kwargs, "seed": self.seed}
+        return out | ({"null_query": True} if self.null_query else {})
 
 
 def sidecars(output: str | Path) -> dict[str, Path]:
@@ -176,7 +178,7 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     store = PartStore(paths["parts"])
     tracker = DocTracker(lm.task_dict)
     lm.task_dict = tracker
-    collector = SampleCollector(lm, store, collect_means=spec.collect_means)
+    collector = SampleCollector(lm, store, collect_means=spec.collect_means, null_query=spec.null_query)
     interceptor = GenerateInterceptor(lm.model, tracker, collector, lambda ctx: store.cached_answer(ctx.key))
     try:
         results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)
@@ -216,6 +218,10 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     geometry = lm.vrh_decoder.geometry
     freq_k = spec.freq_top_k or default_freq_top_k(geometry.total_heads)
     stats = [p.stats for p in parts]
+    if spec.null_query:  # score what the expression adds over the content-free query
+        from vrh_lmms.discovery.controls import corrected_stats
+
+        stats = corrected_stats(stats)
     scored = score_all(stats, cells, freq_k)
     cell_block = {c: {"scores": np.nan_to_num(s, nan=0.0).round(8).tolist(),
                       "ranking": [f"L{l}H{h}" for l, h in rank(s)]} for c, s in scored.items()}
@@ -234,13 +240,17 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
                "samples_file": paths["samples"].name,
                "samples_without_box_tokens": sum(1 for p in parts if p.meta.get("n_box_tokens", 0) == 0)}
     primary_scores = np.nan_to_num(scored[primary], nan=0.0)
+    from vrh_lmms.discovery.controls import heads_file_extras
+
     hf = HeadsFile(model={"id": str(lm.vrh_pretrained), "family": lm.vrh_family},
                    geometry=geometry, scores=primary_scores,
                    ranking=[HeadRef(l, h) for l, h in rank(scored[primary])],
-                   scoring=scoring, cells=cell_block, baseline=baseline or None)
+                   scoring=scoring, cells=cell_block, baseline=baseline or None,
+                   extra=heads_file_extras(parts, primary_scores, primary, spec.null_query))
     # Side outputs first, the heads file last: its presence means the run is complete.
+    common = [name for name in parts[0].stats if all(name in p.stats for p in parts)]
     np.savez_compressed(paths["samples"], keys=np.array(keys),
-                        **{name: np.stack([p.stats[name] for p in parts]) for name in parts[0].stats})
+                        **{name: np.stack([p.stats[name] for p in parts]) for name in common})
     if spec.collect_means and all(p.head_sums is not None for p in parts):
         sums = np.sum([p.head_sums.astype(np.float64) for p in parts], axis=0)
         tokens = sum(p.tokens for p in parts)

@@ -61,6 +61,18 @@ class HeadsFile:
         out.update(self.extra)
         return out
 
+    def image_mass(self) -> np.ndarray:
+        """(layers, heads) mean attention of the answer rows on all image tokens (written by `discover`)."""
+        block = self.extra.get("image_mass")
+        if not isinstance(block, dict) or "scores" not in block:
+            raise VRHError(f"heads file {self.path or ''} has no image_mass (written by `vrh-lmms discover` since "
+                           "the image-matched control exists); rerun discovery")
+        mass = np.asarray(block["scores"], dtype=float)
+        if mass.shape != (self.geometry.layers, self.geometry.heads):
+            raise VRHError(f"heads file {self.path or ''}: field 'image_mass' has shape {mass.shape}, geometry says "
+                           f"{self.geometry.layers} x {self.geometry.heads}")
+        return mass
+
     def describe(self) -> dict[str, Any]:
         """What a run records about the heads file it used."""
         return {"path": str(self.path) if self.path else None, "sha256": self.sha256,

@@ -6,6 +6,9 @@ Forms (lists use `;` because lmms-eval splits model_args on commas):
   random<K>              K heads drawn uniformly from all heads (seeded)
   like:top<K>            layer-matched random: in each layer, as many heads as top<K> has there, drawn from that
                          layer's other heads (aliases: random_like:top<K>, layer_matched<K>)
+  image_matched:top<K>   image-matched: per top head, a head outside the top 2K whose attention mass on all image
+                         tokens (heads file `image_mass`) is within 0.05 of it; `~T` sets the tolerance
+                         (image_matched:top<K>~0.02; alias image_matched<K>)
   L12H3;L14H0            explicit heads
 """
 
@@ -25,6 +28,8 @@ from vrh_lmms.heads.heads_file import HeadsFile
 _TOP = re.compile(r"^top(\d+)$", re.IGNORECASE)
 _RANDOM = re.compile(r"^random(\d+)$", re.IGNORECASE)
 _LIKE = re.compile(r"^(?:like|random_like|random-like)[:=]top(\d+)$|^layer_matched(\d+)$", re.IGNORECASE)
+_IMATCH = re.compile(r"^(?:image_matched[:=]top(\d+)|image_matched(\d+))(?:~(\d*\.?\d+))?$", re.IGNORECASE)
+IMAGE_MATCH_TOLERANCE = 0.05
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,7 @@ class HeadSet:
 
     heads: tuple[HeadRef, ...]
     spec: str
-    kind: str  # baseline | topk | random | layer_matched | explicit
+    kind: str  # baseline | topk | random | layer_matched | image_matched | explicit
     k: int
     seed: int | None = None
     heads_file: dict[str, Any] | None = field(default=None, compare=False)
@@ -120,6 +125,17 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
         if k > len(rank):
             raise VRHError(f"head spec {text!r} asks for more heads than the heads file ranks ({len(rank)})")
         heads, kind, used_seed = layer_matched_heads(rank[:k], geometry, seed), "layer_matched", seed
+    elif m := _IMATCH.match(text):
+        from vrh_lmms.sweep.controls import image_matched_heads
+
+        k = int(m.group(1) or m.group(2))
+        tol = float(m.group(3)) if m.group(3) else IMAGE_MATCH_TOLERANCE
+        rank = ranking()
+        if k > len(rank):
+            raise VRHError(f"head spec {text!r} asks for more heads than the heads file ranks ({len(rank)})")
+        hf = _need_file(heads_file, text)
+        heads = image_matched_heads(rank, hf.image_mass(), geometry, k, seed, tol)
+        kind, used_seed = "image_matched", seed
     else:
         tokens = [t for t in re.split(r"[;\s]+", text) if t]
         heads = []
@@ -128,8 +144,8 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
                 heads.append(parse_head(tok))
             except VRHError:
                 raise VRHError(
-                    f"bad head spec token {tok!r} in {text!r}: use none, top<K>, random<K>, like:top<K> or "
-                    f"heads like L12H3;L14H0"
+                    f"bad head spec token {tok!r} in {text!r}: use none, top<K>, random<K>, like:top<K>, "
+                    f"image_matched:top<K> or heads like L12H3;L14H0"
                 ) from None
         if len(set(heads)) != len(heads):
             dup = [str(h) for h, c in Counter(heads).items() if c > 1]

@@ -14,8 +14,8 @@ from vrh_lmms.report.runs import RunMeta
 from vrh_lmms.report.samples import STATUSES, SampleTable
 from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
 
-_KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "layer_matched": 4}
-CONTROL_KINDS = ("random", "layer_matched")
+_KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "layer_matched": 4, "image_matched": 5}
+CONTROL_KINDS = ("random", "layer_matched", "image_matched")
 
 
 @dataclass

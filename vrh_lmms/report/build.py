@@ -54,9 +54,11 @@ _REPORT_JSON = owned.json_with("groups", schema_prefix="vrh-report/")
 REPORT_LAYOUT: dict[str, owned.Check | None] = {
     "report.json": _REPORT_JSON,
     "report.md": lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),
+    "interventions.md": lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),  # report --steer/--patch
     "plots": owned.files_matching("*.png"),
     ".report.json.*": owned.is_file,
     ".report.md.*": owned.is_file,
+    ".interventions.md.*": owned.is_file,
 }
 
 

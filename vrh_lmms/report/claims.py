@@ -11,7 +11,7 @@ from __future__ import annotations
 from vrh_lmms.report.analysis import CONTROL_KINDS
 from vrh_lmms.report.fmt import pct, pval, short
 
-_KIND_NAMES = {"random": "random", "layer_matched": "layer-matched random"}
+_KIND_NAMES = {"random": "random", "layer_matched": "layer-matched random", "image_matched": "image-matched"}
 _LISTED_HEADS = 8
 
 
@@ -34,8 +34,8 @@ def _verdict(p_holm: float | None, alpha: float, m: int) -> str:
 def _controls(group: dict, cfg: dict, alpha: float, n_family: int) -> str:
     comps = [n for n in group["null_comparisons"] if n["config"] == cfg["label"]]
     if not comps:
-        return ("no random or layer-matched draws of this k and mode, so nothing here says whether other heads "
-                "would do the same")
+        return ("no random, layer-matched or image-matched draws of this k and mode, so nothing here says whether "
+                "other heads would do the same")
     parts = []
     for kind in CONTROL_KINDS:
         comp = next((n for n in comps if n["null_kind"] == kind), None)

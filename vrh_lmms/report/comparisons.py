@@ -2,8 +2,9 @@
 and Holm / Benjamini-Hochberg corrections within three families of tests:
 
 - `claims`: each top-k (own or transferred heads) and explicit head set against its baseline (primary test);
-- `claims_vs_controls`: each top-k drop against the drops of its random / layer-matched draws (empirical p);
-- `controls`: each random and layer-matched draw against its baseline.
+- `claims_vs_controls`: each top-k drop against the drops of its random / layer-matched / image-matched draws
+  (empirical p);
+- `controls`: each random, layer-matched and image-matched draw against its baseline.
 
 Correcting the claims together with the controls would let the number of control draws dilute the claims; the
 empirical nulls get a family of their own because their p-values have a floor of 1/(R+1).
@@ -20,9 +21,9 @@ NULL_KINDS = CONTROL_KINDS
 CLAIM_KINDS = ("topk", "explicit")
 FAMILIES = {
     "claims": "each top-k (own or transferred heads) and explicit head set vs its baseline: cluster sign-flip test",
-    "claims_vs_controls": "each top-k drop vs the drops of its random / layer-matched draws: empirical p, floor "
-                          "1/(R+1)",
-    "controls": "each random and layer-matched draw vs its baseline: cluster sign-flip test",
+    "claims_vs_controls": "each top-k drop vs the drops of its random / layer-matched / image-matched draws: empirical "
+                          "p, floor 1/(R+1)",
+    "controls": "each random, layer-matched and image-matched draw vs its baseline: cluster sign-flip test",
 }
 
 
@@ -88,7 +89,8 @@ def _find_comparison(group: dict, label: str, null_kind: str) -> dict | None:
 
 
 def add_summary(group: dict) -> None:
-    """Summary rows: baseline, top-k and random / layer-matched draws (drops over draws) for each own top-k."""
+    """Summary rows: baseline, top-k and random / layer-matched / image-matched draws (drops over draws) for each
+    own top-k."""
     base = group["baseline"]
     for top in group["configs"]:
         if top["kind"] != "topk" or top["heads_source"] is not None:

@@ -101,6 +101,8 @@ def heads_label(config: dict, scoring: str | None) -> str:
         return f"{k} random heads (seed {config['seed']})"
     if kind == "layer_matched":
         return f"{k} layer-matched random heads (seed {config['seed']})"
+    if kind == "image_matched":
+        return f"{k} image-matched heads (seed {config['seed']})"
     if kind == "explicit":
         return f"heads {config['config_id']}"
     return config["label"]

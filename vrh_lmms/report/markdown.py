@@ -74,18 +74,25 @@ def doc_set_lines(groups: list[dict]) -> list[str]:
     return out
 
 
+_CONTROL_COLUMNS = {"random": "Random", "layer_matched": "Layer-matched", "image_matched": "Image-matched"}
+
+
 def summary_section(groups: list[dict]) -> list[str]:
-    header = ["Model", "Task", "Heads", "Mode", "Baseline", "Top-k acc", "Top-k drop [CI]", "Sign-flip p",
-              "Random draws: drop (mean ± sd)", "p vs random", "Layer-matched draws: drop (mean ± sd)",
-              "p vs layer-matched"]
+    """One row per own top-k; a column pair per control kind, image-matched only when some row has such draws."""
+    summaries = [r for g in groups for r in g["summary"]]
+    kinds = [k for k in _CONTROL_COLUMNS if k != "image_matched" or any(r.get(k) for r in summaries)]
+    header = ["Model", "Task", "Heads", "Mode", "Baseline", "Top-k acc", "Top-k drop [CI]", "Sign-flip p"]
+    for kind in kinds:
+        header += [f"{_CONTROL_COLUMNS[kind]} draws: drop (mean ± sd)", f"p vs {kind.replace('_', '-')}"]
     rows = []
     for g in groups:
         for r in g["summary"]:
             ci = r["topk_drop_ci"] or [None, None]
-            rows.append([short(g["model"]), g["task"], r["heads_label"] or r["config"], r["mode"],
-                         pct(r["baseline_acc"]), pct(r["topk_acc"]), pct_ci(r["topk_drop"], *ci), pval(r["p_test"]),
-                         _draws(r["random"]), _p_floor(r["p_random"], r["p_random_floor"]),
-                         _draws(r["layer_matched"]), _p_floor(r["p_layer_matched"], r["p_layer_matched_floor"])])
+            row = [short(g["model"]), g["task"], r["heads_label"] or r["config"], r["mode"],
+                   pct(r["baseline_acc"]), pct(r["topk_acc"]), pct_ci(r["topk_drop"], *ci), pval(r["p_test"])]
+            for kind in kinds:
+                row += [_draws(r.get(kind)), _p_floor(r.get(f"p_{kind}"), r.get(f"p_{kind}_floor"))]
+            rows.append(row)
     if not rows:
         return ["No top-k configurations with the model's own heads were found."]
     return _table(header, rows)
@@ -122,7 +129,8 @@ def null_section(groups: list[dict]) -> list[str]:
                          str(n["n_null_ge_observed"]), pval(n["pvalue"]), pval(n["p_floor"]),
                          pval(n["p_holm"]), pval(n["p_bh"])])
     if not rows:
-        return ["No top-k configuration had random or layer-matched configurations of the same k and mode."]
+        return ["No top-k configuration had random, layer-matched or image-matched configurations of the same k and "
+                "mode."]
     return _table(header, rows)
 
 

@@ -15,8 +15,9 @@ from typing import Any
 
 from vrh_lmms.errors import VRHError
 
-CONFIG_KINDS = ("baseline", "topk", "random", "layer_matched", "explicit")
-_ID_PATTERN = re.compile(r"^(?P<kind>top|random|layer_matched)(?P<k>\d+)(?:_s(?P<seed>\d+))?(?:_(?P<mode>[a-z]+))?$")
+CONFIG_KINDS = ("baseline", "topk", "random", "layer_matched", "image_matched", "explicit")
+_ID_PATTERN = re.compile(r"^(?P<kind>top|random|layer_matched|image_matched)(?P<k>\d+)(?:_s(?P<seed>\d+))?"
+                         r"(?:_(?P<mode>[a-z_]+))?$")
 
 
 @dataclass(frozen=True)

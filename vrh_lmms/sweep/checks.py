@@ -136,6 +136,15 @@ def check_headsets(spec, geometry, heads_file) -> None:
             raise VRHError(f"configuration {cfg.id} (--k {cfg.k}): {exc}") from None
 
 
+def check_modes(spec, model) -> None:
+    """What an ablation mode needs of the loaded model, before the first evaluation: `uniform_image` averages over
+    the image tokens, so the model must name its image token id."""
+    if any(c.mode == "uniform_image" for c in spec.configurations):
+        from vrh_lmms.interventions.uniform import image_token_ids
+
+        image_token_ids(model)
+
+
 def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     """Every check that needs no forward pass, cheapest first (the task index and the backend import take
     seconds each); writes nothing."""
@@ -155,7 +164,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
         plan = preload.plan_args(spec.model, spec.model_args)
         preload.refuse_head_args(plan.args, "sweep", INSTEAD)
     hf = load_heads_file(spec.heads_file) if spec.heads_file else None
-    needs_file = [c.id for c in spec.configurations if c.kind in ("topk", "layer_matched")]
+    needs_file = [c.id for c in spec.configurations if c.kind in ("topk", "layer_matched", "image_matched")]
     if needs_file and hf is None:
         raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
     means = None

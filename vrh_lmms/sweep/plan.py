@@ -11,10 +11,10 @@ from vrh_lmms.errors import VRHError
 @dataclass(frozen=True)
 class Configuration:
     id: str
-    kind: str  # baseline | topk | random | layer_matched
+    kind: str  # baseline | topk | random | layer_matched | image_matched
     k: int
     seed: int | None
-    mode: str  # none | zero | mean
+    mode: str  # none | zero | mean | uniform | uniform_image
     spec: str
 
     def to_dict(self) -> dict:
@@ -26,17 +26,26 @@ def _suffix(mode: str) -> str:
 
 
 def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: bool, modes: Sequence[str],
-                        random: bool = True) -> list[Configuration]:
-    """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed."""
+                        random: bool = True, controls: Sequence[str] = (),
+                        control_tolerance: float | None = None) -> list[Configuration]:
+    """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed, and each extra
+    control per seed (`image-matched`: vrh_lmms.sweep.controls; `control_tolerance` overrides its tolerance)."""
+    from vrh_lmms.sweep.controls import CONTROL_KINDS
+
+    unknown = [c for c in controls if c not in CONTROL_KINDS]
+    if unknown:
+        raise VRHError(f"--control {unknown[0]!r}: use {', '.join(CONTROL_KINDS)}")
     if not ks:
         raise VRHError("a sweep needs at least one k (--k 1,5,10)")
     if any(k <= 0 for k in ks):
         raise VRHError(f"--k values must be positive, got {list(ks)}")
     if random_seeds < 0:
         raise VRHError("--random-seeds must be >= 0")
+    from vrh_lmms.ablation import MODES
+
     for mode in modes:
-        if mode not in ("zero", "mean"):
-            raise VRHError(f"--ablation {mode!r}: use zero and/or mean")
+        if mode not in MODES:
+            raise VRHError(f"--ablation {mode!r}: use any of {', '.join(MODES)}")
     out = [Configuration("baseline", "baseline", 0, None, "none", "none")]
     for mode in modes:
         sfx = _suffix(mode)
@@ -49,13 +58,25 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
                 for s in range(random_seeds):
                     out.append(Configuration(f"layer_matched{k}_s{s}{sfx}", "layer_matched", k, s, mode,
                                              f"like:top{k}"))
+            for control in controls:
+                kind = CONTROL_KINDS[control]
+                tol = "" if control_tolerance is None else f"~{control_tolerance:g}"
+                for s in range(random_seeds):
+                    out.append(Configuration(f"{kind}{k}_s{s}{sfx}", kind, k, s, mode, f"{kind}:top{k}{tol}"))
     return out
 
 
-def pack_groups(configs: Sequence[Configuration], size: int) -> list[list[Configuration]]:
-    """Consecutive groups of at most `size` configurations, as even as possible (22 by 16 -> 11 + 11)."""
-    if size < 1:
-        raise VRHError(f"--pack must be >= 1, got {size}")
+def unpackable_reason(cfg: Configuration) -> str | None:
+    """Why a configuration must run alone rather than in a pack (None: it can share one)."""
+    from vrh_lmms.ablation import UNIFORM_MODES
+
+    if cfg.mode in UNIFORM_MODES:
+        return (f"ablation {cfg.mode} replaces answer-row attention, which a pack's per-row o_proj masks cannot "
+                "carry")
+    return None
+
+
+def _even_groups(configs: Sequence[Configuration], size: int) -> list[list[Configuration]]:
     if not configs:
         return []
     n_groups = -(-len(configs) // size)
@@ -66,6 +87,22 @@ def pack_groups(configs: Sequence[Configuration], size: int) -> list[list[Config
         groups.append(list(configs[start:end]))
         start = end
     return groups
+
+
+def pack_groups(configs: Sequence[Configuration], size: int) -> list[list[Configuration]]:
+    """Consecutive groups of at most `size` configurations, as even as possible (22 by 16 -> 11 + 11); a
+    configuration that cannot be packed (`unpackable_reason`) is a group of its own, in its place."""
+    if size < 1:
+        raise VRHError(f"--pack must be >= 1, got {size}")
+    groups: list[list[Configuration]] = []
+    run: list[Configuration] = []
+    for cfg in configs:
+        if unpackable_reason(cfg) is None:
+            run.append(cfg)
+            continue
+        groups += _even_groups(run, size) + [[cfg]]
+        run = []
+    return groups + _even_groups(run, size)
 
 
 def parse_pack(text: str | int | None) -> int | None:

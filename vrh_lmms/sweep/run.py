@@ -8,13 +8,15 @@ write is always refused.
 
 Configurations run in packs (`pack`, default automatic): the first lmms-eval pass of a pack generates every answer
 of the pack in shared batches, the passes of the others replay them (vrh_lmms.packing). Each configuration still has
-its own evaluator pass, so the files are those of an unpacked sweep.
+its own evaluator pass, so the files are those of an unpacked sweep. Uniform-attention ablations (`uniform`,
+`uniform_image`) edit attention, not o_proj rows, so they always run alone (`unpackable_reason`).
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 
 from vrh_lmms.errors import VRHError
 from vrh_lmms.sweep import checks
-from vrh_lmms.sweep.plan import Configuration, pack_groups
+from vrh_lmms.sweep.plan import Configuration, pack_groups, unpackable_reason
 
 MANIFEST = checks.MANIFEST
 # automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per
@@ -90,9 +92,15 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
     geometry = lm.vrh_decoder.geometry
     checks.check_headsets(spec, geometry, hf)  # the loaded model's own geometry, before the first evaluation
-    pack = choose_pack(spec.pack, lm, len(todo), spec.batch_size)
+    checks.check_modes(spec, lm.model)
+    packable = [c for c in todo if unpackable_reason(c) is None]
+    pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
     _write_manifest(out, spec, identity, done, started, pack)
     rank = getattr(lm, "rank", 0)
+    alone = [c for c in todo if unpackable_reason(c) is not None]
+    if pack > 1 and alone and rank == 0:
+        ids = ", ".join(c.id for c in alone[:4]) + (f" and {len(alone) - 4} more" if len(alone) > 4 else "")
+        print(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}", file=sys.stderr)
     bar = _progress(len(todo), enabled=progress and rank == 0)
 
     def headset_of(cfg: Configuration):

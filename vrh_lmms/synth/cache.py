@@ -38,10 +38,15 @@ class SynthSpec:
     seed: int = 0
     start: int = 0
     scene: dict[str, Any] = field(default_factory=dict)
+    # "target": one referring expression per scene; "all": one per uniquely nameable object (several per image,
+    # as in RefCOCO), which steering and activation patching need (hub layout only)
+    objects: str = "target"
 
     def __post_init__(self) -> None:
         if self.n <= 0:
             raise ValueError(f"synthetic spec: n must be positive, got {self.n}")
+        if self.objects not in ("target", "all"):
+            raise ValueError(f"synthetic spec: objects must be 'target' or 'all', got {self.objects!r}")
         known = {f.name for f in fields(SceneConfig)}
         unknown = sorted(set(self.scene) - known)
         if unknown:
@@ -56,7 +61,10 @@ class SynthSpec:
         return SceneConfig(**kw)
 
     def digest(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True, default=list).encode()
+        data = asdict(self)
+        if data["objects"] == "target":  # the default leaves the folder names of earlier versions unchanged
+            del data["objects"]
+        blob = json.dumps(data, sort_keys=True, default=list).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
     @classmethod
@@ -93,13 +101,15 @@ def ensure_hub_data(spec: SynthSpec, root: Path | None = None) -> Path:
 
     target = (root or cache_root() / "synth") / f"hub-{spec.digest()}"
     return _build_once(target, lambda d: write_hub_layout(d, {SPLIT: (spec.start, spec.n)}, spec.seed,
-                                                          spec.scene_config()))
+                                                          spec.scene_config(), spec.objects == "all"))
 
 
 def ensure_refer_data(spec: SynthSpec, root: Path | None = None) -> Path:
     """Refer-layout root (``refcoco/refs(unc).p``, ``refcoco/instances.json``, ``images/``) for ``spec``."""
     from vrh_lmms.synth.layouts import write_refer_layout
 
+    if spec.objects != "target":
+        raise ValueError("synthetic spec: objects='all' is available in the hub layout only (vrh_synth_grounding)")
     target = (root or cache_root() / "synth") / f"refer-{spec.digest()}"
     return _build_once(target, lambda d: write_refer_layout(d, {SPLIT: (spec.start, spec.n)}, spec.seed,
                                                             spec.scene_config()))

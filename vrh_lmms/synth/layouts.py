@@ -14,7 +14,15 @@ import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
-from vrh_lmms.synth.scenes import Scene, SceneConfig, box_area, generate_scenes, polygon_of
+from vrh_lmms.synth.scenes import (
+    Scene,
+    SceneConfig,
+    box_area,
+    expression_for,
+    generate_scenes,
+    nameable_objects,
+    polygon_of,
+)
 
 GENERIC_QUESTION = "Please carefully observe the area circled in the image and come up with a caption for the area."
 
@@ -23,32 +31,37 @@ def image_file_name(scene: Scene) -> str:
     return f"synth_{scene.scene_id:08d}.png"
 
 
-def hub_rows(scenes: Sequence[Scene]) -> list[dict]:
-    """Rows in the lmms-lab RefCOCO schema (image as PNG bytes, the `datasets` Image encoding)."""
+def hub_rows(scenes: Sequence[Scene], all_objects: bool = False) -> list[dict]:
+    """Rows in the lmms-lab RefCOCO schema (image as PNG bytes, the `datasets` Image encoding).
+
+    One row per scene (its referent), or with `all_objects` one row per object an expression names uniquely, as
+    RefCOCO has one row per annotated object and several objects per image (referent rows keep their question_id).
+    """
     rows = []
     for s in scenes:
         buf = io.BytesIO()
         s.image.save(buf, format="PNG")
-        t = s.target_object
-        rows.append(
-            {
-                "question_id": str(s.scene_id),
-                "image": {"bytes": buf.getvalue(), "path": image_file_name(s)},
-                "question": GENERIC_QUESTION,
-                "answer": [s.expression],
-                "segmentation": polygon_of(t.bbox),
-                "bbox": list(t.bbox),
-                "iscrowd": 0,
-                "file_name": image_file_name(s),
-                "image_id": s.scene_id,
-            }
-        )
+        for k in nameable_objects(s) if all_objects else [s.target]:
+            obj = s.objects[k]
+            rows.append(
+                {
+                    "question_id": str(s.scene_id) if k == s.target else f"{s.scene_id}_{k}",
+                    "image": {"bytes": buf.getvalue(), "path": image_file_name(s)},
+                    "question": GENERIC_QUESTION,
+                    "answer": [expression_for(obj)],
+                    "segmentation": polygon_of(obj.bbox),
+                    "bbox": list(obj.bbox),
+                    "iscrowd": 0,
+                    "file_name": image_file_name(s),
+                    "image_id": s.scene_id,
+                }
+            )
     return rows
 
 
 def write_hub_layout(out_dir: str | Path, splits: dict[str, tuple[int, int]], seed: int = 0,
-                     cfg: SceneConfig | None = None) -> dict[str, Path]:
-    """Write `<out_dir>/<split>.parquet` for each split name -> (start scene id, count)."""
+                     cfg: SceneConfig | None = None, all_objects: bool = False) -> dict[str, Path]:
+    """Write `<out_dir>/<split>.parquet` for each split name -> (start scene id, count); see `hub_rows`."""
     import datasets
 
     out = Path(out_dir)
@@ -68,7 +81,7 @@ def write_hub_layout(out_dir: str | Path, splits: dict[str, tuple[int, int]], se
     )
     paths = {}
     for split, (start, count) in splits.items():
-        rows = hub_rows(generate_scenes(count, seed, cfg, start=start))
+        rows = hub_rows(generate_scenes(count, seed, cfg, start=start), all_objects)
         ds = datasets.Dataset.from_list(rows, features=features)
         paths[split] = out / f"{split}.parquet"
         ds.to_parquet(str(paths[split]))

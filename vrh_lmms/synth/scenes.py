@@ -197,9 +197,22 @@ def generate_scene(scene_id: int, seed: int = 0, cfg: SceneConfig | None = None)
     draw = ImageDraw.Draw(image)
     for obj in objects:
         _draw(draw, obj, cfg)
-    t = objects[target]
     return Scene(scene_id=scene_id, image=image, objects=objects, target=target,
-                 expression=f"the {t.colour} {t.shape}")
+                 expression=expression_for(objects[target]))
+
+
+def expression_for(obj: SceneObject) -> str:
+    return f"the {obj.colour} {obj.shape}"
+
+
+def nameable_objects(scene: Scene) -> list[int]:
+    """Indices of the objects an expression names uniquely (no other object of the same colour and shape), the
+    referent first: the referents of a RefCOCO-style image with several annotated objects."""
+    counts: dict[tuple[str, str], int] = {}
+    for obj in scene.objects:
+        counts[(obj.colour, obj.shape)] = counts.get((obj.colour, obj.shape), 0) + 1
+    others = [i for i, o in enumerate(scene.objects) if i != scene.target and counts[(o.colour, o.shape)] == 1]
+    return [scene.target, *others]
 
 
 def generate_scenes(n: int, seed: int = 0, cfg: SceneConfig | None = None, start: int = 0) -> list[Scene]:

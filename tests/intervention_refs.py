@@ -1,0 +1,49 @@
+"""Hand-computed references for the attention interventions: eager probabilities and value states of a layer, and the
+head outputs (o_proj inputs) the model actually produced."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from vrh_lmms.backbone import locate_decoder
+
+
+def eager_probs(model, batch) -> torch.Tensor:
+    """(batch, layers, heads, T, T) softmax probabilities of the intact model, eager implementation."""
+    dec = locate_decoder(model)
+    previous = dec.text_config._attn_implementation
+    model.set_attn_implementation({"text_config": "eager"})
+    try:
+        with torch.no_grad():
+            out = model(**batch, output_attentions=True)
+    finally:
+        model.set_attn_implementation({"text_config": previous})
+    return torch.stack(out.attentions, dim=1).float()
+
+
+@contextlib.contextmanager
+def layer_tensors(model, layer: int):
+    """Collects the layer's value states (batch, kv_heads, T, d) and o_proj input (batch, T, heads * d)."""
+    dec = locate_decoder(model)
+    attn, g = dec.attns[layer], dec.geometry
+    got: dict[str, torch.Tensor] = {}
+
+    def on_v(module, args, out):
+        b, t, _ = out.shape
+        got["v"] = out.detach().float().view(b, t, g.kv_heads, g.head_dim).transpose(1, 2)
+
+    def on_o(module, args):
+        got["o_in"] = args[0].detach().float().clone()
+
+    handles = [attn.v_proj.register_forward_hook(on_v), dec.out_projs[layer].register_forward_pre_hook(on_o)]
+    try:
+        yield got
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def head_slice(o_in: torch.Tensor, head: int, head_dim: int) -> torch.Tensor:
+    return o_in[..., head * head_dim:(head + 1) * head_dim]

@@ -1,0 +1,328 @@
+"""`vrh-lmms steer`: steer head sets toward another object of the image inside lmms-eval's own generation.
+
+For every doc of a grounding task, a distractor is drawn among the other objects of its image (vrh_lmms.interventions
+.pairs; the same draw for every configuration), and its image tokens (the box -> tokens rule of discovery, minus
+tokens of the doc's own box) become the steering keys. Each configuration (baseline without steering, then top-k,
+random-k and layer-matched random-k heads, each at every bias strength) is one lmms-eval evaluation; the backend's
+`model.generate` call runs inside `steer_attention`. A prediction *moved* when its box has IoU >= 0.5 with the
+distractor's box.
+
+Output folder:
+  steer.json                         identity, configurations and their status
+  configs/<id>/results.json          lmms-eval results + the vrh block (with a `steering` entry)
+  configs/<id>/samples_<task>.jsonl  lmms-eval samples; each line also carries `vrh_steer` (distractor, IoUs, moved)
+  summary.json, report.md            moved shares with image-clustered CIs, the steering table
+A configuration folder exists only when complete; a rerun resumes, a different run is refused (--force removes
+the files of STEER_LAYOUT; anything else in the folder is always refused). Everything that needs no forward pass is
+checked before the model loads (vrh_lmms.interventions.folder.preflight).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from vrh_lmms import owned
+from vrh_lmms.boxes.geometry import iou
+from vrh_lmms.discovery.interceptor import DocContext, DocTracker
+from vrh_lmms.errors import VRHError
+from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
+from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
+from vrh_lmms.interventions.steering import SteerPlan, steer_attention
+from vrh_lmms.sweep.checks import CONFIG_ENTRY, sha256_of
+
+MANIFEST = "steer.json"
+MOVED_IOU = 0.5
+_MANIFEST_FILE = owned.json_with("identity", "configurations")
+# What `vrh-lmms steer` writes into its folder (what --force may remove).
+STEER_LAYOUT: dict[str, owned.Check | None] = {
+    MANIFEST: _MANIFEST_FILE,
+    "configs": owned.folder_of({"*": CONFIG_ENTRY}),
+    "summary.json": owned.json_with("configs", "table"),
+    "report.md": beside(MANIFEST, _MANIFEST_FILE),
+    **temporaries(MANIFEST, "summary.json", "report.md"),
+}
+
+
+@dataclass(frozen=True)
+class SteerConfig:
+    id: str
+    kind: str  # baseline | topk | random | layer_matched | image_matched
+    k: int
+    seed: int | None
+    spec: str
+    bias: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bias_label(bias: float) -> str:
+    return f"b{bias:g}"
+
+
+def plan_steering(ks, random_seeds: int, layer_matched: bool, biases, random: bool = True,
+                  controls=(), control_tolerance: float | None = None) -> list[SteerConfig]:
+    """Baseline (nothing steered), then every head configuration of a sweep plan at every bias."""
+    from vrh_lmms.sweep.plan import plan_configurations
+
+    biases = sorted({float(b) for b in biases})
+    if not biases:
+        raise VRHError("steering needs at least one bias strength (--bias 4,8)")
+    heads = [c for c in plan_configurations(ks, random_seeds, layer_matched, ["zero"], random=random,
+                                            controls=controls, control_tolerance=control_tolerance)
+             if c.kind != "baseline"]
+    out = [SteerConfig("baseline", "baseline", 0, None, "none", 0.0)]
+    for bias in biases:
+        out.extend(SteerConfig(f"{c.id}_{bias_label(bias)}", c.kind, c.k, c.seed, c.spec, bias) for c in heads)
+    return out
+
+
+@dataclass
+class SteerSpec:
+    model: str
+    model_args: str
+    tasks: list[str]
+    heads_file: str
+    configurations: list[SteerConfig]
+    limit: int | float | None = None
+    gen_kwargs: str | None = None
+    seed: int = 0  # evaluator seed
+    distractor_seed: int = 0
+    rule: str = "overlap"
+    allow_cross_model: bool = False
+    batch_size: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def identity(self) -> dict[str, Any]:
+        return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
+                "heads_file_sha256": sha256_of(self.heads_file), "limit": self.limit, "gen_kwargs": self.gen_kwargs,
+                "seed": self.seed, "distractor_seed": self.distractor_seed, "rule": self.rule}
+
+
+class Steerer:
+    """Per doc: the distractor and its key positions; per batch: the steering plan of the current configuration."""
+
+    def __init__(self, lm, tracker: DocTracker, seed: int, rule: str) -> None:
+        from vrh_lmms.discovery.collector import backend_processor
+
+        self.family = lm.vrh_family_spec.name
+        self.processor = backend_processor(lm)
+        self.tokenizer = getattr(lm, "tokenizer", None) or self.processor.tokenizer
+        self.tracker, self.seed, self.rule = tracker, seed, rule
+        self.indexes: dict[tuple[str, str], ObjectIndex] = {}
+        self.heads: list = []
+        self.bias = 0.0
+        self.info: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def index(self, task: str, split: str) -> ObjectIndex:
+        if (task, split) not in self.indexes:
+            docs = dict.__getitem__(self.tracker, task)[split]
+            self.indexes[(task, split)] = ObjectIndex(split_targets(docs, where=task))
+        return self.indexes[(task, split)]
+
+    def row_keys(self, ctx: DocContext, tensors: dict, row: int, check_expression: bool) -> torch.Tensor:
+        """(P,) bool steering keys of batch row `row` (the distractor's image tokens minus the doc's own box)."""
+        from vrh_lmms.capture.extras import layout_extras
+        from vrh_lmms.capture.layouts import box_key_mask, image_token_map
+        from vrh_lmms.discovery.queries import expression_rows, token_pieces
+
+        idx = self.index(ctx.task, ctx.split)
+        target = idx.targets[ctx.doc_id]
+        ids = tensors["input_ids"][row].detach().cpu()
+        n = ids.numel()
+        if check_expression and target.expression:
+            if not expression_rows(token_pieces(self.tokenizer, ids.tolist()), target.expression):
+                raise VRHError(f"{ctx.task} doc {ctx.doc_id}: its expression is not in batch row {row}; this backend "
+                               "batches docs in another order than it looks them up: steer with batch size 1")
+        other = idx.distractor(ctx.doc_id, self.seed)
+        info: dict[str, Any] = {"steer_doc_id": other, "steer_box": None, "n_steer_tokens": 0,
+                                "steerable": False, "steered": False}
+        keys = torch.zeros(n, dtype=torch.bool)
+        if other is not None:
+            box = idx.targets[other].box
+            tmap = image_token_map(self.family, ids, target.image_size,
+                                   layout_extras(self.family, self.processor, tensors, row))
+            keys = box_key_mask(tmap, box, n, self.rule) & ~box_key_mask(tmap, target.box, n, self.rule)
+            info.update(steer_box=[float(v) for v in box], n_steer_tokens=int(keys.sum()), steerable=bool(keys.any()),
+                        steered=bool(keys.any() and self.heads))
+        self.info[(ctx.task, ctx.doc_id)] = info
+        return keys
+
+    def plan(self, ctxs: list[DocContext], tensors: dict) -> SteerPlan | None:
+        rows = [self.row_keys(ctx, tensors, i, len(ctxs) > 1) for i, ctx in enumerate(ctxs)]
+        keys = torch.stack(rows)
+        if not self.heads or not keys.any():
+            return None
+        return SteerPlan(self.heads, keys, self.bias, prompt_len=keys.shape[1])
+
+    def record(self, task: str, doc_id: int, vrh_record: dict[str, Any]) -> dict[str, Any]:
+        """The `vrh_steer` entry of one sample line: the distractor, the prediction's IoUs, moved or not."""
+        info = dict(self.info.get((task, doc_id)) or {"steerable": False, "steered": False, "steer_box": None})
+        if not isinstance(vrh_record, dict) or vrh_record.get("kind") != "grounding":
+            raise VRHError(f"{task} doc {doc_id}: steering needs grounding records (vrh_record kind 'grounding')")
+        pred = vrh_record.get("pred_box")
+        box = info.get("steer_box")
+        info["iou_steer"] = None if pred is None or box is None else round(float(iou(pred, box)), 4)
+        info["moved"] = bool(info["steerable"] and info["iou_steer"] is not None and info["iou_steer"] >= MOVED_IOU)
+        info["bias"], info["heads"] = self.bias, [str(h) for h in self.heads]
+        return info
+
+
+class BatchDocTracker(DocTracker):
+    """A DocTracker that also lists the docs looked up since the last generate call (a batch's docs, in order)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.recent: list[DocContext] = []
+        self._last: DocContext | None = None
+
+    @property
+    def last(self) -> DocContext | None:  # type: ignore[override]
+        return self._last
+
+    @last.setter
+    def last(self, ctx: DocContext) -> None:
+        self._last = ctx
+        self.recent.append(ctx)
+
+    def batch(self, size: int) -> list[DocContext]:
+        """The docs of a batch of `size` rows; refuses when the lookups do not say."""
+        seen: dict[str, DocContext] = {}
+        for ctx in reversed(self.recent):  # the batch's docs are the last ones looked up
+            if len(seen) == size:
+                break
+            seen.setdefault(ctx.key, ctx)
+        self.recent = []
+        if size == 1 and self._last is not None:
+            return [self._last]
+        if len(seen) != size:
+            raise VRHError(f"could not tell which docs a batch of {size} holds ({len(seen)} docs looked up before "
+                           "generate); steer with batch size 1")
+        return list(reversed(seen.values()))
+
+
+class SteeringInterceptor:
+    """The backend's `model.generate`, run inside the steering scope of the docs of its batch."""
+
+    def __init__(self, model, tracker: BatchDocTracker, steerer: Steerer) -> None:
+        self.model, self.tracker, self.steerer = model, tracker, steerer
+        self._original = model.generate
+        model.generate = self._generate  # instance attribute shadows the class method
+
+    def uninstall(self) -> None:
+        if self.model.__dict__.get("generate") is not None:
+            del self.model.generate
+
+    def _generate(self, *args, **kwargs):
+        ids = kwargs.get("input_ids")
+        if args or ids is None:
+            raise VRHError("steering expects the backend to call model.generate(input_ids=..., ...) with keywords")
+        ctxs = self.tracker.batch(ids.shape[0])
+        tensors = {k: v for k, v in kwargs.items() if isinstance(v, torch.Tensor)}
+        plan = self.steerer.plan(ctxs, tensors)
+        if plan is None:
+            return self._original(**kwargs)
+        with steer_attention(self.model, plan):
+            return self._original(**kwargs)
+
+
+def _write_manifest(out: Path, spec: SteerSpec, done: set[str]) -> None:
+    write_json(out / MANIFEST, {"identity": spec.identity(), "heads_file": spec.heads_file,
+                                "configurations": [dict(c.to_dict(), status="done" if c.id in done else "pending")
+                                                   for c in spec.configurations], **spec.extra})
+
+
+def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
+    """Run every configuration not yet done, then write summary.json and report.md."""
+    from tqdm.auto import tqdm
+
+    from vrh_lmms import lmms
+    from vrh_lmms.heads.spec import resolve_spec
+    from vrh_lmms.report.interventions import write_steering_report
+
+    out = Path(output)
+    if spec.batch_size < 1:
+        raise VRHError(f"--batch-size must be at least 1, got {spec.batch_size}")
+    if not spec.heads_file:
+        raise VRHError("steering needs --heads-file (its ranking gives the top-k heads)")
+    ready = preflight(spec, "steer", out, MANIFEST, STEER_LAYOUT, spec.identity(), spec.configurations, force, lm=lm)
+    hf, tm = ready.heads_file, ready.task_manager
+    claim_folder(ready.folder, STEER_LAYOUT)  # nothing is written before every check has passed
+    configs_dir = out / "configs"
+    configs_dir.mkdir(exist_ok=True)
+    done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
+    _write_manifest(out, spec, done)
+    todo = [c for c in spec.configurations if c.id not in done]
+    if todo:
+        for partial in configs_dir.iterdir():  # leftovers of a killed run
+            if partial.name.startswith(".") or not (partial / "results.json").is_file():
+                owned.remove(partial)  # ours: the folder passed STEER_LAYOUT
+        if lm is None:
+            lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
+        if lm.vrh_headset.heads:
+            raise VRHError(f"steering runs on the intact model, but model_args ablate {lm.vrh_headset.spec}")
+        geometry = lm.vrh_decoder.geometry
+        tracker = BatchDocTracker(lm.task_dict)
+        lm.task_dict = tracker
+        steerer = Steerer(lm, tracker, spec.distractor_seed, spec.rule)
+        interceptor = SteeringInterceptor(lm.model, tracker, steerer)
+        bar = tqdm(total=len(todo), desc="steer", unit="config", disable=not progress)
+        try:
+            for cfg in todo:
+                headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed or 0,
+                                       allow_cross_model=spec.allow_cross_model)
+                steerer.heads, steerer.bias = list(headset.heads), cfg.bias
+                bar.set_description(cfg.id)
+                results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs,
+                                        seed=spec.seed)
+                if results is None:
+                    continue
+                for task, rows in (results.get("samples") or {}).items():
+                    for row in rows:
+                        row["vrh_steer"] = steerer.record(task, int(row["doc_id"]), row.get("vrh_record"))
+                record = lm.vrh_record(config={"id": cfg.id, "kind": "steer", "k": cfg.k, "seed": cfg.seed})
+                record["steering"] = {**cfg.to_dict(), "heads": headset.names, "rule": spec.rule,
+                                      "distractor_seed": spec.distractor_seed}
+                lmms.write_run(configs_dir / cfg.id, results, record)
+                done.add(cfg.id)
+                _write_manifest(out, spec, done)
+                bar.update(1)
+        finally:
+            bar.close()
+            interceptor.uninstall()
+            lm.task_dict = dict(tracker)
+    write_steering_report(out)
+    return out
+
+
+def read_steer_records(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """config id -> `vrh_steer` records of its sample lines (with task, doc_id, image_id, correct, status)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for cfg_dir in sorted((folder / "configs").iterdir()):
+        if not (cfg_dir / "results.json").is_file():
+            continue
+        rows = []
+        for path in sorted(cfg_dir.glob("samples_*.jsonl")):
+            task = path.stem[len("samples_"):]
+            with open(path) as f:
+                for line in f:
+                    row = json.loads(line)
+                    rec, steer = row.get("vrh_record") or {}, row.get("vrh_steer")
+                    if steer is None:
+                        raise VRHError(f"{path}: sample line without vrh_steer; not a `vrh-lmms steer` folder")
+                    rows.append({**steer, "task": task, "doc_id": int(row["doc_id"]),
+                                 "image_id": str(rec.get("image_id", "")), "correct": bool(rec.get("correct")),
+                                 "status": rec.get("status")})
+        out[cfg_dir.name] = rows
+    return out
+
+
+def manifest_configs(folder: Path) -> list[SteerConfig]:
+    data = json.loads((folder / MANIFEST).read_text())
+    keys = {f for f in SteerConfig.__dataclass_fields__}
+    return [SteerConfig(**{k: v for k, v in c.items() if k in keys}) for c in data["configurations"]]

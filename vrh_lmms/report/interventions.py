@@ -1,0 +1,231 @@
+"""Report sections of the interventions: the steering table (sufficiency) and the patching map (what heads carry).
+
+`steering_summary(folder)` turns a `vrh-lmms steer` folder into moved shares with image-clustered CIs;
+`patching_markdown(result)` renders a `vrh-lmms patch` result. Both lead with a verdict sentence per claim. The CIs
+are the report's own (vrh_lmms.stats.accuracy): Wilson on the design-effect-adjusted n for 0/1 outcomes (moved or
+not), a cluster-robust t interval over images for numeric ones (recoveries).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vrh_lmms import atomic
+from vrh_lmms.errors import VRHError
+from vrh_lmms.interventions.folder import write_json
+from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
+from vrh_lmms.report.fmt import pct, pct_ci, pval
+
+NULL_LABELS = {"random": "random-k", "layer_matched": "layer-matched random-k", "image_matched": "image-matched"}
+
+
+def cluster_ci(values: np.ndarray, clusters: np.ndarray, alpha: float = 0.05) -> tuple[float | None, float | None]:
+    """(1 - alpha) CI of the pooled mean with images as clusters (vrh_lmms.stats.accuracy); None where it is
+    undefined (a numeric mean over a single image)."""
+    from vrh_lmms.stats import accuracy
+
+    result = accuracy(values, clusters, alpha)
+    if not (np.isfinite(result.ci_low) and np.isfinite(result.ci_high)):
+        return None, None
+    return float(result.ci_low), float(result.ci_high)
+
+
+def steering_summary(folder: str | Path) -> dict[str, Any]:
+    """Per configuration: steerable docs, share moved onto the distractor [95% CI], share still on target; per
+    (k, bias): top-k beside the mean and range of each control over seeds."""
+    from vrh_lmms.interventions.steer_run import manifest_configs, read_steer_records
+
+    folder = Path(folder)
+    records = read_steer_records(folder)
+    configs = [c for c in manifest_configs(folder) if c.id in records]
+    rows = []
+    for cfg in configs:
+        recs = [r for r in records[cfg.id] if r["steerable"]]
+        row: dict[str, Any] = {**cfg.to_dict(), "n": len(recs), "n_docs": len(records[cfg.id])}
+        if recs:
+            moved = np.array([float(r["moved"]) for r in recs])
+            clusters = np.array([r["image_id"] or f"doc{r['doc_id']}" for r in recs])
+            row.update(moved=float(moved.mean()), moved_ci=cluster_ci(moved, clusters),
+                       on_target=float(np.mean([r["correct"] for r in recs])),
+                       parse_failure=float(np.mean([r["status"] == "parse_failure" for r in recs])),
+                       n_images=int(np.unique(clusters).size))
+        rows.append(row)
+    by_id = {r["id"]: r for r in rows}
+    baseline = by_id.get("baseline")
+    table = []
+    for top in (r for r in rows if r["kind"] == "topk" and "moved" in r):
+        entry = {"k": top["k"], "bias": top["bias"], "topk": top}
+        for kind in NULL_KINDS:
+            pool = [r for r in rows if r["kind"] == kind and r["k"] == top["k"] and r["bias"] == top["bias"]
+                    and "moved" in r]
+            if pool:
+                shares = [r["moved"] for r in pool]
+                entry[kind] = {"mean": float(np.mean(shares)), "min": float(min(shares)), "max": float(max(shares)),
+                               "n_seeds": len(pool), "on_target": float(np.mean([r["on_target"] for r in pool]))}
+        table.append(entry)
+    table.sort(key=lambda e: (e["k"], e["bias"]))
+    return {"folder": str(folder), "configs": rows, "baseline": baseline, "table": table}
+
+
+def steering_markdown(summary: dict[str, Any]) -> str:
+    base = summary.get("baseline") or {}
+    table = summary["table"]
+    lines = ["## Steering: are the heads sufficient?", ""]
+    if not table:
+        return "\n".join(lines + ["No steered top-k configuration with steerable docs.", ""])
+    n = table[0]["topk"]["n"]
+    strongest = max(table, key=lambda e: (e["bias"], -e["k"]))
+    top = strongest["topk"]
+    verdict = (f"Biasing the top-{strongest['k']} heads' answer rows toward another object's image tokens "
+               f"(bias {strongest['bias']:g}) moves **{pct(top['moved'])}%** "
+               f"[{pct(top['moved_ci'][0])}, {pct(top['moved_ci'][1])}] of {n} predictions onto that object")
+    nulls = [f"{NULL_LABELS[k]} heads {pct(strongest[k]['mean'])}%" for k in NULL_KINDS if k in strongest]
+    if nulls:
+        verdict += "; " + ", ".join(nulls)
+    if "moved" in base:
+        verdict += f"; without steering {pct(base['moved'])}% already land there"
+    kinds = [k for k in NULL_KINDS if any(k in e for e in table)]
+    lines += [verdict + ".", "",
+              "A prediction *moved* when its box has IoU >= 0.5 with the other object's box (CIs count images as "
+              "clusters: Wilson on the design-effect-adjusted n). "
+              "Shares in percent; controls: mean (min-max) over seeds.", "",
+              "| k | bias | top-k moved [95% CI] | top-k on own target | "
+              + " | ".join(f"{NULL_LABELS[k]} moved" for k in kinds) + " |",
+              "|---|---|---|---|" + "---|" * len(kinds)]
+    for e in table:
+        t = e["topk"]
+        cells = []
+        for kind in kinds:
+            c = e.get(kind)
+            cells.append("-" if c is None else f"{pct(c['mean'])} ({pct(c['min'])}-{pct(c['max'])})")
+        lines.append(f"| {e['k']} | {e['bias']:g} | {pct_ci(t['moved'], *t['moved_ci'])} | {pct(t['on_target'])} | "
+                     + " | ".join(cells) + " |")
+    if "moved" in base:
+        lines += ["", f"Unsteered baseline: {pct(base['moved'])}% of {base['n']} predictions on the other object, "
+                      f"{pct(base['on_target'])}% on their own target."]
+    return "\n".join(lines) + "\n"
+
+
+def write_steering_report(folder: str | Path) -> dict[str, Any]:
+    folder = Path(folder)
+    summary = steering_summary(folder)
+    write_json(folder / "summary.json", summary)
+    atomic.write_text(folder / "report.md", "# Steering\n\n" + steering_markdown(summary).split("\n", 2)[2])
+    return summary
+
+
+# ------------------------------------------------------------------------------------------------------- patching
+def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
+    g = result["geometry"]
+    mean = np.asarray(result["recovery"]["mean"])
+    best = result["top_heads"][0]
+    disc = result["discovery"]
+    direction = ("from the clean run (expression naming A) into the corrupted run (naming B)"
+                 if result["direction"] == "denoise" else "from the corrupted run (naming B) into the clean run")
+    lines = ["## Activation patching: what do the heads carry?", "",
+             f"Patching one head's answer-row output {direction} restores at most **{pct(best['recovery'])}%** of "
+             f"the logit difference between A's and B's box answers ({best['head']}, discovery rank "
+             f"{'-' if best['discovery_rank'] is None else best['discovery_rank'] + 1}); the median head restores "
+             f"{pct(float(np.median(mean)))}%. The recovery map and discovery's scores ({disc['cell']}) agree with "
+             f"Spearman rho = {disc['spearman']['rho']:.2f} (p = {pval(disc['spearman']['p'])}) and Kendall tau = "
+             f"{disc['kendall']['tau']:.2f} (p = {pval(disc['kendall']['p'])}) over {g['layers'] * g['heads']} "
+             f"heads, on {result['n_pairs_used']} pairs ({result['n_pairs']} formed; pairs whose clean and "
+             f"corrupted logit differences are less than {result['min_gap']:g} apart are left out).", ""]
+    sets = result["sets"]
+    tops = [s for s in sets if s["kind"] == "topk"]
+    if tops:
+        parts = []
+        for t in tops:
+            text = f"top-{t['k']} {pct_ci(t['recovery'], *t['ci'])}%"
+            for kind in NULL_KINDS:
+                pool = [s["recovery"] for s in sets if s["kind"] == kind and s["k"] == t["k"]]
+                if pool:
+                    text += f" vs {NULL_LABELS[kind]} {pct(float(np.mean(pool)))}%"
+            parts.append(text)
+        lines += ["Patching head sets together restores: " + "; ".join(parts) + ".", ""]
+    lines += [f"Metric: {result['metric']}; {result['rows']}. Mean over pairs; CIs: cluster-robust t over images.", ""]
+    if figure:
+        lines += [f"![recovery map beside discovery scores]({figure})", ""]
+    lines += ["| head set | heads | recovery % [95% CI] |", "|---|---|---|"]
+    for s in sets:
+        lines.append(f"| {s['id']} | {len(s['heads'])} | {pct_ci(s['recovery'], *s['ci'])} |")
+    lines += ["", "Heads restoring the most (recovery %, standard error over pairs, rank in discovery):", "",
+              "| head | recovery % | se | discovery rank |", "|---|---|---|---|"]
+    for h in result["top_heads"][:10]:
+        rank = "-" if h["discovery_rank"] is None else h["discovery_rank"] + 1
+        lines.append(f"| {h['head']} | {pct(h['recovery'])} | {pct(h['se'])} | {rank} |")
+    overlap = disc.get("topk_overlap") or {}
+    if overlap:
+        lines += ["", "Top-k overlap of the recovery ranking with discovery's ranking: "
+                  + ", ".join(f"k={k}: {pct(v)}%" for k, v in overlap.items()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def patching_plot(result: dict[str, Any], scores: np.ndarray, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mean = np.asarray(result["recovery"]["mean"])
+    layers, heads = mean.shape
+    fig, axes = plt.subplots(1, 2, figsize=(2.2 + 0.35 * heads * 2, 1.6 + 0.3 * layers), squeeze=False)
+    for ax, data, title in ((axes[0, 0], scores, "discovery score"), (axes[0, 1], mean, "patching recovery")):
+        im = ax.imshow(data, aspect="auto", cmap="viridis", origin="lower")
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("head")
+        ax.set_ylabel("layer")
+        fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
+    fig.tight_layout()
+    with atomic.atomic_file(path, suffix=".png") as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
+    plt.close(fig)
+    return path
+
+
+def write_patching_report(folder: str | Path, result: dict[str, Any], hf) -> Path:
+    folder = Path(folder)
+    patching_plot(result, np.asarray(hf.scores, dtype=float), folder / "patch_map.png")
+    text = patching_markdown(result, "patch_map.png")
+    return atomic.write_text(folder / "report.md", "# Activation patching\n\n" + text.split("\n", 2)[2])
+
+
+def check_sources(steer_dir: str | Path | None = None, patch_dir: str | Path | None = None) -> None:
+    """`report --steer/--patch`: each folder holds a finished run of its command (checked before the report is
+    built, so a wrong path costs no statistics)."""
+    from vrh_lmms.interventions.patch_run import PATCH_LAYOUT, RESULT
+    from vrh_lmms.interventions.steer_run import MANIFEST, STEER_LAYOUT
+
+    if steer_dir is not None and not STEER_LAYOUT[MANIFEST](Path(steer_dir) / MANIFEST):
+        raise VRHError(f"--steer {steer_dir}: no {MANIFEST} of `vrh-lmms steer` there")
+    if patch_dir is not None:
+        patch_dir = Path(patch_dir)
+        if not PATCH_LAYOUT[RESULT](patch_dir / RESULT) or not (patch_dir / "patch_map.png").is_file():
+            raise VRHError(f"--patch {patch_dir}: no finished `vrh-lmms patch` run there ({RESULT} and "
+                           "patch_map.png)")
+
+
+def append_to_report(report_dir: str | Path, steer_dir: str | Path | None = None,
+                     patch_dir: str | Path | None = None) -> Path:
+    """Add the steering table and the patching map to a built report (report.md and interventions.md; the map
+    is copied into plots/). Every file is written atomically."""
+    import json
+
+    check_sources(steer_dir, patch_dir)
+    report_dir = Path(report_dir)
+    sections = []
+    if steer_dir is not None:
+        sections.append(steering_markdown(steering_summary(steer_dir)))
+    if patch_dir is not None:
+        result = json.loads((Path(patch_dir) / "patch.json").read_text())
+        atomic.write_bytes(report_dir / "plots" / "patch_map.png", (Path(patch_dir) / "patch_map.png").read_bytes())
+        sections.append(patching_markdown(result, "plots/patch_map.png"))
+    text = "\n".join(sections)
+    atomic.write_text(report_dir / "interventions.md", "# Interventions\n\n" + text)
+    report = report_dir / "report.md"
+    if report.is_file():
+        atomic.write_text(report, report.read_text().rstrip("\n") + "\n\n" + text)
+    return report_dir / "interventions.md"
