@@ -1,4 +1,4 @@
-"""`vrh-lmms train-tiny --out DIR --seed N`: train the tiny grounding VLM that `vrh-lmms demo` ships with."""
+"""`vrh-lmms train-tiny --out DIR --seed N`: train the tiny VLM that `vrh-lmms demo` ships with."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from vrh_lmms.errors import VRHError
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="checkpoint folder to write (model, tokenizer, processor, spec)")
-    parser.add_argument("--seed", type=int, default=0, help="training seed: init, scene stream, head dropout")
-    parser.add_argument("--steps", type=int, default=None, help="training steps (default: the design's)")
+    parser.add_argument("--seed", type=int, default=0, help="training seed: init, data streams, head dropout")
     parser.add_argument("--design", default="demo", help="named design from vrh_lmms.demo.designs (default demo)")
+    parser.add_argument("--backbone", default=None,
+                        help="text-pretrained checkpoint (a run's backbone/ folder): skip the text phase")
+    parser.add_argument("--vision-seed", type=int, default=None,
+                        help="seed of the vision tower and visual data (default --seed): VLMs sharing a backbone")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--eval-every", type=int, default=None, help="held-out evaluation interval in steps")
     parser.add_argument("--force", action="store_true", help="replace a model this command wrote into --out before")
 
 
@@ -25,15 +27,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.design not in DESIGNS:
         raise VRHError(f"unknown design {args.design!r}; known: {', '.join(DESIGNS)}")
+    if args.backbone and not (Path(args.backbone) / "model.safetensors").is_file():
+        raise VRHError(f"--backbone {args.backbone} holds no model.safetensors (expected a run's backbone/ folder)")
     out = Path(args.out)
     # Only a folder this command wrote (its file listing says so) is replaced, and only with --force.
     owned.prepare_output(out, owned.listing_layout(out), force=args.force, what="a trained tiny model",
                          option="--out")
-    design = get_design(args.design, steps=args.steps, eval_every=args.eval_every)
-    summary = train(design, out, args.seed, threads=args.threads, log=lambda s: print(s, flush=True))
+    design = get_design(args.design)
+    summary = train(design, out, args.seed, backbone=args.backbone, vision_seed=args.vision_seed,
+                    threads=args.threads, log=lambda s: print(s, flush=True))
     atomic.follow_umask_tree(out)  # save_pretrained writes its safetensors 0600
     owned.write_listing(out)
     final = summary.get("final") or {}
-    print(f"wrote {out} in {summary['seconds'] / 60:.1f} min; held-out Acc@0.5 "
+    print(f"wrote {out} in {summary['seconds'] / 60:.1f} min; held-out grounding Acc@0.5 "
           f"{100 * final.get('acc50', float('nan')):.1f}% (n={design.eval_n})")
     return 0

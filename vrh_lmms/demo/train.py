@@ -1,12 +1,17 @@
-"""Train the demo's tiny grounding VLM (a real `Qwen2_5_VLForConditionalGeneration`) on synthetic scenes.
+"""Train the demo's tiny VLM (a real `Qwen2_5_VLForConditionalGeneration`) the way real VLMs are made.
 
-Inputs are built exactly as lmms-eval's `qwen2_5_vl` backend builds them (`vrh_lmms.demo.data`), so the model is
-trained on what evaluation feeds it. All images share one size, so batches need no padding. The loss covers only
-the answer tokens (`[ x1 , y1 , x2 , y2 ] <|im_end|>`); coordinate tokens may get Gaussian soft targets over
-neighbouring coordinate values, which teaches their order much faster than one-hot targets. Optional head dropout
-("DropHead": zero each head's `o_proj` input slice with probability p, no rescaling, the same operation as the
-ablation) makes the model robust to losing random heads; an optional group lasso on whole heads (q, k, v rows and
-o_proj columns) pushes unused heads to zero. Everything is a function of the seed: init, scene stream, head-drop masks.
+Three phases, each optional (docs/demo-model-experiments.md says what each design measured):
+
+1. **text**: the language backbone alone learns synthetic text tasks (`vrh_lmms.demo.text_tasks`: associative
+   recall, a textual twin of grounding, copy, sort, count, add), so its heads get jobs before any image exists;
+2. **align**: the backbone is frozen and the vision tower + projector (from scratch) learn to feed it, on
+   grounding and short VQA about the same scenes (`vrh_lmms.demo.visual_tasks`), image first as lmms-eval sends it;
+3. **joint**: everything trains, the backbone at a lower rate, with text batches still mixed in.
+
+Grounding inputs are built exactly as lmms-eval's `qwen2_5_vl` backend builds them (chat template, JPEG round
+trip, processor patching; `vrh_lmms.demo.sequences`, `vrh_lmms.demo.data`), so the model is trained on what the
+evaluation feeds it. The loss covers only answer tokens. Light head dropout (zero a head's `o_proj` input slice, as
+the ablation does) is available as a regulariser. Everything is a function of the seeds: init, data, dropout.
 """
 
 from __future__ import annotations
@@ -24,49 +29,64 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms.demo.data import FastEncoder, answer_token_ids, decoded_image
+from vrh_lmms.demo.data import FastEncoder, decoded_image
+from vrh_lmms.demo.sequences import Encoded, TurnEncoder, collate
 from vrh_lmms.demo.spec import TRAIN_SCENE_SEED, DemoSpec
+from vrh_lmms.demo.text_tasks import TEXT_TASKS, TextTaskConfig, extra_words, sample_examples
+from vrh_lmms.demo.visual_tasks import questions
 from vrh_lmms.synth.scenes import Scene, generate_scene
 from vrh_lmms.tiny import qwen2_5_vl as tiny
 from vrh_lmms.tiny.common import save_checkpoint, seeded
 
 DESIGN_FILE = "train_design.json"
+BACKBONE_DIR = "backbone"
+PHASES = ("text", "align", "joint")
+EVAL_SEED = 987_654  # held-out text examples and VQA questions: the same for every training seed
 
 
 @dataclass(frozen=True)
 class Design:
-    """Model geometry, data spec and training recipe of one experiment."""
+    """Model geometry, data and the recipe of each training phase."""
 
     name: str
     spec: DemoSpec = field(default_factory=DemoSpec)
     text: dict[str, Any] = field(default_factory=dict)
     vision: dict[str, Any] = field(default_factory=dict)
     init_range: float = 0.08
-    rope_theta: float = 10000.0  # Qwen2.5-VL checkpoints use 1e6
+    rope_theta: float = 1e4
     mrope_section: tuple = ()  # default: the factory's split of head_dim / 2 into (t, h, w)
-    steps: int = 6000
-    batch_size: int = 32
-    lr: float = 1e-3
-    warmup: int = 300
+    text_tasks: tuple = TEXT_TASKS
+    text_config: dict[str, Any] = field(default_factory=dict)  # TextTaskConfig overrides
+    task_weights: dict[str, float] = field(default_factory=dict)  # sampling weight of each text task (default 1)
+    # phase lengths (steps); 0 skips a phase
+    text_steps: int = 4000
+    align_steps: int = 1000
+    joint_steps: int = 3000
+    text_batch: int = 64
+    vis_batch: int = 32  # sequences per visual batch
+    questions_per_image: int = 2
+    vqa_share: float = 0.5  # share of visual questions that are VQA rather than grounding
+    text_share: float = 1 / 3  # share of batches in the joint phase that are text
+    recall_ramp: int = 2000  # text steps over which recall grows from 2 pairs to text_config's recall_pairs
+    lr: float = 2e-3
+    lm_lr: float = 5e-4  # backbone rate in the joint phase
+    warmup: int = 100
     min_lr_frac: float = 0.05
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    coord_sigma: float = 4.0  # px; 0 gives one-hot targets
     head_drop: float = 0.0
-    head_drop_layers: tuple = ()  # text layers that get head dropout (empty: all)
-    group_lasso: float = 0.0
-    lasso_from: int = 0  # step at which the group lasso starts (after the task is learnt, it only prunes)
-    lasso_ramp: int = 1
-    eval_every: int = 500
-    eval_n: int = 256
-    # [[until_step, {SceneConfig overrides}], ...]: easier scenes first (e.g. fewer objects); the spec's own
-    # scene config applies from the last until_step on and is what evaluation uses.
+    # [[until_visual_step, {SceneConfig overrides}], ...]: easier scenes first; the spec's own scenes after.
     curriculum: tuple = ()
-    refs_per_image: int = 1  # sequences per training image, each naming another uniquely described object
+    eval_every: int = 500
+    eval_n: int = 128
 
-    def scene_spec(self, step: int) -> DemoSpec:
+    @property
+    def task_config(self) -> TextTaskConfig:
+        return TextTaskConfig(**self.text_config)
+
+    def scene_spec(self, visual_step: int) -> DemoSpec:
         for until, overrides in self.curriculum:
-            if step < until:
+            if visual_step < until:
                 return replace(self.spec, scene={**self.spec.scene, **overrides})
         return self.spec
 
@@ -77,14 +97,21 @@ class Design:
     def from_dict(cls, data: dict[str, Any]) -> "Design":
         data = dict(data)
         data["spec"] = DemoSpec.from_dict(data.get("spec", {}))
-        data["curriculum"] = tuple((int(u), dict(o)) for u, o in data.get("curriculum", ()))
-        data["mrope_section"] = tuple(data.get("mrope_section", ()))
-        data["head_drop_layers"] = tuple(data.get("head_drop_layers", ()))
-        return cls(**data)
+        for key in ("curriculum",):
+            data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
+        for key in ("mrope_section", "text_tasks"):
+            if key in data:
+                data[key] = tuple(data[key])
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def make_tokenizer():
+    return tiny.make_tokenizer(extra_words=extra_words())
 
 
 def build_model(design: Design, tokenizer, seed: int):
-    """A real Qwen2.5-VL built from a tiny config; head_dim follows hidden_size / heads as the attention uses."""
+    """A real Qwen2.5-VL from a tiny config; head_dim = hidden_size / heads, as its attention computes it."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     text = dict(design.text)
@@ -94,155 +121,151 @@ def build_model(design: Design, tokenizer, seed: int):
                               rope_theta=design.rope_theta, mrope_section=list(design.mrope_section) or None)
     with seeded(seed):
         model = Qwen2_5_VLForConditionalGeneration(config).to(torch.float32)
+    model.set_attn_implementation({"text_config": "sdpa", "vision_config": "sdpa"})
     return model
 
 
-# ---------------------------------------------------------------- data stream
-
-def train_scene(seed: int, step: int, i: int, batch_size: int, spec: DemoSpec) -> Scene:
-    """Scene i of training step `step` for this training seed (never overlaps the held-out stream)."""
-    scene_id = seed * 1_000_000_000 + step * batch_size + i
-    return generate_scene(scene_id, TRAIN_SCENE_SEED, spec.scene_config())
+def is_vision_param(name: str) -> bool:
+    return name.startswith("model.visual.")
 
 
-def referents(scene: Scene) -> list[int]:
-    """Objects that "the <colour> <shape>" names uniquely in this scene (the scene's own target among them)."""
-    keys = [(o.colour, o.shape) for o in scene.objects]
-    return [i for i, k in enumerate(keys) if keys.count(k) == 1]
+def load_backbone(model, backbone: str | Path) -> None:
+    """Copy a text-pretrained checkpoint's language model, embeddings and head into `model` (vision untouched)."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(Path(backbone) / "model.safetensors"))
+    own = model.state_dict()
+    text = {k: v for k, v in weights.items() if not is_vision_param(k)}
+    missing = [k for k in own if not is_vision_param(k) and k not in text]
+    if missing or any(own[k].shape != v.shape for k, v in text.items() if k in own):
+        raise ValueError(f"backbone {backbone} does not match this design's text geometry (e.g. {missing[:2]})")
+    model.load_state_dict(text, strict=False)
 
 
-def as_target(scene: Scene, index: int) -> Scene:
-    """The same image, asking for object `index`."""
-    o = scene.objects[index]
-    return Scene(scene_id=scene.scene_id, image=scene.image, objects=scene.objects, target=index,
-                 expression=f"the {o.colour} {o.shape}")
+# ---------------------------------------------------------------- batches
 
 
-class Batches:
-    """Training batches built in a helper thread (pure function of seed and step, so threading changes nothing).
+def train_scene(seed: int, step: int, i: int, spec: DemoSpec) -> Scene:
+    """Scene i of visual step `step` for this training seed (never overlaps the held-out stream)."""
+    return generate_scene(seed * 1_000_000_000 + step * 1000 + i, TRAIN_SCENE_SEED, spec.scene_config())
 
-    With `refs_per_image` > 1 one image serves several sequences, each naming a different object of it: the
-    vision tower runs once per image, and the model cannot lower the loss without reading the expression.
-    """
 
-    def __init__(self, encoder: FastEncoder, design: Design, seed: int, start: int, stop: int, depth: int = 3):
-        self.encoder, self.design, self.seed = encoder, design, seed
+class BatchMaker:
+    """Text and visual batches, each a pure function of (seed, phase step)."""
+
+    def __init__(self, design: Design, turns: TurnEncoder, pixels: FastEncoder, seed: int):
+        self.design, self.turns, self.pixels, self.seed = design, turns, pixels, seed
+
+    def recall_pairs(self, text_step: int) -> int:
+        d, top = self.design, self.design.task_config.recall_pairs
+        if d.recall_ramp <= 0:
+            return top
+        return int(min(top, 2 + (top - 2) * text_step / d.recall_ramp))
+
+    def text(self, step: int, recall_pairs: int, batch: int | None = None, seed_key: int = 11,
+             mixed: bool = False) -> dict:
+        """A text batch: one task per training batch (similar lengths, little padding), or all tasks mixed."""
+        d = self.design
+        tasks = d.text_tasks
+        if not mixed:
+            w = np.array([d.task_weights.get(t, 1.0) for t in tasks], dtype=float)
+            pick = np.random.default_rng([self.seed, step, seed_key, 1]).choice(len(tasks), p=w / w.sum())
+            tasks = [tasks[int(pick)]]
+        exs = sample_examples([self.seed, step, seed_key], batch or d.text_batch, tasks, d.task_config,
+                              max_recall_pairs=recall_pairs)
+        out = collate([self.turns.encode(e.prompt, e.answer, False, e.prompt_loss) for e in exs], self.turns.pad_id)
+        out["kind"] = "text"
+        out["tasks"] = [e.task for e in exs]
+        return out
+
+    def visual(self, step: int, scenes: list[Scene] | None = None, vqa_share: float | None = None,
+               spec: DemoSpec | None = None) -> dict:
+        d = self.design
+        spec = spec or d.scene_spec(step)
+        q_per = max(1, d.questions_per_image)
+        if scenes is None:
+            scenes = [train_scene(self.seed, step, i, spec) for i in range(math.ceil(d.vis_batch / q_per))]
+        rng = np.random.default_rng([self.seed, step, 13])
+        seqs: list[Encoded] = []
+        index: list[int] = []
+        tasks: list[str] = []
+        for i, scene in enumerate(scenes):
+            for q in questions(scene, rng, spec, q_per, d.vqa_share if vqa_share is None else vqa_share):
+                seqs.append(self.turns.encode(q.prompt, q.answer, True))
+                index.append(i)
+                tasks.append(q.task)
+        out = collate(seqs, self.turns.pad_id)
+        images = np.stack([decoded_image(s, self.design.spec) for s in scenes])
+        out.update(kind="visual", tasks=tasks, image_index=torch.tensor(index),
+                   pixel_values=self.pixels.pixel_values(images),
+                   image_grid_thw=self.pixels.grid_thw.expand(len(scenes), -1).clone())
+        return out
+
+
+class Prefetch:
+    """Batches built in a helper thread (pure functions of their step, so threading changes nothing)."""
+
+    def __init__(self, make: Callable[[int], dict], start: int, stop: int, depth: int = 3):
         self.q: queue.Queue = queue.Queue(maxsize=depth)
-        self.thread = threading.Thread(target=self._fill, args=(start, stop), daemon=True)
+        self.thread = threading.Thread(target=lambda: [self.q.put(make(s)) for s in range(start, stop)],
+                                       daemon=True)
         self.thread.start()
 
-    def sequences(self, step: int) -> tuple[list[Scene], list[Scene], list[int]]:
-        """(images' scenes, per-sequence scenes, per-sequence image index) for this step."""
-        d = self.design
-        spec = d.scene_spec(step)
-        rng = np.random.default_rng([self.seed, step, 7])
-        images: list[Scene] = []
-        seqs: list[Scene] = []
-        index: list[int] = []
-        i = 0
-        while len(seqs) < d.batch_size:
-            scene = train_scene(self.seed, step, i, d.batch_size, spec)
-            i += 1
-            if d.refs_per_image <= 1:
-                picks = [scene.target]
-            else:
-                cands = referents(scene)
-                picks = [cands[j] for j in rng.permutation(len(cands))[: d.refs_per_image]]
-            picks = picks[: d.batch_size - len(seqs)]
-            images.append(scene)
-            for t in picks:
-                seqs.append(as_target(scene, t))
-                index.append(len(images) - 1)
-        return images, seqs, index
-
-    def make(self, step: int) -> dict[str, torch.Tensor]:
-        d, enc = self.design, self.encoder
-        images, seqs, index = self.sequences(step)
-        pixels = np.stack([decoded_image(s, d.spec) for s in images])
-        input_ids = torch.stack([enc.input_ids(s.expression) for s in seqs])
-        return {
-            "input_ids": input_ids,
-            "mm_token_type_ids": enc.mm_token_type_ids.expand(len(seqs), -1).clone(),
-            "pixel_values": enc.pixel_values(pixels),
-            "image_grid_thw": enc.grid_thw.expand(len(images), -1).clone(),
-            "image_index": torch.tensor(index),
-            "answers": torch.tensor([answer_token_ids(enc.tokenizer, d.spec.answer_box(s.target_object.bbox))
-                                     for s in seqs]),
-        }
-
-    def _fill(self, start: int, stop: int) -> None:
-        for step in range(start, stop):
-            self.q.put(self.make(step))
-
-    def __next__(self) -> dict[str, torch.Tensor]:
+    def __next__(self) -> dict:
         return self.q.get()
 
 
-def forward_hidden(model, batch: dict[str, torch.Tensor], position_ids: torch.Tensor) -> torch.Tensor:
-    """Last hidden states of prompt + teacher-forced answer; the vision tower runs once per distinct image."""
+# ---------------------------------------------------------------- forward and loss
+
+
+def forward_hidden(model, batch: dict) -> torch.Tensor:
+    """Last hidden states; for visual batches the vision tower runs once per distinct image."""
     from transformers.modeling_outputs import BaseModelOutputWithPooling
 
-    ans = batch["answers"]
-    inp = torch.cat([batch["input_ids"], ans[:, :-1]], dim=1)
+    ids = batch["input_ids"]
+    if batch["kind"] == "text":
+        return model.model(input_ids=ids, use_cache=False).last_hidden_state
+    image_id = model.config.image_token_id
+    mm_types = (ids == image_id).long()
     vis = model.model.get_image_features(batch["pixel_values"], batch["image_grid_thw"])
     feats = torch.stack(list(vis.pooler_output))[batch["image_index"]]
     mm = {"image": BaseModelOutputWithPooling(pooler_output=tuple(feats.unbind(0)))}
-    pos = position_ids.expand(-1, inp.shape[0], -1)
-    out = model.model(input_ids=inp, attention_mask=torch.ones_like(inp), position_ids=pos,
-                      mm_encoder_outputs=mm, use_cache=False)
+    grid = batch["image_grid_thw"][batch["image_index"]]
+    pos, _ = model.model.get_rope_index(ids, mm_token_type_ids=mm_types, image_grid_thw=grid)
+    out = model.model(input_ids=ids, position_ids=pos, mm_token_type_ids=mm_types, mm_encoder_outputs=mm,
+                      use_cache=False)
     return out.last_hidden_state
 
 
-def rope_positions(model, encoder: FastEncoder, answer_len: int) -> torch.Tensor:
-    """3D M-RoPE positions of prompt + teacher-forced answer: identical for every sample (one prompt length)."""
-    ids = torch.cat([encoder.template, torch.zeros(answer_len - 1, dtype=torch.long)])[None]
-    mm = torch.cat([encoder.mm_token_type_ids, torch.zeros(answer_len - 1, dtype=torch.long)])[None]
-    pos, _ = model.model.get_rope_index(ids, mm_token_type_ids=mm, image_grid_thw=encoder.grid_thw[None])
-    return pos
+def answer_logits(model, batch: dict) -> torch.Tensor:
+    hidden = forward_hidden(model, batch)
+    return model.lm_head(hidden[batch["loss_rows"], batch["loss_pos"]])
 
 
-# ---------------------------------------------------------------- loss and regularisers
-
-class SoftTargets:
-    """Target distributions for the answer tokens: one-hot, or Gaussian over coordinate values for coordinates."""
-
-    def __init__(self, tokenizer, spec: DemoSpec, sigma: float):
-        values = spec.coord_values()
-        self.sigma = sigma
-        self.values = torch.tensor(values, dtype=torch.float32)
-        self.value_ids = torch.tensor(tokenizer.convert_tokens_to_ids([str(v) for v in values]))
-        self.id_to_value = {int(i): float(v) for i, v in zip(self.value_ids, values)}
-        self.vocab = len(tokenizer)
-
-    def loss(self, logits: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
-        logp = torch.log_softmax(logits.float(), dim=-1)
-        if self.sigma <= 0:
-            return -logp.gather(-1, answers[..., None]).mean()
-        target = torch.zeros_like(logp)
-        target.scatter_(-1, answers[..., None], 1.0)
-        is_coord = torch.isin(answers, self.value_ids)
-        if is_coord.any():
-            vals = torch.tensor([self.id_to_value[int(t)] for t in answers[is_coord]])
-            w = torch.exp(-0.5 * ((self.values[None, :] - vals[:, None]) / self.sigma) ** 2)
-            w = w / w.sum(-1, keepdim=True)
-            soft = torch.zeros(len(vals), self.vocab)
-            soft[:, self.value_ids] = w
-            target[is_coord] = soft
-        return -(target * logp).sum(-1).mean()
+@torch.no_grad()
+def exact_match(model, batch: dict) -> dict[str, float]:
+    """Teacher-forced exact match per task: greedy decoding reproduces an answer iff every answer token is the
+    argmax given the correct prefix, so this equals greedy exact match at a fraction of the cost."""
+    hits = (answer_logits(model, batch).argmax(-1) == batch["targets"]).numpy()
+    rows = batch["loss_rows"].numpy()
+    ok = np.ones(len(batch["tasks"]), dtype=bool)
+    np.logical_and.at(ok, rows, hits)
+    out: dict[str, list[bool]] = {}
+    for task, good in zip(batch["tasks"], ok):
+        out.setdefault(task, []).append(bool(good))
+    return {t: float(np.mean(v)) for t, v in sorted(out.items())}
 
 
 class HeadDrop:
     """Zero each (sample, layer, head) output slice with probability p during training, without rescaling."""
 
-    def __init__(self, model, p: float, generator: torch.Generator, layers: tuple = ()):
+    def __init__(self, model, p: float, generator: torch.Generator):
         from vrh_lmms.demo.probe import text_layers
 
-        self.p, self.gen, self.handles, self.active = p, generator, [], False
+        self.p, self.gen, self.active = p, generator, False
         if p <= 0:
             return
-        for index, layer in enumerate(text_layers(model)):
-            if layers and index not in layers:
-                continue
+        for layer in text_layers(model):
             attn = layer.self_attn
             n_heads = attn.o_proj.in_features // attn.head_dim
 
@@ -251,127 +274,161 @@ class HeadDrop:
                     return None
                 x = args[0]
                 keep = (torch.rand(x.shape[0], 1, n_heads, 1, generator=self.gen) >= self.p).to(x.dtype)
-                x = (x.view(*x.shape[:2], n_heads, hd) * keep).view_as(x)
-                return (x,) + tuple(args[1:])
+                return ((x.view(*x.shape[:2], n_heads, hd) * keep).view_as(x),) + tuple(args[1:])
 
-            self.handles.append(attn.o_proj.register_forward_pre_hook(hook))
-
-
-def group_lasso(model) -> torch.Tensor:
-    """Sum over heads of the Frobenius norm of all of a head's weights: its q, k and v rows (with their biases)
-    and its `o_proj` columns. Unused heads go to zero as a whole, so a pruned head also stops attending (a head
-    with live q/k but a dead o_proj would still look like a retrieval head to attention-based scores).
-    Needs one kv head per query head (num_key_value_heads == num_attention_heads)."""
-    from vrh_lmms.demo.probe import text_layers
-
-    total = torch.zeros(())
-    for layer in text_layers(model):
-        attn = layer.self_attn
-        hd = attn.head_dim
-        n_heads = attn.o_proj.in_features // hd
-        sq = attn.o_proj.weight.view(attn.o_proj.weight.shape[0], n_heads, hd).pow(2).sum(dim=(0, 2))
-        for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
-            if proj.out_features != n_heads * hd:
-                raise ValueError("group lasso needs num_key_value_heads == num_attention_heads")
-            sq = sq + proj.weight.view(n_heads, hd, -1).pow(2).sum(dim=(1, 2))
-            if proj.bias is not None:
-                sq = sq + proj.bias.view(n_heads, hd).pow(2).sum(dim=1)
-        total = total + sq.clamp_min(1e-12).sqrt().sum()
-    return total
+            attn.o_proj.register_forward_pre_hook(hook)
 
 
-def lasso_weight(step: int, d: "Design") -> float:
-    """Group-lasso strength: 0 before `lasso_from`, then a linear ramp to `group_lasso` over `lasso_ramp` steps."""
-    if d.group_lasso <= 0 or step < d.lasso_from:
-        return 0.0
-    return d.group_lasso * min(1.0, (step - d.lasso_from + 1) / max(1, d.lasso_ramp))
+def lr_factor(step: int, steps: int, warmup: int, min_frac: float) -> float:
+    """Linear warm-up, then cosine decay to `min_frac` over the phase."""
+    if step < warmup:
+        return (step + 1) / warmup
+    t = (step - warmup) / max(1, steps - warmup)
+    return min_frac + (1 - min_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-def lr_at(step: int, d: Design) -> float:
-    if step < d.warmup:
-        return d.lr * (step + 1) / d.warmup
-    t = (step - d.warmup) / max(1, d.steps - d.warmup)
-    return d.lr * (d.min_lr_frac + (1 - d.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+# ---------------------------------------------------------------- evaluation
+
+
+class Evaluator:
+    """Held-out figures: greedy grounding Acc@0.5 through backend-identical inputs, teacher-forced exact match of
+    every text task and VQA kind."""
+
+    def __init__(self, design: Design, maker: BatchMaker, tokenizer, encoder: FastEncoder, with_visual: bool):
+        from vrh_lmms.demo import probe
+
+        self.tokenizer = tokenizer
+        n = design.eval_n
+        cfg = design.task_config
+        # held-out recall asks one question per example (no practice queries), as the recall probe does
+        plain = replace(design, text_config={**design.text_config, "recall_practice": 0})
+        fixed = BatchMaker(plain, maker.turns, maker.pixels, EVAL_SEED)
+        self.text = fixed.text(0, cfg.recall_pairs, batch=4 * n, seed_key=99, mixed=True)  # seed_key 99: never a training key
+        self.visual = self.grounding = None
+        if with_visual:
+            scenes = probe.held_out_scenes(design.spec, n, start=200_000)
+            self.visual = fixed.visual(0, scenes=scenes, vqa_share=1.0, spec=design.spec)
+            self.grounding = probe.prepare(encoder, probe.held_out_scenes(design.spec, n))
+
+    def __call__(self, model) -> dict[str, float]:
+        from vrh_lmms.demo import probe
+
+        model.eval()
+        out = {f"text_{k}": v for k, v in exact_match(model, self.text).items()}
+        if self.visual is not None:
+            out.update({f"vqa_{k}": v for k, v in exact_match(model, self.visual).items()})
+            res = probe.evaluate(model, self.tokenizer, self.grounding)
+            out.update(acc50=res.acc50, parse_fail=res.parse_rate)
+        model.train()
+        return out
 
 
 # ---------------------------------------------------------------- training
 
-def train(design: Design, out_dir: str | Path, seed: int, *, threads: int = 1,
-          log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Train, evaluate on held-out scenes every `eval_every` steps, save the checkpoint; returns the summary."""
-    from vrh_lmms.demo import probe
 
+def _param_groups(model, design: Design) -> list[dict]:
+    groups: dict[tuple[bool, bool], list] = {}
+    for name, p in model.named_parameters():
+        decay = p.ndim >= 2 and "embed" not in name
+        groups.setdefault((is_vision_param(name), decay), []).append(p)
+    return [{"params": ps, "weight_decay": design.weight_decay if decay else 0.0, "vision": vision}
+            for (vision, decay), ps in groups.items()]
+
+
+def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Path | None = None,
+          vision_seed: int | None = None, threads: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the design's phases and save the checkpoint (and, after the text phase, the backbone on its own).
+
+    With `backbone` the text phase is skipped and its weights are loaded; `vision_seed` (default `seed`) fixes
+    the vision tower's init and the visual data stream, so two VLMs can share one backbone.
+    """
     torch.set_num_threads(threads)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     spec = design.spec
-    tokenizer = tiny.make_tokenizer()
+    tokenizer = make_tokenizer()
     processor = tiny.make_processor(tokenizer, min_pixels=spec.pixels, max_pixels=spec.pixels)
+    vseed = seed if vision_seed is None else vision_seed
     model = build_model(design, tokenizer, seed)
-    model.set_attn_implementation({"text_config": "sdpa", "vision_config": "sdpa"})
+    if backbone is not None:
+        load_backbone(model, backbone)
+    if vseed != seed:
+        model.model.visual.load_state_dict(build_model(design, tokenizer, vseed).model.visual.state_dict())
+    from vrh_lmms.demo.probe import held_out_scenes
+
+    encoder = FastEncoder(processor, spec, held_out_scenes(spec, 1)[0])
+    turns = TurnEncoder(tokenizer, int(encoder.grid_thw.prod()) // (encoder.merge ** 2))
+    maker = BatchMaker(design, turns, encoder, vseed)
+    text_maker = BatchMaker(design, turns, encoder, seed)
+    gen = torch.Generator().manual_seed(vseed)
+    drop = HeadDrop(model, design.head_drop, gen)
+    opt = torch.optim.AdamW(_param_groups(model, design), lr=design.lr, betas=(0.9, 0.98))
     n_params = sum(p.numel() for p in model.parameters())
-    eval_scenes = probe.held_out_scenes(spec, design.eval_n)
-    encoder = FastEncoder(processor, spec, eval_scenes[0])
-    eval_prep = probe.prepare(encoder, eval_scenes)
-    targets = SoftTargets(tokenizer, spec, design.coord_sigma)
-    gen = torch.Generator().manual_seed(seed)
-    drop = HeadDrop(model, design.head_drop, gen, tuple(design.head_drop_layers))
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (decay if p.ndim >= 2 and "embed" not in name else no_decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": design.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=design.lr, betas=(0.9, 0.98))
-    prompt_len = encoder.seq_len
-    position_ids = None  # filled on the first batch: identical for every sample
-    batches = Batches(encoder, design, seed, 0, design.steps)
     spec.save(out)
-    log_path = out / "train_log.jsonl"
-    log_f = log_path.open("w")
+    log_f = (out / "train_log.jsonl").open("a")
     t0 = time.time()
     history: list[dict[str, Any]] = []
-    run_loss = 0.0
-    losses: list[float] = []
-    log(f"[{design.name} seed {seed}] {n_params / 1e6:.2f}M params, {design.steps} steps, batch {design.batch_size}")
-    for step in range(design.steps):
-        batch = next(batches)
-        if position_ids is None:
-            position_ids = rope_positions(model, encoder, batch["answers"].shape[1])
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, design)
-        model.train()
-        drop.active = True
-        hidden = forward_hidden(model, batch, position_ids)
-        drop.active = False
-        logits = model.lm_head(hidden[:, prompt_len - 1:])
-        loss = targets.loss(logits, batch["answers"])
-        lam = lasso_weight(step, design)
-        total = loss + (lam * group_lasso(model) if lam > 0 else 0.0)
-        opt.zero_grad(set_to_none=True)
-        total.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), design.grad_clip)
-        opt.step()
-        losses.append(float(loss.detach()))
-        run_loss += losses[-1]
-        last = step + 1 == design.steps
-        if (step + 1) % design.eval_every == 0 or last:
-            model.eval()
-            res = probe.evaluate(model, tokenizer, eval_prep)
-            rec = {"step": step + 1, "loss": run_loss / ((step % design.eval_every) + 1), "acc50": res.acc50,
-                   "parse_fail": res.parse_rate, "miou": float(res.ious.mean()), "seconds": time.time() - t0}
-            run_loss = 0.0
-            history.append(rec)
-            log_f.write(json.dumps(rec) + "\n")
-            log_f.flush()
-            log(f"[{design.name} seed {seed}] step {rec['step']} loss {rec['loss']:.3f} acc50 {100 * res.acc50:.1f}% "
-                f"parse_fail {100 * res.parse_rate:.1f}% mIoU {rec['miou']:.3f} ({rec['seconds']:.0f}s)")
-            save_checkpoint(out, model, processor, tokenizer)  # the latest weights, for probing mid-run
+    phases = [("text", 0 if backbone is not None else design.text_steps), ("align", design.align_steps),
+              ("joint", design.joint_steps)]
+    log(f"[{design.name} seed {seed}/{vseed}] {n_params / 1e6:.2f}M params, phases "
+        + ", ".join(f"{p} {n}" for p, n in phases))
+    visual_step = 0
+    for phase, steps in phases:
+        if steps <= 0:
+            continue
+        evaluator = Evaluator(design, text_maker, tokenizer, encoder, with_visual=phase != "text")
+        for name, p in model.named_parameters():
+            p.requires_grad_(phase == "joint" or (phase == "text") != is_vision_param(name))
+        v0 = visual_step
+        pairs = design.task_config.recall_pairs
+
+        def make(step: int, phase=phase, v0=v0) -> dict:
+            if phase == "text":
+                return text_maker.text(step, text_maker.recall_pairs(step))
+            if phase == "joint" and np.random.default_rng([seed, step, 5]).random() < design.text_share:
+                return text_maker.text(10_000_000 + step, pairs)
+            return maker.visual(v0 + step)
+
+        batches = Prefetch(make, 0, steps)
+        running: list[float] = []
+        for step in range(steps):
+            batch = next(batches)
+            visual_step += batch["kind"] == "visual"
+            f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
+            for g in opt.param_groups:
+                base = design.lm_lr if (phase == "joint" and not g["vision"]) else design.lr
+                g["lr"] = base * f
+            drop.active = True
+            logits = answer_logits(model, batch)
+            drop.active = False
+            loss = torch.nn.functional.cross_entropy(logits, batch["targets"])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], design.grad_clip)
+            opt.step()
+            running.append(float(loss.detach()))
+            if (step + 1) % design.eval_every == 0 or step + 1 == steps:
+                rec = {"phase": phase, "step": step + 1, "loss": float(np.mean(running)),
+                       "seconds": time.time() - t0, **evaluator(model)}
+                running = []
+                history.append(rec)
+                log_f.write(json.dumps(rec) + "\n")
+                log_f.flush()
+                log(f"[{design.name} seed {seed}/{vseed}] " + " ".join(
+                    f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()))
+                save_checkpoint(out, model.eval(), processor, tokenizer)  # the latest weights, for probing mid-run
+                model.train()
+        if phase == "text":
+            save_checkpoint(out / BACKBONE_DIR, model.eval(), processor, tokenizer)
+            model.train()
     log_f.close()
     model.eval()
     save_checkpoint(out, model, processor, tokenizer)
-    summary = {"design": design.to_dict(), "seed": seed, "params": n_params, "seconds": time.time() - t0,
+    summary = {"design": design.to_dict(), "seed": seed, "vision_seed": vseed,
+               "backbone": str(backbone) if backbone else None, "params": n_params, "seconds": time.time() - t0,
                "final": history[-1] if history else None, "torch_threads": threads, "history": history}
     (out / DESIGN_FILE).write_text(json.dumps(summary, indent=2) + "\n")
-    return {**summary, "losses": losses}
+    return summary
 
 
 def load_demo_model(path: str | Path, dtype: torch.dtype = torch.float32):
@@ -386,7 +443,7 @@ def load_demo_model(path: str | Path, dtype: torch.dtype = torch.float32):
 
 
 def main(argv=None) -> int:
-    """`python -m vrh_lmms.demo.train --design NAME --seed N --out DIR [--steps S]` (research entry point)."""
+    """`python -m vrh_lmms.demo.train --design NAME --seed N --out DIR` (research entry point)."""
     import argparse
 
     from vrh_lmms.demo.designs import get_design
@@ -394,12 +451,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--design", required=True)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--vision-seed", type=int, default=None)
+    ap.add_argument("--backbone", default=None)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
-    design = get_design(args.design, steps=args.steps)
-    train(design, args.out, args.seed, threads=args.threads, log=lambda s: print(s, flush=True))
+    train(get_design(args.design), args.out, args.seed, backbone=args.backbone, vision_seed=args.vision_seed,
+          threads=args.threads, log=lambda s: print(s, flush=True))
     return 0
 
 

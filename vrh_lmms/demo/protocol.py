@@ -1,0 +1,99 @@
+"""Run the demo-model protocol on a checkpoint: recall k-curve of the text backbone, grounding k-curve with the
+causal oracle; writes `protocol.json` and the k-curve plots (the figures of docs/demo-model-experiments.md).
+
+    python -m vrh_lmms.demo.protocol CHECKPOINT [--n 200] [--draws 10] [--no-grounding] [--no-recall]
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from vrh_lmms.demo import kcurve, probe
+from vrh_lmms.demo.data import FastEncoder
+
+
+def _fmt(result: dict) -> str:
+    hits = kcurve.meets_criteria(result)
+    return (f"baseline {100 * result['baseline_acc']:.1f}% (n={result['n']}); "
+            f"criteria met at k = {hits if hits else 'none'}")
+
+
+def recall_curve(model, tokenizer, n: int, pairs: int, ks: Sequence[int], draws: int, log) -> dict:
+    from vrh_lmms.demo.text_probe import RecallProbe, recall_examples
+
+    rp = RecallProbe(model, tokenizer, recall_examples(n, pairs))
+    scores = rp.scores()
+    res = kcurve.k_curve(rp.evaluate, scores, ks, draws=draws, log=log)
+    res["scores"] = scores.round(5).tolist()
+    res["pairs"] = pairs
+    return res
+
+
+def grounding_curve(model, processor, spec, n: int, n_score: int, ks: Sequence[int], draws: int, log) -> dict:
+    scenes = probe.held_out_scenes(spec, n)
+    encoder = FastEncoder(processor, spec, scenes[0])
+    prep = probe.prepare(encoder, scenes)
+    score_prep = probe.prepare(encoder, probe.held_out_scenes(spec, n_score, start=100_000))
+    scores = probe.head_scores(model, processor.tokenizer, encoder, score_prep)
+
+    def evaluate(heads):
+        return probe.evaluate(model, processor.tokenizer, prep, heads).correct
+
+    base = probe.evaluate(model, processor.tokenizer, prep)
+    res = kcurve.k_curve(evaluate, scores, ks, draws=draws, log=log)
+    res["scores"] = scores.round(5).tolist()
+    res["parse_fail"] = base.parse_rate
+    return res
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import argparse
+
+    from vrh_lmms.demo.train import load_demo_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("checkpoint")
+    ap.add_argument("--n", type=int, default=200, help="held-out scenes (and recall examples) per evaluation")
+    ap.add_argument("--n-score", type=int, default=64, help="other held-out scenes for the head scores")
+    ap.add_argument("--draws", type=int, default=10)
+    ap.add_argument("--ks", default=None, help="comma-separated k values (default 1..N/4)")
+    ap.add_argument("--pairs", type=int, default=8, help="recall pairs")
+    ap.add_argument("--no-grounding", action="store_true")
+    ap.add_argument("--no-recall", action="store_true")
+    ap.add_argument("--out", default=None, help="folder for protocol.json and plots (default: the checkpoint)")
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model, processor, spec = load_demo_model(args.checkpoint)
+    n_layers, n_heads, _ = probe.geometry(model)
+    ks = [int(k) for k in args.ks.split(",")] if args.ks else kcurve.default_ks(n_layers * n_heads)
+    out = Path(args.out or args.checkpoint)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "protocol.json"
+    result: dict = json.loads(path.read_text()) if path.is_file() else {}
+    say = lambda s: print(s, flush=True)  # noqa: E731
+    t0 = time.time()
+    if not args.no_recall:
+        say("recall k-curve")
+        result["recall"] = recall_curve(model, processor.tokenizer, args.n, args.pairs, ks, args.draws, say)
+        kcurve.plot_k_curve(result["recall"], out / "kcurve_recall.png", f"recall ({args.pairs} pairs)")
+        say("recall: " + _fmt(result["recall"]))
+    if not args.no_grounding:
+        say("grounding k-curve")
+        result["grounding"] = grounding_curve(model, processor, spec, args.n, args.n_score, ks, args.draws, say)
+        kcurve.plot_k_curve(result["grounding"], out / "kcurve_grounding.png", "grounding Acc@0.5")
+        say("grounding: " + _fmt(result["grounding"]))
+    result["seconds"] = time.time() - t0
+    path.write_text(json.dumps(result, indent=1))
+    say(f"wrote {path} ({result['seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
