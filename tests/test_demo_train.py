@@ -13,7 +13,7 @@ from vrh_lmms.demo.probe import held_out_scenes
 from vrh_lmms.demo.sequences import TurnEncoder, collate
 from vrh_lmms.demo.spec import DemoSpec
 from vrh_lmms.demo.text_tasks import TEXT_TASKS, TextTaskConfig, make_example
-from vrh_lmms.demo.train import Design, load_backbone, make_tokenizer, train
+from vrh_lmms.demo.train import Design, checkpoint_state, load_backbone, make_tokenizer, train
 from vrh_lmms.demo.visual_tasks import VISUAL_TASKS, ground, questions, unique_referents, vqa
 from vrh_lmms.tiny import qwen2_5_vl as tiny
 
@@ -24,8 +24,8 @@ MICRO = Design(
     name="micro", spec=SPEC,
     text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4),
     vision=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, fullatt_block_indexes=[0]),
-    text_steps=6, align_steps=4, joint_steps=6, text_batch=8, vis_batch=8, lr=3e-3, warmup=2, eval_every=6,
-    eval_n=8, head_drop=0.05, recall_ramp=4,
+    text_phases=((4, ("recall", "copy"), 2), (2, (), 0)), align_steps=4, joint_steps=6, text_batch=8, vis_batch=8, lr=3e-3, warmup=2, eval_every=6,
+    eval_n=8, head_drop=0.05,
 )
 
 
@@ -128,26 +128,25 @@ def test_training_reduces_loss_and_is_deterministic(tmp_path):
     a = train(MICRO, tmp_path / "a", seed=3, log=lambda s: None)
     b = train(MICRO, tmp_path / "b", seed=3, log=lambda s: None)
     assert [h["loss"] for h in a["history"]] == [h["loss"] for h in b["history"]]
-    assert [h["phase"] for h in a["history"]] == ["text", "align", "joint"]
+    assert [h["phase"] for h in a["history"]] == ["text0", "text1", "align", "joint"]
     from safetensors.torch import load_file
 
     wa, wb = load_file(tmp_path / "a" / "model.safetensors"), load_file(tmp_path / "b" / "model.safetensors")
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
     for rel in ("demo_spec.json", "tokenizer_config.json", "backbone/model.safetensors", "train_design.json"):
         assert (tmp_path / "a" / rel).exists(), rel
-    longer = train(replace(MICRO, text_steps=40, align_steps=0, joint_steps=0, eval_every=40), tmp_path / "c",
+    longer = train(replace(MICRO, text_phases=((40, (), 0),), align_steps=0, joint_steps=0, eval_every=40),
+                   tmp_path / "c",
                    seed=3, log=lambda s: None)
     assert longer["history"][-1]["loss"] < a["history"][0]["loss"]
 
 
 def test_align_phase_leaves_the_backbone_untouched(tmp_path):
     """Frozen backbone in `align`: only vision weights move; a shared backbone loads into another vision seed."""
-    from safetensors.torch import load_file
-
     train(replace(MICRO, align_steps=0, joint_steps=0), tmp_path / "t", seed=1, log=lambda s: None)
     back = tmp_path / "t" / "backbone"
     train(replace(MICRO, joint_steps=0), tmp_path / "v", seed=1, backbone=back, vision_seed=7, log=lambda s: None)
-    before, after = load_file(back / "model.safetensors"), load_file(tmp_path / "v" / "model.safetensors")
+    before, after = checkpoint_state(back), checkpoint_state(tmp_path / "v")
     moved = [k for k in after if not torch.equal(before[k], after[k])]
     assert moved and all(k.startswith("model.visual.") for k in moved)
     from vrh_lmms.demo.train import build_model
@@ -155,3 +154,21 @@ def test_align_phase_leaves_the_backbone_untouched(tmp_path):
     other = build_model(MICRO, make_tokenizer(), seed=0)
     load_backbone(other, back)
     assert torch.equal(other.lm_head.weight, before["lm_head.weight"])
+    with pytest.raises(ValueError, match="does not match"):
+        load_backbone(build_model(replace(MICRO, text={**MICRO.text, "num_hidden_layers": 3}), make_tokenizer(), 0),
+                      back)
+
+
+def test_continuing_after_a_phase_equals_the_uninterrupted_run(tmp_path):
+    """Every phase starts a fresh optimizer and data are functions of (seed, phase, step): a run continued from
+    the checkpoint saved after `text0` ends with bit-identical weights."""
+    from safetensors.torch import load_file
+
+    design = replace(MICRO, head_drop=0.0)
+    train(design, tmp_path / "full", seed=2, log=lambda s: None)
+    train(design, tmp_path / "cont", seed=2, init=tmp_path / "full" / "phases" / "text0", after="text0",
+          log=lambda s: None)
+    wa, wb = load_file(tmp_path / "full" / "model.safetensors"), load_file(tmp_path / "cont" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    with pytest.raises(ValueError, match="must name a phase"):
+        train(design, tmp_path / "bad", seed=2, init=tmp_path / "full", after="nosuch", log=lambda s: None)

@@ -22,16 +22,23 @@ TEXT_6x16 = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=6, nu
 VISION = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, fullatt_block_indexes=[0, 1],
               window_size=112)
 
-# p1: text-pretrained backbone (recall, records, copy, sort, count, add), then vision + projector aligned to the
-# frozen backbone, then joint training with a third of the batches text; image first; no head dropout. Rope theta
-# 1e4: with 8-dim heads only two rotary pairs carry text position, and theta 1e6 makes the second one too slow to
-# tell offset 1 from offset 7, which previous-token (induction) heads need; image tokens use the h/w sections.
+# p1: text-pretrained backbone (recall, records, copy, sort, count, add; recall pairs ramped 2 -> 8 over 2000
+# steps), then vision + projector aligned to the frozen backbone, then joint training with a third of the batches
+# text; image first; no head dropout. Rope theta 1e4: with 8-dim heads only two rotary pairs carry text position,
+# and theta 1e6 makes the second one too slow to tell offset 1 from offset 7, which previous-token (induction) heads
+# need; image tokens use the h/w sections. Recall examples carry 8 practice queries (multi-query recall).
 _P1 = Design(name="p1", spec=DemoSpec(image_size=168, coord_bin=4, scene=SCENE), text=TEXT_6x16, vision=VISION,
-             text_steps=4000, align_steps=1000, joint_steps=3000, rope_theta=1e4,
+             text_phases=((4000, (), 2000),), align_steps=1000, joint_steps=3000, rope_theta=1e4,
              task_weights=dict(recall=2.0, records=2.0), text_config=dict(recall_practice=8))
+# p2: recall alone first (3000 steps, 2 -> 8 pairs over 1000), then all text tasks (2000 steps), then as p1.
+_P2 = replace(_P1, name="p2", text_phases=((3000, ("recall",), 1000), (2000, (), 0)))
+# p3: p2, with recall answers restating the key from the mixed phase on (`kq vq`): the value is then predicted at a
+# key token, like the practice queries that recall-first training taught (100/96/89/76% at 2/4/6/8 pairs), where
+# the value alone, four tokens after the key, lagged (41% at 8 pairs).
+_P3 = replace(_P1, name="p3", text_phases=((3000, ("recall",), 1000), (2000, (), 0, {"recall_restate": True})))
 
-DESIGNS: dict[str, Design] = {d.name: d for d in [_P1]}
-DESIGNS["demo"] = replace(_P1, name="demo")
+DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3]}
+DESIGNS["demo"] = replace(_P3, name="demo")
 
 
 def get_design(name: str, **overrides) -> Design:

@@ -147,6 +147,19 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
     return acc
 
 
+def plot_acceptance_curve(acc: Acceptance, layers: int, heads: int, path: Path) -> Path:
+    """The demo's k-curve: top-k, random-k and layer-matched random-k drops against k, from the sweep's samples."""
+    from vrh_lmms.demo.kcurve import plot_k_curve
+
+    rows = [{"k": r["k"], "top_drop": 100 * r["topk_drop"],
+             "random_drops": [100 * d for d in r["random_drops"]],
+             "layer_matched_drops": [100 * d for d in r["layer_matched_drops"]]}
+            for r in acc.rows if r["random_drops"] and r["layer_matched_drops"]]
+    plot_k_curve({"rows": rows, "layers": layers, "heads": heads}, path,
+                 f"demo: Acc@0.5 drops on {acc.n_eval} held-out scenes (baseline {acc.baseline_acc:.1%})")
+    return path
+
+
 def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1%}"
 
@@ -220,7 +233,7 @@ def demo_layout(out: Path) -> owned.Layout:
     return {**discovery_layout(out / "heads.json"), "data": synth_cache, "sweep": owned.folder_of(SWEEP_LAYOUT),
             "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
-            "demo_summary.md": owned.is_file}
+            "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file}
 
 
 def _finished_anything(out: Path) -> bool:
@@ -304,6 +317,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         append_to_report(out / "report", out / "steer", out / "patch")
         intervention_summary = intervention_figures(out) | {"seconds": t_interventions}
     acc = acceptance_figures(out / "sweep", ks, settings.n_resamples)
+    plot_acceptance_curve(acc, geometry.layers, geometry.heads, out / "kcurve.png")
     seconds = time.time() - started
     summary = {"model": str(model), "geometry": geometry.to_dict(), "settings": asdict(settings) | {"ks": ks},
                "acceptance": acc.to_dict(),
@@ -314,6 +328,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     markdown = summary_markdown(acc, geometry.total_heads, seconds)
     if intervention_summary is not None:
         markdown += interventions_markdown(intervention_summary)
+    markdown += "\n![k-curve](kcurve.png)\n"
     (out / "demo_summary.md").write_text(markdown)
     say(markdown)
     return summary

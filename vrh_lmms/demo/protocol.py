@@ -24,10 +24,22 @@ def _fmt(result: dict) -> str:
             f"criteria met at k = {hits if hits else 'none'}")
 
 
-def recall_curve(model, tokenizer, n: int, pairs: int, ks: Sequence[int], draws: int, log) -> dict:
+def trained_text_config(checkpoint) -> "TextTaskConfig":
+    """The text-task settings the checkpoint ended its training with (defaults if it has no design file)."""
+    from vrh_lmms.demo.text_tasks import TextTaskConfig
+    from vrh_lmms.demo.train import DESIGN_FILE, Design, phases_of
+
+    path = Path(checkpoint) / DESIGN_FILE
+    if not path.is_file():
+        return TextTaskConfig()
+    design = Design.from_dict(json.loads(path.read_text())["design"])
+    return TextTaskConfig(**phases_of(design)[-1]["text_config"])
+
+
+def recall_curve(model, tokenizer, cfg, n: int, pairs: int, ks: Sequence[int], draws: int, log) -> dict:
     from vrh_lmms.demo.text_probe import RecallProbe, recall_examples
 
-    rp = RecallProbe(model, tokenizer, recall_examples(n, pairs))
+    rp = RecallProbe(model, tokenizer, recall_examples(n, pairs, cfg))
     scores = rp.scores()
     res = kcurve.k_curve(rp.evaluate, scores, ks, draws=draws, log=log)
     res["scores"] = scores.round(5).tolist()
@@ -81,7 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.time()
     if not args.no_recall:
         say("recall k-curve")
-        result["recall"] = recall_curve(model, processor.tokenizer, args.n, args.pairs, ks, args.draws, say)
+        cfg = trained_text_config(args.checkpoint)
+        result["recall"] = recall_curve(model, processor.tokenizer, cfg, args.n, args.pairs, ks, args.draws, say)
         kcurve.plot_k_curve(result["recall"], out / "kcurve_recall.png", f"recall ({args.pairs} pairs)")
         say("recall: " + _fmt(result["recall"]))
     if not args.no_grounding:

@@ -20,12 +20,15 @@ RECALL_SEED = 424_242
 
 
 def recall_examples(n: int, pairs: int, cfg: TextTaskConfig | None = None) -> list[Example]:
+    """Held-out recall questions in the format the model was trained on (practice queries, restated key)."""
     rng = np.random.default_rng(RECALL_SEED)
     return [recall(rng, cfg or TextTaskConfig(), pairs) for _ in range(n)]
 
 
 class RecallProbe:
-    """Teacher-forced recall exact match under head ablations, and attention scores on the queried pair."""
+    """Teacher-forced recall exact match under head ablations, and attention scores on the queried pair.
+
+    Practice queries in the prompt are context only here: correctness and scores concern the final answer."""
 
     def __init__(self, model, tokenizer, examples: Sequence[Example], batch_size: int = 128):
         self.model = model
@@ -38,7 +41,8 @@ class RecallProbe:
             b = collate(enc, turns.pad_id)
             b["kind"] = "text"
             b["tasks"] = [e.task for e in chunk]
-            b["query_rows"] = torch.tensor([s.answer_start - 1 for s in enc])
+            # the row predicting the value: the last prompt row, or the restated key's row
+            b["query_rows"] = torch.tensor([s.answer_start - 2 + len(e.answer) for s, e in zip(enc, chunk)])
             b["target_pos"] = [[offset + t for t in e.targets] for e in chunk]
             self.batches.append(b)
 

@@ -45,6 +45,11 @@ class TextTaskConfig:
 
     recall_pairs: int = 8
     recall_practice: int = 0  # practice queries per recall example (multi-query recall in the prompt)
+    # True: the answer restates the key before its value (`kq vq`), so the value is predicted at a key token, as
+    # the practice queries are; False: the answer is the value alone
+    recall_restate: bool = False
+    recall_keys: int = 0  # size of the key alphabet (0: all RECALL_KEYS)
+    recall_value_max: int = 0  # largest recall value (0: value_max)
     value_max: int = 99
     copy_len: tuple[int, int] = (3, 7)
     sort_len: tuple[int, int] = (3, 6)
@@ -57,15 +62,16 @@ class TextTaskConfig:
 
 def recall(rng: np.random.Generator, cfg: TextTaskConfig, pairs: int | None = None, practice: int | None = None
            ) -> Example:
-    """`recall : k1 v1 , k2 v2 , ... . ka va kb vb ... key kq ?` -> `vq` (distinct keys, values may repeat).
+    """`recall : k1 v1 , k2 v2 , ... . ka va kb vb ... key kq ?` -> `vq` or `kq vq` (distinct keys).
 
     The practice queries `ka va ...` (keys other than kq, drawn with replacement; `practice` of them, default
     `cfg.recall_practice`) are multi-query associative recall inside the prompt: their values are predicted too
     (`prompt_loss`), so every example carries many recall targets instead of one.
     """
     n = int(pairs or rng.integers(2, cfg.recall_pairs + 1))
-    keys = [RECALL_KEYS[i] for i in rng.choice(len(RECALL_KEYS), size=n, replace=False)]
-    values = [str(v) for v in rng.integers(0, cfg.value_max + 1, size=n)]
+    pool = RECALL_KEYS[: cfg.recall_keys or len(RECALL_KEYS)]
+    keys = [pool[i] for i in rng.choice(len(pool), size=n, replace=False)]
+    values = [str(v) for v in rng.integers(0, (cfg.recall_value_max or cfg.value_max) + 1, size=n)]
     q = int(rng.integers(n))
     words = ["recall", ":"]
     targets = []
@@ -84,7 +90,8 @@ def recall(rng: np.random.Generator, cfg: TextTaskConfig, pairs: int | None = No
         loss.append(len(words))
         words.append(values[int(i)])
     words += ["key", keys[q], "?"]
-    return Example("recall", words, [values[q]], targets, loss)
+    answer = [keys[q], values[q]] if cfg.recall_restate else [values[q]]
+    return Example("recall", words, answer, targets, loss)
 
 
 def records(rng: np.random.Generator, cfg: TextTaskConfig) -> Example:

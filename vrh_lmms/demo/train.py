@@ -40,7 +40,7 @@ from vrh_lmms.tiny.common import save_checkpoint, seeded
 
 DESIGN_FILE = "train_design.json"
 BACKBONE_DIR = "backbone"
-PHASES = ("text", "align", "joint")
+PHASES_DIR = "phases"
 EVAL_SEED = 987_654  # held-out text examples and VQA questions: the same for every training seed
 
 
@@ -58,8 +58,10 @@ class Design:
     text_tasks: tuple = TEXT_TASKS
     text_config: dict[str, Any] = field(default_factory=dict)  # TextTaskConfig overrides
     task_weights: dict[str, float] = field(default_factory=dict)  # sampling weight of each text task (default 1)
-    # phase lengths (steps); 0 skips a phase
-    text_steps: int = 4000
+    # text phases, run in order: (steps, text tasks (empty: all of text_tasks), recall ramp in steps[, text_config
+    # overrides for this phase and every later one]); then the visual phases' lengths. 0 steps skips a phase.
+    # Every phase starts a fresh optimizer and its own schedule.
+    text_phases: tuple = ((4000, (), 2000),)
     align_steps: int = 1000
     joint_steps: int = 3000
     text_batch: int = 64
@@ -67,7 +69,6 @@ class Design:
     questions_per_image: int = 2
     vqa_share: float = 0.5  # share of visual questions that are VQA rather than grounding
     text_share: float = 1 / 3  # share of batches in the joint phase that are text
-    recall_ramp: int = 2000  # text steps over which recall grows from 2 pairs to text_config's recall_pairs
     lr: float = 2e-3
     lm_lr: float = 5e-4  # backbone rate in the joint phase
     warmup: int = 100
@@ -102,6 +103,8 @@ class Design:
         for key in ("mrope_section", "text_tasks"):
             if key in data:
                 data[key] = tuple(data[key])
+        if "text_phases" in data:
+            data["text_phases"] = tuple((int(p[0]), tuple(p[1]), int(p[2]), *p[3:]) for p in data["text_phases"])
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
 
@@ -129,16 +132,21 @@ def is_vision_param(name: str) -> bool:
     return name.startswith("model.visual.")
 
 
+def checkpoint_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """A saved checkpoint's weights under the live model's parameter names (`save_pretrained` writes the original
+    hub key layout, which only `from_pretrained` maps back)."""
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    return Qwen2_5_VLForConditionalGeneration.from_pretrained(str(path), dtype=torch.float32).state_dict()
+
+
 def load_backbone(model, backbone: str | Path) -> None:
     """Copy a text-pretrained checkpoint's language model, embeddings and head into `model` (vision untouched)."""
-    from safetensors.torch import load_file
-
-    weights = load_file(str(Path(backbone) / "model.safetensors"))
     own = model.state_dict()
-    text = {k: v for k, v in weights.items() if not is_vision_param(k)}
-    missing = [k for k in own if not is_vision_param(k) and k not in text]
-    if missing or any(own[k].shape != v.shape for k, v in text.items() if k in own):
-        raise ValueError(f"backbone {backbone} does not match this design's text geometry (e.g. {missing[:2]})")
+    text = {k: v for k, v in checkpoint_state(backbone).items() if not is_vision_param(k)}
+    bad = [k for k in own if not is_vision_param(k) and (k not in text or text[k].shape != own[k].shape)]
+    if bad:
+        raise ValueError(f"backbone {backbone} does not match this design's text geometry (e.g. {bad[:2]})")
     model.load_state_dict(text, strict=False)
 
 
@@ -147,7 +155,7 @@ def load_backbone(model, backbone: str | Path) -> None:
 
 def train_scene(seed: int, step: int, i: int, spec: DemoSpec) -> Scene:
     """Scene i of visual step `step` for this training seed (never overlaps the held-out stream)."""
-    return generate_scene(seed * 1_000_000_000 + step * 1000 + i, TRAIN_SCENE_SEED, spec.scene_config())
+    return generate_scene(seed * 10**12 + step * 1000 + i, TRAIN_SCENE_SEED, spec.scene_config())
 
 
 class BatchMaker:
@@ -156,17 +164,16 @@ class BatchMaker:
     def __init__(self, design: Design, turns: TurnEncoder, pixels: FastEncoder, seed: int):
         self.design, self.turns, self.pixels, self.seed = design, turns, pixels, seed
 
-    def recall_pairs(self, text_step: int) -> int:
-        d, top = self.design, self.design.task_config.recall_pairs
-        if d.recall_ramp <= 0:
-            return top
-        return int(min(top, 2 + (top - 2) * text_step / d.recall_ramp))
+    def recall_pairs(self, step: int, ramp: int) -> int:
+        """Recall pairs allowed at this step: from 2 up to the task config's `recall_pairs` over `ramp` steps."""
+        top = self.design.task_config.recall_pairs
+        return top if ramp <= 0 else int(min(top, 2 + (top - 2) * step / ramp))
 
     def text(self, step: int, recall_pairs: int, batch: int | None = None, seed_key: int = 11,
-             mixed: bool = False) -> dict:
+             mixed: bool = False, tasks: tuple = ()) -> dict:
         """A text batch: one task per training batch (similar lengths, little padding), or all tasks mixed."""
         d = self.design
-        tasks = d.text_tasks
+        tasks = tasks or d.text_tasks
         if not mixed:
             w = np.array([d.task_weights.get(t, 1.0) for t in tasks], dtype=float)
             pick = np.random.default_rng([self.seed, step, seed_key, 1]).choice(len(tasks), p=w / w.sum())
@@ -335,12 +342,29 @@ def _param_groups(model, design: Design) -> list[dict]:
             for (vision, decay), ps in groups.items()]
 
 
-def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Path | None = None,
-          vision_seed: int | None = None, threads: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the design's phases and save the checkpoint (and, after the text phase, the backbone on its own).
+def phases_of(design: Design) -> list[dict[str, Any]]:
+    """The design's phases in order: name, kind (text / align / joint), steps and, for text, tasks and ramp."""
+    out, config = [], dict(design.text_config)
+    for i, (n, t, r, *more) in enumerate(design.text_phases):
+        config |= more[0] if more else {}
+        out.append({"name": f"text{i}", "kind": "text", "steps": n, "tasks": tuple(t) or design.text_tasks,
+                    "ramp": r, "text_config": dict(config)})
+    out.append({"name": "align", "kind": "align", "steps": design.align_steps, "text_config": config})
+    out.append({"name": "joint", "kind": "joint", "steps": design.joint_steps, "text_config": config})
+    return out
 
-    With `backbone` the text phase is skipped and its weights are loaded; `vision_seed` (default `seed`) fixes
-    the vision tower's init and the visual data stream, so two VLMs can share one backbone.
+
+def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Path | None = None,
+          init: str | Path | None = None, after: str | None = None, vision_seed: int | None = None,
+          threads: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the design's phases; save the checkpoint, each phase's end state under `phases/<name>/` and, after the
+    last text phase, the text-pretrained backbone under `backbone/`.
+
+    `backbone`: load a text-pretrained checkpoint's language weights and run only the visual phases; with
+    `vision_seed` (default `seed`: the vision tower's init and the visual data) two VLMs can share one backbone.
+    `init` + `after`: continue a run of this design and seed from the checkpoint saved at the end of phase `after`
+    (every phase starts a fresh optimizer, and data are functions of (seed, phase, step), so this is exactly the
+    uninterrupted run).
     """
     torch.set_num_threads(threads)
     out = Path(out_dir)
@@ -350,53 +374,60 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     processor = tiny.make_processor(tokenizer, min_pixels=spec.pixels, max_pixels=spec.pixels)
     vseed = seed if vision_seed is None else vision_seed
     model = build_model(design, tokenizer, seed)
+    phases = phases_of(design)
+    names = [p["name"] for p in phases]
+    if init is not None:
+        if after not in names:
+            raise ValueError(f"--after must name a phase of design {design.name}: {', '.join(names)}")
+        model.load_state_dict(checkpoint_state(init))
+        phases = phases[names.index(after) + 1:]
     if backbone is not None:
         load_backbone(model, backbone)
-    if vseed != seed:
+        phases = [p for p in phases if p["kind"] != "text"]
+    if vseed != seed and (backbone is not None or init is None):
         model.model.visual.load_state_dict(build_model(design, tokenizer, vseed).model.visual.state_dict())
     from vrh_lmms.demo.probe import held_out_scenes
 
     encoder = FastEncoder(processor, spec, held_out_scenes(spec, 1)[0])
     turns = TurnEncoder(tokenizer, int(encoder.grid_thw.prod()) // (encoder.merge ** 2))
     maker = BatchMaker(design, turns, encoder, vseed)
-    text_maker = BatchMaker(design, turns, encoder, seed)
     gen = torch.Generator().manual_seed(vseed)
     drop = HeadDrop(model, design.head_drop, gen)
-    opt = torch.optim.AdamW(_param_groups(model, design), lr=design.lr, betas=(0.9, 0.98))
     n_params = sum(p.numel() for p in model.parameters())
     spec.save(out)
     log_f = (out / "train_log.jsonl").open("a")
     t0 = time.time()
     history: list[dict[str, Any]] = []
-    phases = [("text", 0 if backbone is not None else design.text_steps), ("align", design.align_steps),
-              ("joint", design.joint_steps)]
     log(f"[{design.name} seed {seed}/{vseed}] {n_params / 1e6:.2f}M params, phases "
-        + ", ".join(f"{p} {n}" for p, n in phases))
-    visual_step = 0
-    for phase, steps in phases:
+        + ", ".join(f"{p['name']} {p['steps']}" for p in phases))
+    pairs = design.task_config.recall_pairs
+    last_text = max((i for i, p in enumerate(phases_of(design)) if p["kind"] == "text"), default=None)
+    for phase in phases:
+        kind, steps, index = phase["kind"], phase["steps"], names.index(phase["name"])
         if steps <= 0:
             continue
-        evaluator = Evaluator(design, text_maker, tokenizer, encoder, with_visual=phase != "text")
+        phase_design = replace(design, text_config=phase["text_config"])
+        text_maker = BatchMaker(phase_design, turns, encoder, seed)
+        evaluator = Evaluator(phase_design, text_maker, tokenizer, encoder, with_visual=kind != "text")
         for name, p in model.named_parameters():
-            p.requires_grad_(phase == "joint" or (phase == "text") != is_vision_param(name))
-        v0 = visual_step
-        pairs = design.task_config.recall_pairs
+            p.requires_grad_(kind == "joint" or (kind == "text") != is_vision_param(name))
+        opt = torch.optim.AdamW(_param_groups(model, design), lr=design.lr, betas=(0.9, 0.98))
 
-        def make(step: int, phase=phase, v0=v0) -> dict:
-            if phase == "text":
-                return text_maker.text(step, text_maker.recall_pairs(step))
-            if phase == "joint" and np.random.default_rng([seed, step, 5]).random() < design.text_share:
+        def make(step: int, phase=phase, index=index, text_maker=text_maker) -> dict:
+            if phase["kind"] == "text":  # phase 0 keeps step numbering from 0; later phases get their own stream
+                s = 1_000_000 * index + step
+                return text_maker.text(s, text_maker.recall_pairs(step, phase["ramp"]), tasks=phase["tasks"])
+            if phase["kind"] == "joint" and np.random.default_rng([seed, step, 5]).random() < design.text_share:
                 return text_maker.text(10_000_000 + step, pairs)
-            return maker.visual(v0 + step)
+            return maker.visual(1_000_000 * index + step)
 
         batches = Prefetch(make, 0, steps)
         running: list[float] = []
         for step in range(steps):
             batch = next(batches)
-            visual_step += batch["kind"] == "visual"
             f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
             for g in opt.param_groups:
-                base = design.lm_lr if (phase == "joint" and not g["vision"]) else design.lr
+                base = design.lm_lr if (kind == "joint" and not g["vision"]) else design.lr
                 g["lr"] = base * f
             drop.active = True
             logits = answer_logits(model, batch)
@@ -408,7 +439,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             opt.step()
             running.append(float(loss.detach()))
             if (step + 1) % design.eval_every == 0 or step + 1 == steps:
-                rec = {"phase": phase, "step": step + 1, "loss": float(np.mean(running)),
+                rec = {"phase": phase["name"], "step": step + 1, "loss": float(np.mean(running)),
                        "seconds": time.time() - t0, **evaluator(model)}
                 running = []
                 history.append(rec)
@@ -418,14 +449,17 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                     f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in rec.items()))
                 save_checkpoint(out, model.eval(), processor, tokenizer)  # the latest weights, for probing mid-run
                 model.train()
-        if phase == "text":
-            save_checkpoint(out / BACKBONE_DIR, model.eval(), processor, tokenizer)
-            model.train()
+        model.eval()
+        save_checkpoint(out / PHASES_DIR / phase["name"], model, processor, tokenizer)
+        if index == last_text:
+            save_checkpoint(out / BACKBONE_DIR, model, processor, tokenizer)
+        model.train()
     log_f.close()
     model.eval()
     save_checkpoint(out, model, processor, tokenizer)
     summary = {"design": design.to_dict(), "seed": seed, "vision_seed": vseed,
-               "backbone": str(backbone) if backbone else None, "params": n_params, "seconds": time.time() - t0,
+               "backbone": str(backbone) if backbone else None, "init": str(init) if init else None,
+               "after": after, "params": n_params, "seconds": time.time() - t0,
                "final": history[-1] if history else None, "torch_threads": threads, "history": history}
     (out / DESIGN_FILE).write_text(json.dumps(summary, indent=2) + "\n")
     return summary
@@ -453,10 +487,13 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--vision-seed", type=int, default=None)
     ap.add_argument("--backbone", default=None)
+    ap.add_argument("--init", default=None, help="checkpoint saved at the end of phase --after of this design")
+    ap.add_argument("--after", default=None)
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args(argv)
-    train(get_design(args.design), args.out, args.seed, backbone=args.backbone, vision_seed=args.vision_seed,
+    train(get_design(args.design), args.out, args.seed, backbone=args.backbone, init=args.init, after=args.after,
+          vision_seed=args.vision_seed,
           threads=args.threads, log=lambda s: print(s, flush=True))
     return 0
 
