@@ -38,6 +38,8 @@ def test_demo_writes_report_and_summary(demo_run):
     for rel in ("heads.json", "sweep/sweep.json", "report/report.md", "report/report.json", "demo_summary.json"):
         assert (out / rel).is_file(), rel
     assert list((out / "report" / "plots").glob("*.png"))
+    assert (out / "kcurve.png").stat().st_size > 1000
+    assert "![k-curve](kcurve.png)" in (out / "demo_summary.md").read_text()
     assert json.loads((out / "sweep" / "sweep.json").read_text())["pack"] > 1, "the demo packs configurations"
 
 

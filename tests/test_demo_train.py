@@ -24,8 +24,8 @@ MICRO = Design(
     name="micro", spec=SPEC,
     text=dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4),
     vision=dict(depth=1, hidden_size=16, intermediate_size=32, num_heads=2, fullatt_block_indexes=[0]),
-    text_phases=((4, ("recall", "copy"), 2), (2, (), 0)), align_steps=4, joint_steps=6, text_batch=8, vis_batch=8, lr=3e-3, warmup=2, eval_every=6,
-    eval_n=8, head_drop=0.05,
+    text_phases=((4, ("recall", "copy"), 2), (2, (), 0)), align_steps=4, joint_steps=6, text_batch=8, vis_batch=8,
+    lr=3e-3, warmup=2, eval_every=6, eval_n=8, head_drop=0.05,
 )
 
 

@@ -10,12 +10,15 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from vrh_lmms.demo import kcurve, probe
 from vrh_lmms.demo.data import FastEncoder
+
+if TYPE_CHECKING:
+    from vrh_lmms.demo.text_tasks import TextTaskConfig
 
 
 def _fmt(result: dict) -> str:

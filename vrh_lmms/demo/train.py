@@ -310,7 +310,8 @@ class Evaluator:
         # held-out recall asks one question per example (no practice queries), as the recall probe does
         plain = replace(design, text_config={**design.text_config, "recall_practice": 0})
         fixed = BatchMaker(plain, maker.turns, maker.pixels, EVAL_SEED)
-        self.text = fixed.text(0, cfg.recall_pairs, batch=4 * n, seed_key=99, mixed=True)  # seed_key 99: never a training key
+        # seed_key 99: never a training key
+        self.text = fixed.text(0, cfg.recall_pairs, batch=4 * n, seed_key=99, mixed=True)
         self.visual = self.grounding = None
         if with_visual:
             scenes = probe.held_out_scenes(design.spec, n, start=200_000)
