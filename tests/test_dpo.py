@@ -154,6 +154,19 @@ def test_ground_truth_reads_back_in_every_convention(name):
     assert iou(get_convention(name).read_box(text, size).box, box) > 0.9
 
 
+def test_paligemma_ground_truth_bins_invert_the_decoder():
+    """big_vision's evaluators decode <locNNNN> as NNNN / 1023 * size (vrh_lmms/boxes/spaces.py, `loc1023`), so the
+    written ground truth is the nearest bin, y first, and reads back within half a bin on every edge."""
+    box, size = [30.5, 40.2, 300.7, 479.0], [640, 480]
+    text = format_ground_truth_box("paligemma", box, size, "the red dog")
+    bins = [round(box[1] / 480 * 1023), round(box[0] / 640 * 1023), round(box[3] / 480 * 1023),
+            round(box[2] / 640 * 1023)]
+    assert text == "".join(f"<loc{b:04d}>" for b in bins) + " the red dog"
+    back = get_convention("paligemma").read_box(text, size).box
+    half_bin = [640 / 1023 / 2, 480 / 1023 / 2] * 2
+    assert all(abs(a - b) <= h + 1e-9 for a, b, h in zip(back, box, half_bin))
+
+
 def test_pointing_without_correct_baseline_is_skipped_and_full_reply_is_used(tmp_path, capsys):
     """Pointing records carry no writable ground truth; `filtered_resps` (complete) wins over the truncated raw."""
     def point(doc_id: int, status: str, reply: str) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_wrappers_remote import StandInVLM, _config, _qwen2
 from test_wrappers_support import recorded_generate, run
 
 from vrh_lmms.capture.extras import layout_extras
@@ -118,31 +117,11 @@ def test_remote_tiling_reproduces_lmms_eval_dynamic_preprocess(monkeypatch):
     assert tuple(get_optimal_tiled_canvas((1080, 1920), (448, 448), 1, 12)) == (4, 2)
 
 
-class InternVLChatStandIn(StandInVLM):
-    """InternVLChatModel's chat() as published (OpenGVLab modeling_internvl_chat.py): `<image>` becomes `<img>` +
-    `<IMG_CONTEXT>` x num_image_token x tiles + `</img>`, then self.generate(pixel_values=..., input_ids=...)."""
-
-    returns_prompt = False
-    num_image_token = 256
-
-    def chat(self, tokenizer, pixel_values, question, generation_config, history=None, return_history=False,
-             num_patches_list=None, **kwargs):
-        if pixel_values is not None and "<image>" not in question:
-            question = "<image>\n" + question
-        num_patches_list = num_patches_list or ([pixel_values.shape[0]] if pixel_values is not None else [])
-        query = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
-                                              add_generation_prompt=True)
-        for n in num_patches_list:
-            query = query.replace("<image>", "<img>" + "<IMG_CONTEXT>" * self.num_image_token * n + "</img>", 1)
-        enc = tokenizer(query, return_tensors="pt")
-        out = self.generate(pixel_values=pixel_values, input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                            eos_token_id=tokenizer.eos_token_id, **generation_config)
-        response = tokenizer.batch_decode(out, skip_special_tokens=True)[0]
-        return (response, history) if return_history else response
-
-
 @pytest.fixture
 def internvl3_stand_in(monkeypatch):
+    """lmms-eval's internvl3 backend loading the published-shape InternVLChatModel stand-in (bfloat16, as the
+    backend asks for)."""
+    import internvl_chat_standin
     import lmms_eval.models.simple.internvl3 as iv3
 
     from vrh_lmms.tiny.internvl import make_tokenizer
@@ -152,11 +131,8 @@ def internvl3_stand_in(monkeypatch):
     class FakeAutoModel:
         @staticmethod
         def from_pretrained(path, **kwargs):
-            torch.manual_seed(0)
-            lm = _qwen2(len(tokenizer))
-            config = _config("internvl_chat", llm_config=lm.config, force_image_size=448, downsample_ratio=0.5,
-                             vision_config=_config("intern_vit_6b", image_size=448, patch_size=14))
-            return InternVLChatStandIn(config, lm).float()
+            assert kwargs.get("trust_remote_code") is True
+            return internvl_chat_standin.build(len(tokenizer), dtype=kwargs.get("torch_dtype") or torch.float32)
 
     class FakeAutoTokenizer:
         @staticmethod
@@ -189,3 +165,81 @@ def test_remote_internvl3_layout_follows_its_own_tiling(internvl3_stand_in):
         tiles = [tuple(c) for c, v in zip(tmap.cells.tolist(), tmap.view) if v == "tile"]
         assert len(tiles) == cols * rows * 256 and max(c[2] for c in tiles) == pytest.approx(w)
 
+
+def test_discovery_runs_end_to_end_on_remote_internvl3(internvl3_stand_in, tmp_path, vrh_env, monkeypatch):
+    """Discovery through lmms-eval's `internvl3` backend on an InternVLChatModel whose config, as published, declares
+    no `sub_configs` (the text config is `llm_config`): it captures every doc, writes head scores, and each doc's
+    captured image mass equals the eager attention that the model's own forward returns."""
+    import internvl_chat_standin
+    from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
+
+    from vrh_lmms.capture.remote_logic import internvl_remote_grid
+    from vrh_lmms.discovery.collector import SampleCollector, teacher_forced_inputs
+    from vrh_lmms.discovery.controls import IMAGE_MASS
+    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
+    from vrh_lmms.discovery.store import PartStore
+    from vrh_lmms.heads.heads_file import load_heads_file
+
+    assert not type(internvl_chat_standin.InternVLChatConfig()).sub_configs  # the published shape
+    vrh_env.setenv("VRH_REFCOCO_DATA", str(_refcoco_rows(tmp_path / "refcoco", SIZES)))
+    lm = VRHInternVL3(pretrained="OpenGVLab/InternVL3-1B")
+    model = lm.model
+    assert model.language_model.config is model.config.llm_config and not type(model.config).sub_configs
+    calls = []  # the generate inputs the collector receives from the interceptor
+    collect = SampleCollector.__call__
+    monkeypatch.setattr(SampleCollector, "__call__", lambda self, ctx, tensors, *a, **k: (
+        calls.append(dict(tensors)), collect(self, ctx, tensors, *a, **k))[1])
+    out = tmp_path / "heads.json"
+    run_discovery(DiscoverySpec(model="vrh_internvl3", model_args="pretrained=OpenGVLab/InternVL3-1B",
+                                tasks=["vrh_refcoco_testA"], output=str(out), limit=len(SIZES),
+                                gen_kwargs="max_new_tokens=3"), lm=lm)
+    assert model.config.llm_config._attn_implementation == "eager"  # switched back after every capture
+    hf = load_heads_file(out)
+    g = lm.vrh_decoder.geometry
+    assert hf.scores.shape == (g.layers, g.heads) == (2, 4) and np.isfinite(hf.scores).all()
+    assert np.ptp(hf.scores) > 0.01  # the heads are told apart, not one value everywhere
+    assert len(hf.ranking) == g.layers * g.heads
+    store = PartStore(sidecars(out)["parts"])
+    parts = sorted((store.read(k) for k in store.keys()), key=lambda p: p.meta["doc_id"])
+    assert [p.meta["doc_id"] for p in parts] == list(range(len(SIZES))) and len(calls) == len(SIZES)
+    for part, size, call in zip(parts, SIZES, calls, strict=True):
+        cols, rows = internvl_remote_grid(*size, 448, 1, 12, "set")
+        tiles = cols * rows + (cols * rows > 1)
+        assert part.meta["n_image_tokens"] == tiles * 256 == call["input_ids"].eq(model.img_context_token_id).sum()
+        assert part.meta["n_box_tokens"] >= 1 and part.meta["n_answer"] >= 1
+        # reference: the published forward (image_flags one per tile) with eager attention weights
+        answer = torch.as_tensor(part.answer_ids[:part.meta["n_answer"]])
+        tensors = {k: v for k, v in call.items() if isinstance(v, torch.Tensor)}
+        inputs = teacher_forced_inputs(tensors, answer)
+        is_image = (inputs["input_ids"][0] == model.img_context_token_id).float()
+        with torch.no_grad():
+            att = model(**inputs, image_flags=torch.ones(tiles, 1, dtype=torch.long), output_attentions=True)
+        prompt_len = call["input_ids"].shape[1]
+        out_rows = list(range(prompt_len - 1, prompt_len - 1 + part.meta["n_answer"]))
+        ref = torch.stack([a[0][:, out_rows].float() @ is_image for a in att.attentions]).mean(-1)
+        np.testing.assert_allclose(part.stats[IMAGE_MASS], ref.numpy(), atol=1e-2)  # bfloat16; heads differ by 0.1-0.4
+
+
+def test_text_attention_switch_on_published_internvl_config(monkeypatch):
+    """Without `sub_configs` the switch reaches the submodel that owns `llm_config`; a text model whose attention
+    does not dispatch through AttentionInterface (InternLM2's remote code) is one clear error, not a silent no-op."""
+    import internvl_chat_standin
+    from transformers import Qwen2ForCausalLM
+
+    from vrh_lmms.capture.attention import CAPTURE_IMPL_EAGER, TextAttentionSwitch, text_attention_target
+    from vrh_lmms.errors import VRHError
+
+    model = internvl_chat_standin.build(64)
+    llm = model.config.llm_config
+    assert text_attention_target(model, llm) == (model.language_model, "")
+    switch = TextAttentionSwitch(model)
+    assert switch.on() == "eager" and llm._attn_implementation == CAPTURE_IMPL_EAGER
+    assert model.config._attn_implementation != CAPTURE_IMPL_EAGER  # only the text model switched
+    switch.off()
+    assert llm._attn_implementation == "eager"
+    with pytest.raises(VRHError, match="neither among the sub-configs of InternVLChatConfig nor the config of"):
+        text_attention_target(model, type(llm)(**llm.to_dict()))
+    monkeypatch.setattr(Qwen2ForCausalLM, "_can_set_attn_implementation", classmethod(lambda cls: False))
+    with pytest.raises(VRHError, match="Qwen2ForCausalLM did not switch its text attention.*AttentionInterface"):
+        TextAttentionSwitch(model).on()
+    assert llm._attn_implementation == "eager"

@@ -131,7 +131,7 @@ def format_ground_truth_box(convention: str, gt_box: list[float], image_size: li
     elif name == "deepseek_vl2":
         text = f"<|ref|>{expr}<|/ref|><|det|>[{_ints(raw, 999)}]<|/det|>"
     elif name == "paligemma":
-        x1, y1, x2, y2 = [min(max(int(v), 0), 1023) for v in raw]  # bins: floor(value / size * 1024)
+        x1, y1, x2, y2 = _ints(raw, 1023)  # bins: round(value / size * 1023), the inverse of the /1023 decode
         text = f"<loc{y1:04d}><loc{x1:04d}><loc{y2:04d}><loc{x2:04d}> {expr}"
     elif name == "llava_next":
         text = str(_fracs(raw, 3))

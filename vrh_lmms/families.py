@@ -27,6 +27,9 @@ class Family:
     # box output convention (vrh_lmms.boxes) and image-token layout (vrh_lmms.capture.layouts)
     box_convention: str = "generic"
     layout: str | None = None
+    # inputs the model's forward needs but its generate builds itself, filled in for a teacher-forced forward
+    # (vrh_lmms.discovery.collector.FORWARD_FILLS): InternVLChatModel.forward needs `image_flags`, one per tile
+    forward_fills: tuple[str, ...] = ()
     # transformers class names, for documentation and tiny factories
     hf_class: str | None = None
     remote_code: bool = False
@@ -45,7 +48,7 @@ FAMILIES: dict[str, Family] = {
         Family("internvl_chat", ("internvl_chat",), ("language_model.model.layers",),
                attn_attrs=("attention", "self_attn"), out_attrs=("wo", "o_proj"),
                text_config_paths=("llm_config", "text_config", ""), box_convention="internvl",
-               layout="internvl", remote_code=True),
+               layout="internvl", forward_fills=("image_flags",), remote_code=True),
         Family("llava_next", ("llava_next",), ("model.language_model.layers",), box_convention="llava_next",
                layout="llava_next", hf_class="LlavaNextForConditionalGeneration"),
         Family("paligemma", ("paligemma",), ("model.language_model.layers",), box_convention="paligemma",

@@ -26,7 +26,7 @@ from typing import Protocol
 
 import torch
 from torch import nn
-from transformers import AttentionInterface
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
@@ -235,8 +235,9 @@ AttentionInterface.register(CAPTURE_IMPL_EAGER, _make_function("eager"))
 AttentionMaskInterface.register(CAPTURE_IMPL_EAGER, eager_mask)
 
 
-def text_config_key(config, text_config) -> str:
-    """Dotted sub-config key under which `set_attn_implementation` reaches the text model ("" = top level)."""
+def text_config_key(config, text_config) -> str | None:
+    """Dotted sub-config key under which `set_attn_implementation` reaches the text model ("" = top level), or None
+    where the config does not declare the text config among its `sub_configs`."""
     if text_config is config:
         return ""
     for key in getattr(config, "sub_configs", {}) or {}:
@@ -247,7 +248,25 @@ def text_config_key(config, text_config) -> str:
             inner = text_config_key(sub, text_config)
             if inner:
                 return f"{key}.{inner}"
-    raise VRHError(f"cannot find the text config among the sub-configs of {type(config).__name__}")
+    return None
+
+
+def text_attention_target(model: nn.Module, text_config) -> tuple[nn.Module, str]:
+    """(module, key) such that `module.set_attn_implementation(_nested(key, name))` switches the text model only.
+
+    Composite transformers models declare the text config as a sub-config of the top-level config. Remote-code
+    models often do not: the published InternVLChatConfig keeps `llm_config` as a plain attribute with no
+    `sub_configs`, and `set_attn_implementation` on the top model cannot address it (it would hand the text model
+    the top-level implementation). There the switch goes to the submodel whose config is the text config
+    (InternVLChatModel.language_model, built as `Qwen2ForCausalLM(config.llm_config)`)."""
+    key = text_config_key(model.config, text_config)
+    if key is not None:
+        return model, key
+    for module in model.modules():
+        if module is not model and isinstance(module, PreTrainedModel) and module.config is text_config:
+            return module, ""
+    raise VRHError(f"cannot find the text model of {type(model).__name__}: its text config is neither among the "
+                   f"sub-configs of {type(model.config).__name__} nor the config of one of its submodels")
 
 
 def _nested(key: str, value: str) -> dict | str:
@@ -280,7 +299,7 @@ class TextAttentionSwitch:
     def __init__(self, model: nn.Module, base: str | None = None) -> None:
         self.model = unwrap(model)
         self.decoder = locate_decoder(self.model)
-        self.key = text_config_key(self.model.config, self.decoder.text_config)
+        self.target, self.key = text_attention_target(self.model, self.decoder.text_config)
         self.previous: str | None = None
         self.base = base
         self.active = False
@@ -293,13 +312,20 @@ class TextAttentionSwitch:
         self.base = self.base or choose_base(self.previous, self.decoder.text_config)
         if self.base not in BASES:
             raise VRHError(f"unknown capture base {self.base!r}; use one of {', '.join(BASES)}")
-        self.model.set_attn_implementation(_nested(self.key, BASES[self.base]))
+        self.target.set_attn_implementation(_nested(self.key, BASES[self.base]))
+        if self.decoder.text_config._attn_implementation != BASES[self.base]:
+            # transformers only warns when a model's attention does not dispatch through AttentionInterface
+            self.target.set_attn_implementation(_nested(self.key, self.previous))
+            raise VRHError(f"{type(self.target).__name__} did not switch its text attention to {BASES[self.base]!r}: "
+                           "its attention classes do not run through transformers' AttentionInterface (remote code "
+                           "with its own attention, e.g. InternLM2); attention capture and attention interventions "
+                           "need a text model that does")
         self.active = True
         return self.base
 
     def off(self) -> None:
         if self.active:
-            self.model.set_attn_implementation(_nested(self.key, self.previous))
+            self.target.set_attn_implementation(_nested(self.key, self.previous))
             self.active = False
 
 

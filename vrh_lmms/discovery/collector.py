@@ -27,6 +27,17 @@ SEQUENCE_FILL = {"attention_mask": 1, "token_type_ids": 1, "mm_token_type_ids": 
 DROP = {"position_ids", "cache_position", "labels"}  # no loss is computed; positions are rebuilt
 
 
+def _image_flags(inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
+    """InternVLChatModel.forward keeps the features of tiles flagged 1 (`vit_embeds[image_flags == 1]`); its
+    generate, which the backend calls, uses every tile, so the teacher-forced forward flags every tile."""
+    pixels = inputs.get("pixel_values")
+    return None if pixels is None else torch.ones(pixels.shape[0], 1, dtype=torch.long, device=pixels.device)
+
+
+# Forward inputs a family's generate does without, by the name the family table gives (Family.forward_fills).
+FORWARD_FILLS = {"image_flags": _image_flags}
+
+
 def backend_processor(lm) -> Any:
     for name in ("vrh_processor", "processor", "_processor", "_image_processor", "image_processor"):
         proc = getattr(lm, name, None)
@@ -47,8 +58,11 @@ def stop_token_ids(lm, model) -> set[int]:
     return ids
 
 
-def teacher_forced_inputs(tensors: dict[str, torch.Tensor], answer: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The generate inputs extended by `answer` (1-D ids): one full forward over prompt + answer."""
+def teacher_forced_inputs(tensors: dict[str, torch.Tensor], answer: torch.Tensor,
+                          fills: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
+    """The generate inputs extended by `answer` (1-D ids): one full forward over prompt + answer.
+
+    fills: names in FORWARD_FILLS of inputs the forward needs beside them (the family's `forward_fills`)."""
     prompt_len = tensors["input_ids"].shape[1]
     out = {}
     for key, value in tensors.items():
@@ -63,6 +77,9 @@ def teacher_forced_inputs(tensors: dict[str, torch.Tensor], answer: torch.Tensor
             raise VRHError(f"discovery does not know how to extend the per-token input {key!r} over the answer")
         else:
             out[key] = value
+    for name in fills:
+        if name not in out and (value := FORWARD_FILLS[name](out)) is not None:
+            out[name] = value
     return out
 
 
@@ -113,7 +130,7 @@ class SampleCollector:
         prompt = tensors["input_ids"][0]
         prompt_len = prompt.numel()
         n = answer.numel()
-        inputs = teacher_forced_inputs(tensors, answer)
+        inputs = teacher_forced_inputs(tensors, answer, self.family.forward_fills)
         full = inputs["input_ids"][0].detach().cpu()
         seq_len = full.numel()
         pieces = token_pieces(self.tokenizer, full.tolist())
