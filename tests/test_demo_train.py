@@ -164,11 +164,22 @@ def test_continuing_after_a_phase_equals_the_uninterrupted_run(tmp_path):
     the checkpoint saved after `text0` ends with bit-identical weights."""
     from safetensors.torch import load_file
 
-    design = replace(MICRO, head_drop=0.0)
+    restate = {"recall_restate": True}
+    design = replace(MICRO, head_drop=0.0, text_phases=((4, ("recall", "copy"), 2), (2, (), 0, restate)))
     train(design, tmp_path / "full", seed=2, log=lambda s: None)
     train(design, tmp_path / "cont", seed=2, init=tmp_path / "full" / "phases" / "text0", after="text0",
           log=lambda s: None)
     wa, wb = load_file(tmp_path / "full" / "model.safetensors"), load_file(tmp_path / "cont" / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # every phase checkpoint and the backbone load on their own, with the text settings they were trained with
+    from vrh_lmms.demo.protocol import trained_text_config
+    from vrh_lmms.demo.train import load_demo_model
+
+    for folder in ("phases/text0", "phases/joint", "backbone"):
+        model, _, spec = load_demo_model(tmp_path / "full" / folder)
+        assert spec == DemoSpec.load(tmp_path / "full") and model.config.text_config.num_hidden_layers == 2
+    assert not trained_text_config(tmp_path / "full" / "phases" / "text0").recall_restate
+    assert trained_text_config(tmp_path / "full" / "backbone").recall_restate
+    assert trained_text_config(tmp_path / "full").recall_restate
     with pytest.raises(ValueError, match="must name a phase"):
         train(design, tmp_path / "bad", seed=2, init=tmp_path / "full", after="nosuch", log=lambda s: None)

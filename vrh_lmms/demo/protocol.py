@@ -35,8 +35,10 @@ def trained_text_config(checkpoint) -> "TextTaskConfig":
     path = Path(checkpoint) / DESIGN_FILE
     if not path.is_file():
         return TextTaskConfig()
-    design = Design.from_dict(json.loads(path.read_text())["design"])
-    return TextTaskConfig(**phases_of(design)[-1]["text_config"])
+    record = json.loads(path.read_text())
+    phases = {p["name"]: p for p in phases_of(Design.from_dict(record["design"]))}
+    last = list(phases)[-1]
+    return TextTaskConfig(**phases[record.get("phase") or last]["text_config"])  # a phase checkpoint: its own
 
 
 def recall_curve(model, tokenizer, cfg, n: int, pairs: int, ks: Sequence[int], draws: int, log) -> dict:

@@ -451,9 +451,13 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                 save_checkpoint(out, model.eval(), processor, tokenizer)  # the latest weights, for probing mid-run
                 model.train()
         model.eval()
-        save_checkpoint(out / PHASES_DIR / phase["name"], model, processor, tokenizer)
-        if index == last_text:
-            save_checkpoint(out / BACKBONE_DIR, model, processor, tokenizer)
+        stops = [out / PHASES_DIR / phase["name"]] + ([out / BACKBONE_DIR] if index == last_text else [])
+        for folder in stops:  # each a checkpoint the probes and the protocol can load on its own
+            save_checkpoint(folder, model, processor, tokenizer)
+            spec.save(folder)
+            (folder / DESIGN_FILE).write_text(json.dumps(
+                {"design": design.to_dict(), "seed": seed, "vision_seed": vseed, "phase": phase["name"]},
+                indent=2) + "\n")
         model.train()
     log_f.close()
     model.eval()
