@@ -33,16 +33,21 @@ def _encoders(spec=SPEC):
     tok = make_tokenizer()
     proc = tiny.make_processor(tok, min_pixels=spec.pixels, max_pixels=spec.pixels)
     encoder = FastEncoder(proc, spec, held_out_scenes(spec, 1)[0])
-    return tok, proc, encoder, TurnEncoder(tok, int(encoder.grid_thw.prod()) // 4)
+    return tok, proc, encoder, TurnEncoder(tok, int(encoder.grid_thw.prod()) // 4, spec.prompt_first)
 
 
-def test_grounding_turns_are_what_the_backend_feeds():
-    """A grounding question encodes to the ids lmms-eval's qwen2_5_vl backend builds (chat template, image pads)."""
-    tok, proc, encoder, turns = _encoders()
-    for scene in held_out_scenes(SPEC, 4):
-        q = ground(scene, scene.target, SPEC)
+@pytest.mark.parametrize("prompt_first", [False, True], ids=["image_first", "prompt_first"])
+def test_grounding_turns_are_what_the_backend_feeds(prompt_first):
+    """A grounding question encodes to the ids lmms-eval's qwen2_5_vl backend builds (chat template, image pads),
+    with the image first or, as `image_position=after_prompt` feeds it, after the prompt."""
+    spec = replace(SPEC, prompt_first=prompt_first)
+    tok, proc, encoder, turns = _encoders(spec)
+    for scene in held_out_scenes(spec, 4):
+        q = ground(scene, scene.target, spec)
         enc = turns.encode(q.prompt, q.answer, has_image=True)
-        ref = backend_inputs(proc, [scene], SPEC)["input_ids"][0].tolist()
+        ref = backend_inputs(proc, [scene], spec)["input_ids"][0].tolist()
+        image_at = ref.index(turns.image_id)
+        assert (image_at > turns.prompt_offset(True)) == prompt_first
         assert enc.ids[: enc.answer_start] == ref
         assert tok.convert_ids_to_tokens(enc.ids[enc.answer_start:])[-1] == tok.eos_token
 

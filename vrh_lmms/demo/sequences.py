@@ -1,4 +1,5 @@
-"""Token sequences for training: chat-formatted text-only and image-first turns with their answer tokens.
+"""Token sequences for training: chat-formatted text-only and image turns (image first, or after the prompt) with
+their answer tokens.
 
 Every turn is rendered by the checkpoint's own chat template (system prompt, user turn, generation prompt), the
 image placeholder expanded to the image's token count as the processor does, so a grounding turn is token for
@@ -27,11 +28,13 @@ class Encoded:
 
 
 class TurnEncoder:
-    """Builds the ids of `<system> <user> [image] prompt <assistant> answer <|im_end|>` from template pieces."""
+    """Builds the ids of `<system> <user> [image] prompt <assistant> answer <|im_end|>` from template pieces
+    (`<user> prompt [image]` with `prompt_first`, as `vrh_qwen25 ...,image_position=after_prompt` feeds it)."""
 
-    def __init__(self, tokenizer, image_tokens: int):
+    def __init__(self, tokenizer, image_tokens: int, prompt_first: bool = False):
         self.tokenizer = tokenizer
         self.image_tokens = image_tokens
+        self.prompt_first = prompt_first
         self.pad_id = tokenizer.pad_token_id
         self.eos_id = tokenizer.eos_token_id
         self.image_id = tokenizer.convert_tokens_to_ids("<|image_pad|>")
@@ -41,15 +44,17 @@ class TurnEncoder:
     def _split(self, has_image: bool) -> tuple[list[int], list[int]]:
         content = [{"type": "text", "text": _MARK}]
         if has_image:
-            content = [{"type": "image", "image": "x"}, *content]
+            picture = {"type": "image", "image": "x"}
+            content = [*content, picture] if self.prompt_first else [picture, *content]
         msgs = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}]
         text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
         head, tail = text.split(_MARK)
-        ids_head = self.tokenizer(head, add_special_tokens=False)["input_ids"]
+        pieces = [self.tokenizer(t, add_special_tokens=False)["input_ids"] for t in (head, tail)]
         if has_image:
-            at = ids_head.index(self.image_id)
-            ids_head = ids_head[:at] + [self.image_id] * self.image_tokens + ids_head[at + 1:]
-        return ids_head, self.tokenizer(tail, add_special_tokens=False)["input_ids"]
+            part = pieces[1 if self.prompt_first else 0]
+            at = part.index(self.image_id)
+            part[at:at + 1] = [self.image_id] * self.image_tokens
+        return pieces[0], pieces[1]
 
     def words(self, words: Sequence[str]) -> list[int]:
         try:

@@ -390,7 +390,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     from vrh_lmms.demo.probe import held_out_scenes
 
     encoder = FastEncoder(processor, spec, held_out_scenes(spec, 1)[0])
-    turns = TurnEncoder(tokenizer, int(encoder.grid_thw.prod()) // (encoder.merge ** 2))
+    turns = TurnEncoder(tokenizer, int(encoder.grid_thw.prod()) // (encoder.merge ** 2), spec.prompt_first)
     maker = BatchMaker(design, turns, encoder, vseed)
     gen = torch.Generator().manual_seed(vseed)
     drop = HeadDrop(model, design.head_drop, gen)
