@@ -65,3 +65,34 @@ def test_criteria_need_a_baseline_of_80_percent(baseline):
            "rows": [{"k": 9, "top_drop": 50, "random_mean": 5, "layer_matched_mean": 5},
                     {"k": 10, "top_drop": 50, "random_mean": 5, "layer_matched_mean": 5}]}
     assert meets_criteria(res) == ([9] if baseline >= 0.8 else [])  # k = 10 is over 10% of 96 heads
+
+
+def test_a_top_set_filling_a_layer_has_no_layer_matched_draws_and_the_rest_is_kept():
+    """k = 20 with 10 top heads in one 16-head layer: no layer-matched set exists; the row says so, the criteria
+    count it as not met, and rows measured before are handed to `on_row` as they come."""
+    s = np.zeros((LAYERS, HEADS))
+    s[2, :10] = 1.0
+    seen = []
+    res = k_curve(evaluate, s, [3, 12], draws=3, oracle=False, on_row=lambda r: seen.append(len(r["rows"])))
+    assert seen == [1, 2]
+    row = res["rows"][1]
+    assert row["layer_matched_drops"] == [] and row["layer_matched_mean"] is None
+    assert "layer 2 has only 6 heads" in row["layer_matched_unavailable"]
+    assert res["rows"][0]["layer_matched_mean"] is not None
+    assert 12 not in meets_criteria(res, max_share=1.0)
+
+
+def test_protocol_on_the_shipped_model_writes_its_figures(tmp_path):
+    """`python -m vrh_lmms.demo.protocol` end to end (grounding, a few scenes): the json holds a complete curve
+    with the oracle, written atomically, and the plot exists."""
+    import json
+
+    from vrh_lmms.demo.pipeline import demo_model_path
+    from vrh_lmms.demo.protocol import main
+
+    assert main([str(demo_model_path()), "--no-recall", "--n", "8", "--n-score", "4", "--draws", "2", "--ks", "1,3",
+                 "--out", str(tmp_path)]) == 0
+    res = json.loads((tmp_path / "protocol.json").read_text())["grounding"]
+    assert res["complete"] and res["n"] == 8 and [r["k"] for r in res["rows"]] == [1, 3]
+    assert len(res["oracle_ranking"]) == 32 and len(res["rows"][1]["random_drops"]) == 2
+    assert (tmp_path / "kcurve_grounding.png").is_file()

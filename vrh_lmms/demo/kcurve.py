@@ -41,8 +41,12 @@ def single_head_effects(evaluate: Evaluate, n_layers: int, n_heads: int, base: n
 
 
 def k_curve(evaluate: Evaluate, scores: np.ndarray, ks: Sequence[int], draws: int = 10, seed: int = 0,
-            oracle: bool = True, log: Callable[[str], None] = lambda s: None) -> dict:
-    """Drops (points) per k for top-k, oracle-k, `draws` random-k and `draws` layer-matched random-k sets."""
+            oracle: bool = True, log: Callable[[str], None] = lambda s: None,
+            on_row: Callable[[dict], None] = lambda result: None) -> dict:
+    """Drops (points) per k for top-k, oracle-k, `draws` random-k and `draws` layer-matched random-k sets.
+
+    `on_row(result)` runs after each k (the protocol saves the partial result there). A k whose top set fills a
+    layer beyond its other heads has no layer-matched draws (`layer_matched_mean` None, the reason beside it)."""
     n_layers, n_heads = scores.shape
     base = evaluate([])
     b = float(base.mean())
@@ -63,14 +67,20 @@ def k_curve(evaluate: Evaluate, scores: np.ndarray, ks: Sequence[int], draws: in
             row["oracle_drop"] = 100 * (b - float(evaluate(oracle_order[:k]).mean()))
         row["random_drops"] = [100 * (b - float(evaluate(random_heads(n_layers, n_heads, k, rng)).mean()))
                                for _ in range(draws)]
-        row["layer_matched_drops"] = [100 * (b - float(evaluate(layer_matched_heads(top, n_heads, rng)).mean()))
-                                      for _ in range(draws)]
+        try:
+            row["layer_matched_drops"] = [100 * (b - float(evaluate(layer_matched_heads(top, n_heads, rng)).mean()))
+                                          for _ in range(draws)]
+        except ValueError as exc:  # a layer holds more top heads than it has other heads: no layer-matched set
+            row["layer_matched_drops"], row["layer_matched_unavailable"] = [], str(exc)
         for kind in ("random", "layer_matched"):
-            row[f"{kind}_mean"] = float(np.mean(row[f"{kind}_drops"]))
+            drops = row[f"{kind}_drops"]
+            row[f"{kind}_mean"] = float(np.mean(drops)) if drops else None
+        lm = row["layer_matched_mean"]
         log(f"k={k:>2}: top {row['top_drop']:6.1f}"
             + (f" oracle {row['oracle_drop']:6.1f}" if oracle else "")
-            + f" random {row['random_mean']:6.1f} layer-matched {row['layer_matched_mean']:6.1f}")
+            + f" random {row['random_mean']:6.1f} layer-matched " + ("n/a" if lm is None else f"{lm:6.1f}"))
         result["rows"].append(row)
+        on_row(result)
     return result
 
 
@@ -79,7 +89,8 @@ def meets_criteria(result: dict, max_share: float = 0.10) -> list[int]:
     mean drops stay <= 10 (the demo model's acceptance figures, before confidence intervals)."""
     total = result["layers"] * result["heads"]
     return [r["k"] for r in result["rows"] if r["k"] <= max_share * total and r["top_drop"] >= 40
-            and r["random_mean"] <= 10 and r["layer_matched_mean"] <= 10 and result["baseline_acc"] >= 0.8]
+            and r["random_mean"] <= 10 and r["layer_matched_mean"] is not None and r["layer_matched_mean"] <= 10
+            and result["baseline_acc"] >= 0.8]
 
 
 def plot_k_curve(result: dict, path, title: str) -> None:
@@ -96,9 +107,13 @@ def plot_k_curve(result: dict, path, title: str) -> None:
     if rows and "oracle_drop" in rows[0]:
         ax.plot(ks, [r["oracle_drop"] for r in rows], "s--", color="C1", label="oracle-k (single-head effect)")
     for kind, colour, label in (("random", "C0", "random-k"), ("layer_matched", "C2", "layer-matched random-k")):
-        d = np.array([r[f"{kind}_drops"] for r in rows])
-        ax.plot(ks, d.mean(1), "^-", color=colour, label=f"{label} (mean of {d.shape[1]})")
-        ax.fill_between(ks, d.min(1), d.max(1), color=colour, alpha=0.15)
+        kept = [r for r in rows if r[f"{kind}_drops"]]
+        if not kept:
+            continue
+        d = np.array([r[f"{kind}_drops"] for r in kept])
+        x = [r["k"] for r in kept]
+        ax.plot(x, d.mean(1), "^-", color=colour, label=f"{label} (mean of {d.shape[1]})")
+        ax.fill_between(x, d.min(1), d.max(1), color=colour, alpha=0.15)
     total = result["layers"] * result["heads"]
     ax.axvline(0.10 * total, color="grey", lw=0.8, ls=":")
     ax.set_xlabel(f"k (heads ablated, of {total})")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from vrh_lmms import atomic
 from vrh_lmms.demo import kcurve, probe
 from vrh_lmms.demo.data import FastEncoder
 
@@ -41,18 +42,20 @@ def trained_text_config(checkpoint) -> "TextTaskConfig":
     return TextTaskConfig(**phases[record.get("phase") or last]["text_config"])  # a phase checkpoint: its own
 
 
-def recall_curve(model, tokenizer, cfg, n: int, pairs: int, ks: Sequence[int], draws: int, log) -> dict:
+def recall_curve(model, tokenizer, cfg, n: int, pairs: int, ks: Sequence[int], draws: int, log,
+                 on_row=lambda result: None) -> dict:
     from vrh_lmms.demo.text_probe import RecallProbe, recall_examples
 
     rp = RecallProbe(model, tokenizer, recall_examples(n, pairs, cfg))
     scores = rp.scores()
-    res = kcurve.k_curve(rp.evaluate, scores, ks, draws=draws, log=log)
+    res = kcurve.k_curve(rp.evaluate, scores, ks, draws=draws, log=log, on_row=on_row)
     res["scores"] = scores.round(5).tolist()
     res["pairs"] = pairs
     return res
 
 
-def grounding_curve(model, processor, spec, n: int, n_score: int, ks: Sequence[int], draws: int, log) -> dict:
+def grounding_curve(model, processor, spec, n: int, n_score: int, ks: Sequence[int], draws: int, log,
+                    on_row=lambda result: None) -> dict:
     scenes = probe.held_out_scenes(spec, n)
     encoder = FastEncoder(processor, spec, scenes[0])
     prep = probe.prepare(encoder, scenes)
@@ -63,7 +66,7 @@ def grounding_curve(model, processor, spec, n: int, n_score: int, ks: Sequence[i
         return probe.evaluate(model, processor.tokenizer, prep, heads).correct
 
     base = probe.evaluate(model, processor.tokenizer, prep)
-    res = kcurve.k_curve(evaluate, scores, ks, draws=draws, log=log)
+    res = kcurve.k_curve(evaluate, scores, ks, draws=draws, log=log, on_row=on_row)
     res["scores"] = scores.round(5).tolist()
     res["parse_fail"] = base.parse_rate
     return res
@@ -96,19 +99,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: dict = json.loads(path.read_text()) if path.is_file() else {}
     say = lambda s: print(s, flush=True)  # noqa: E731
     t0 = time.time()
+
+    def keep(name: str):
+        """Save after every k, so a long protocol that stops keeps what it measured (marked incomplete)."""
+        def save(partial: dict) -> None:
+            result[name] = {**partial, "complete": False}
+            atomic.write_text(path, json.dumps(result, indent=1))
+        return save
+
     if not args.no_recall:
         say("recall k-curve")
         cfg = trained_text_config(args.checkpoint)
-        result["recall"] = recall_curve(model, processor.tokenizer, cfg, args.n, args.pairs, ks, args.draws, say)
+        result["recall"] = recall_curve(model, processor.tokenizer, cfg, args.n, args.pairs, ks, args.draws, say,
+                                        keep("recall")) | {"complete": True}
         kcurve.plot_k_curve(result["recall"], out / "kcurve_recall.png", f"recall ({args.pairs} pairs)")
         say("recall: " + _fmt(result["recall"]))
     if not args.no_grounding:
         say("grounding k-curve")
-        result["grounding"] = grounding_curve(model, processor, spec, args.n, args.n_score, ks, args.draws, say)
+        result["grounding"] = grounding_curve(model, processor, spec, args.n, args.n_score, ks, args.draws, say,
+                                              keep("grounding")) | {"complete": True}
         kcurve.plot_k_curve(result["grounding"], out / "kcurve_grounding.png", "grounding Acc@0.5")
         say("grounding: " + _fmt(result["grounding"]))
     result["seconds"] = time.time() - t0
-    path.write_text(json.dumps(result, indent=1))
+    atomic.write_text(path, json.dumps(result, indent=1))
     say(f"wrote {path} ({result['seconds']:.0f} s)")
     return 0
 
