@@ -1,4 +1,4 @@
-"""`vrh-lmms train-tiny --out DIR --seed N`: train the tiny VLM that `vrh-lmms demo` ships with."""
+"""`vrh-lmms train-tiny --out DIR --seed N`: train a tiny demo VLM (a design of vrh_lmms.demo.designs)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from vrh_lmms.errors import VRHError
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="checkpoint folder to write (model, tokenizer, processor, spec)")
     parser.add_argument("--seed", type=int, default=0, help="training seed: init, data streams, head dropout")
-    parser.add_argument("--design", default="demo", help="named design from vrh_lmms.demo.designs (default demo)")
+    parser.add_argument("--design", default=None,
+                        help="named design from vrh_lmms.demo.designs (default: the latest, designs.LATEST)")
     parser.add_argument("--backbone", default=None,
                         help="text-pretrained checkpoint (a run's backbone/ folder): skip the text phase")
     parser.add_argument("--vision-seed", type=int, default=None,
@@ -22,9 +23,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vrh_lmms.demo.designs import DESIGNS, get_design
+    from vrh_lmms.demo.designs import DESIGNS, LATEST, get_design
     from vrh_lmms.demo.train import train
 
+    args.design = args.design or LATEST
     if args.design not in DESIGNS:
         raise VRHError(f"unknown design {args.design!r}; known: {', '.join(DESIGNS)}")
     if args.backbone and not (Path(args.backbone) / "model.safetensors").is_file():

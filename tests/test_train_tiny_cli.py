@@ -1,0 +1,18 @@
+"""`vrh-lmms train-tiny` refuses bad input before it trains anything."""
+
+from __future__ import annotations
+
+from vrh_lmms.cli import main
+from vrh_lmms.demo.designs import DESIGNS, LATEST
+
+
+def test_the_default_design_exists():
+    assert LATEST in DESIGNS and "demo" not in DESIGNS  # no alias pretending to be the shipped model's recipe
+
+
+def test_unknown_design_and_bad_backbone_are_named(tmp_path, capsys):
+    assert main(["train-tiny", "--out", str(tmp_path / "m"), "--design", "t9"]) == 2
+    assert "unknown design 't9'; known: p1, p2, p3, p4" in capsys.readouterr().err
+    assert main(["train-tiny", "--out", str(tmp_path / "m"), "--backbone", str(tmp_path)]) == 2
+    assert "holds no model.safetensors" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
