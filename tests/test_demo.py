@@ -115,8 +115,8 @@ def test_readme_dpo_command_works_on_the_demo_sweep(demo_run, tmp_path):
         assert np.array_equal(regenerated, original), row["meta"]
 
 
-@pytest.mark.xfail(strict=True, reason="issues 7 and 11 are blocked: no tiny design tried so far grows sparse heads "
-                   "whose ablation breaks grounding while random-head controls stay harmless "
+@pytest.mark.xfail(strict=True, reason="issue 7 ended blocked and issue 11 is open: no tiny design tried so far "
+                   "grows sparse heads whose ablation breaks grounding while random-head controls stay harmless "
                    "(docs/demo-model-experiments.md). The check stays as specified and turns into a failure (strict "
                    "xfail) the day a shipped model passes it.")
 def test_demo_model_meets_the_acceptance_criteria(demo_run):
