@@ -75,20 +75,32 @@ class DocTracker(dict):
         return _SplitView(self, task, super().__getitem__(task))
 
 
-class GenerateInterceptor:
-    """Wraps `model.generate` on one model instance; `uninstall()` puts the original back."""
+class GenerateWrapper:
+    """Replaces `model.generate` on one model instance by `self._generate` (which can call `self._original`);
+    `uninstall()` puts the original back."""
 
-    def __init__(self, model: torch.nn.Module, tracker: DocTracker,
-                 on_generated: Callable[[DocContext, dict[str, torch.Tensor], torch.Tensor, bool], None],
-                 cached_answer: Callable[[DocContext], tuple[torch.Tensor, bool] | None]) -> None:
-        self.model, self.tracker = model, tracker
-        self.on_generated, self.cached_answer = on_generated, cached_answer
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
         self._original = model.generate
         model.generate = self._generate  # instance attribute shadows the class method
 
     def uninstall(self) -> None:
         if self.model.__dict__.get("generate") is not None:
             del self.model.generate
+
+    def _generate(self, *args, **kwargs):
+        raise NotImplementedError
+
+
+class GenerateInterceptor(GenerateWrapper):
+    """Discovery's `model.generate`: hands every generation (or a cached answer) to its collector."""
+
+    def __init__(self, model: torch.nn.Module, tracker: DocTracker,
+                 on_generated: Callable[[DocContext, dict[str, torch.Tensor], torch.Tensor, bool], None],
+                 cached_answer: Callable[[DocContext], tuple[torch.Tensor, bool] | None]) -> None:
+        self.tracker = tracker
+        self.on_generated, self.cached_answer = on_generated, cached_answer
+        super().__init__(model)
 
     def _generate(self, *args, **kwargs):
         if args:

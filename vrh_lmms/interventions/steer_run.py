@@ -28,7 +28,7 @@ import torch
 
 from vrh_lmms import owned
 from vrh_lmms.boxes.geometry import iou
-from vrh_lmms.discovery.interceptor import DocContext, DocTracker
+from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
@@ -206,17 +206,12 @@ class BatchDocTracker(DocTracker):
         return list(reversed(seen.values()))
 
 
-class SteeringInterceptor:
+class SteeringInterceptor(GenerateWrapper):
     """The backend's `model.generate`, run inside the steering scope of the docs of its batch."""
 
     def __init__(self, model, tracker: BatchDocTracker, steerer: Steerer) -> None:
-        self.model, self.tracker, self.steerer = model, tracker, steerer
-        self._original = model.generate
-        model.generate = self._generate  # instance attribute shadows the class method
-
-    def uninstall(self) -> None:
-        if self.model.__dict__.get("generate") is not None:
-            del self.model.generate
+        self.tracker, self.steerer = tracker, steerer
+        super().__init__(model)
 
     def _generate(self, *args, **kwargs):
         ids = kwargs.get("input_ids")
