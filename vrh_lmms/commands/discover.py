@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from vrh_lmms.commands.options import add_model_options
 from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
 from vrh_lmms.discovery.scoring import DEFAULT_CELL, all_cells, parse_cells
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="a vrh_* model name, e.g. vrh_qwen25")
-    parser.add_argument("--model_args", "--model-args", dest="model_args", default="",
-                        help="lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct")
+    add_model_options(parser, model_args_note="")
     parser.add_argument("--tasks", required=True, help="grounding task(s), e.g. vrh_refcoco_val")
     parser.add_argument("--limit", type=float, default=200, help="docs per task (default 200; -1 for all)")
     parser.add_argument("--scoring", default=DEFAULT_CELL,

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from vrh_lmms.commands.options import add_control_options, add_model_options
 from vrh_lmms.interventions.patch_run import DIRECTIONS, PatchSpec, run_patching
 from vrh_lmms.sweep.plan import parse_int_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="a vrh_* model name, e.g. vrh_qwen25")
-    parser.add_argument("--model_args", "--model-args", dest="model_args", default="",
-                        help="lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct (no heads=)")
+    add_model_options(parser)
     parser.add_argument("--tasks", required=True,
                         help="grounding task(s) with several objects per image, e.g. vrh_refcoco_val")
     parser.add_argument("--heads-file", required=True, help="heads file from `vrh-lmms discover`")
@@ -31,11 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="leave out pairs whose LD_clean - LD_corrupt is below this (nats, default 1)")
     parser.add_argument("--patch-batch", type=int, default=8,
                         help="patched copies of a run per forward (default 8; memory grows with it)")
-    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
-                        help="also image-matched head sets (heads outside the top 2k matching each top head's "
-                             "attention mass on the image; see `vrh-lmms sweep --control`)")
-    parser.add_argument("--control-tolerance", type=float, default=None,
-                        help="largest image-mass difference of an image-matched head (default 0.05)")
+    add_control_options(parser, "also control head sets per k")
     parser.add_argument("--limit", type=float, default=None, help="docs per task evaluated to form pairs")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")

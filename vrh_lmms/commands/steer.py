@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from vrh_lmms.commands.options import add_control_options, add_model_options
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering, run_steering
 from vrh_lmms.sweep.plan import parse_int_list
@@ -17,9 +18,7 @@ def parse_float_list(text: str, what: str) -> list[float]:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="a vrh_* model name, e.g. vrh_qwen25")
-    parser.add_argument("--model_args", "--model-args", dest="model_args", default="",
-                        help="lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct (no heads=)")
+    add_model_options(parser)
     parser.add_argument("--tasks", required=True,
                         help="grounding task(s) with several objects per image, e.g. vrh_refcoco_val")
     parser.add_argument("--heads-file", required=True, help="heads file from `vrh-lmms discover`")
@@ -28,11 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seeds", type=int, default=3, help="random draws per k (default 3)")
     parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
     parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
-    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
-                        help="also image-matched head sets (heads outside the top 2k matching each top head's "
-                             "attention mass on the image; see `vrh-lmms sweep --control`)")
-    parser.add_argument("--control-tolerance", type=float, default=None,
-                        help="largest image-mass difference of an image-matched head (default 0.05)")
+    add_control_options(parser, "also control head sets per k")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
     parser.add_argument("--batch-size", type=int, default=1,
                         help="docs per generate call (default 1; larger batches need a backend that looks docs up in "

@@ -4,26 +4,20 @@ from __future__ import annotations
 
 import argparse
 
+from vrh_lmms.commands.options import add_control_options, add_model_options
 from vrh_lmms.sweep.plan import parse_int_list, parse_pack, plan_configurations
 from vrh_lmms.sweep.run import SweepSpec, run_sweep
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="a vrh_* model name, e.g. vrh_qwen25")
-    parser.add_argument("--model_args", "--model-args", dest="model_args", default="",
-                        help="lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct (no heads=)")
+    add_model_options(parser)
     parser.add_argument("--tasks", required=True, help="comma-separated tasks, e.g. vrh_refcoco_val,vrh_vqa")
     parser.add_argument("--heads-file", help="heads file from `vrh-lmms discover` (needed for top-k)")
     parser.add_argument("--k", default="1,5,10,20,40", help="head counts to ablate (default 1,5,10,20,40)")
     parser.add_argument("--random-seeds", type=int, default=19,
                         help="random draws per k (default 19: the fewest whose empirical p can reach 0.05)")
     parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
-    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
-                        help="extra control head sets per k and seed: image-matched (heads outside the top 2k whose "
-                             "attention mass on the image matches each top head's; needs a heads file with "
-                             "image_mass)")
-    parser.add_argument("--control-tolerance", type=float, default=None,
-                        help="largest image-mass difference of an image-matched head (default 0.05)")
+    add_control_options(parser, "extra control head sets per k and seed")
     parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
     parser.add_argument("--ablation", default="zero",
                         help="comma-separated modes: zero, mean, uniform, uniform_image (default zero)")

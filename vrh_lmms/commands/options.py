@@ -1,0 +1,23 @@
+"""Command-line options that several subcommands share (one definition, one help text)."""
+
+from __future__ import annotations
+
+import argparse
+
+IMAGE_MATCHED_HELP = ("heads outside the top 2k whose attention mass on the image matches each top head's; needs a "
+                      "heads file with image_mass")
+
+
+def add_model_options(parser: argparse.ArgumentParser, model_args_note: str = " (no heads=)") -> None:
+    """--model and --model_args: the `vrh_*` backend and its lmms-eval model args."""
+    parser.add_argument("--model", required=True, help="a vrh_* model name, e.g. vrh_qwen25")
+    parser.add_argument("--model_args", "--model-args", dest="model_args", default="",
+                        help=f"lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct{model_args_note}")
+
+
+def add_control_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """--control image-matched and its --control-tolerance (`what`: the head sets the control adds)."""
+    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
+                        help=f"{what}: image-matched ({IMAGE_MATCHED_HELP})")
+    parser.add_argument("--control-tolerance", type=float, default=None,
+                        help="largest image-mass difference of an image-matched head (default 0.05)")
