@@ -10,8 +10,8 @@ import torch
 from vrh_lmms.backbone import locate_decoder
 
 
-def eager_probs(model, batch) -> torch.Tensor:
-    """(batch, layers, heads, T, T) softmax probabilities of the intact model, eager implementation."""
+def eager_attentions(model, batch) -> torch.Tensor:
+    """(batch, layers, heads, T, T) from eager `output_attentions=True`, text stack only, in the model's dtype."""
     dec = locate_decoder(model)
     previous = dec.text_config._attn_implementation
     model.set_attn_implementation({"text_config": "eager"})
@@ -20,7 +20,13 @@ def eager_probs(model, batch) -> torch.Tensor:
             out = model(**batch, output_attentions=True)
     finally:
         model.set_attn_implementation({"text_config": previous})
-    return torch.stack(out.attentions, dim=1).float()
+    assert len(out.attentions) == dec.geometry.layers
+    return torch.stack(out.attentions, dim=1)
+
+
+def eager_probs(model, batch) -> torch.Tensor:
+    """(batch, layers, heads, T, T) softmax probabilities of the intact model, eager implementation, float32."""
+    return eager_attentions(model, batch).float()
 
 
 @contextlib.contextmanager

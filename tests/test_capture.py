@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from intervention_refs import eager_attentions
 
 from vrh_lmms.backbone import locate_decoder
 from vrh_lmms.capture import CapturePlan, capture_attention
@@ -46,19 +47,6 @@ def random_plan(batch, n_rows: int = 6, seed: int = 0, image_token_id: int | Non
     if image_token_id is not None:
         sets["image"] = ids == image_token_id
     return CapturePlan(query_positions=rows, key_sets=sets)
-
-
-def eager_attentions(model, batch) -> torch.Tensor:
-    """(batch, layers, heads, T, T) from eager `output_attentions=True`, text stack only."""
-    previous = text_impl(model)
-    model.set_attn_implementation({"text_config": "eager"})
-    try:
-        with torch.no_grad():
-            out = model(**batch, output_attentions=True)
-    finally:
-        model.set_attn_implementation({"text_config": previous})
-    assert len(out.attentions) == locate_decoder(model).geometry.layers
-    return torch.stack(out.attentions, dim=1)
 
 
 def assert_matches_eager(result, plan: CapturePlan, attn: torch.Tensor) -> None:
