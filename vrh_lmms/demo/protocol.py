@@ -62,10 +62,11 @@ def grounding_curve(model, processor, spec, n: int, n_score: int, ks: Sequence[i
     score_prep = probe.prepare(encoder, probe.held_out_scenes(spec, n_score, start=100_000))
     scores = probe.head_scores(model, processor.tokenizer, encoder, score_prep)
 
-    def evaluate(heads):
-        return probe.evaluate(model, processor.tokenizer, prep, heads).correct
-
     base = probe.evaluate(model, processor.tokenizer, prep)
+
+    def evaluate(heads):  # the unablated run is `base`, evaluated once (it also gives the parse-failure rate)
+        return probe.evaluate(model, processor.tokenizer, prep, heads).correct if heads else base.correct
+
     res = kcurve.k_curve(evaluate, scores, ks, draws=draws, log=log, on_row=on_row)
     res["scores"] = scores.round(5).tolist()
     res["parse_fail"] = base.parse_rate
