@@ -188,3 +188,27 @@ def test_continuing_after_a_phase_equals_the_uninterrupted_run(tmp_path):
     assert trained_text_config(tmp_path / "full").recall_restate
     with pytest.raises(ValueError, match="must name a phase"):
         train(design, tmp_path / "bad", seed=2, init=tmp_path / "full", after="nosuch", log=lambda s: None)
+
+
+def test_curriculum_follows_the_visual_steps_through_align_and_joint(tmp_path, monkeypatch):
+    """The curriculum clock counts align steps, then joint steps; the data stream's offset index (1e6 x phase)
+    must not be mistaken for it (it was: every phased run trained on the full scenes from step 0)."""
+    from vrh_lmms.demo import train as train_mod
+
+    seen: list[tuple[int, int]] = []
+    real = train_mod.train_scene
+
+    def spy(seed, step, i, spec):
+        scene = real(seed, step, i, spec)
+        if i == 0:
+            seen.append((step // 1_000_000, spec.scene_config().max_objects))
+        return scene
+
+    monkeypatch.setattr(train_mod, "train_scene", spy)
+    one = {"min_objects": 1, "max_objects": 1}
+    design = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=3, joint_steps=4, text_share=0.0,
+                     curriculum=((5, one),), eval_every=100)
+    train(design, tmp_path / "c", seed=0, log=lambda s: None)
+    # phase index 1 = align (visual steps 0-2), 2 = joint (visual steps 3-6): one object until visual step 5
+    assert seen == [(1, 1), (1, 1), (1, 1), (2, 1), (2, 1), (2, 5), (2, 5)]
+    assert design.visual_step("align", 2) == 2 and design.visual_step("joint", 2) == 5

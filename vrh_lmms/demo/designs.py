@@ -42,7 +42,15 @@ _P3 = replace(_P1, name="p3", text_phases=((3000, ("recall",), 1000), (2000, (),
 # approach plateaued, while prompt-first designs learned it (docs/demo-model-experiments.md).
 _P4 = replace(_P3, name="p4", spec=replace(_P3.spec, prompt_first=True))
 
-DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4]}
+# p5: p4 with the first approach's scene curriculum (one object, then two or three, then the spec's 3-6), which the
+# p designs lacked (and which the trainer's curriculum clock could not apply before it counted visual steps), and a
+# joint phase of 4000 steps.
+_P5 = replace(_P4, name="p5", joint_steps=4000,
+              curriculum=((500, {"min_objects": 1, "max_objects": 1}), (2000, {"min_objects": 2, "max_objects": 3})))
+# p6: p5 with the backbone at the full rate in the joint phase (t1 trained everything at 2e-3).
+_P6 = replace(_P5, name="p6", lm_lr=2e-3)
+
+DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6]}
 LATEST = "p4"  # the shipped demo model is design t1 of the first trainer (its model card says where it lives)
 
 

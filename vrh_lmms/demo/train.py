@@ -76,7 +76,8 @@ class Design:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     head_drop: float = 0.0
-    # [[until_visual_step, {SceneConfig overrides}], ...]: easier scenes first; the spec's own scenes after.
+    # [[until_visual_step, {SceneConfig overrides}], ...]: easier scenes first; the spec's own scenes after. Visual
+    # steps count through align and then joint (joint step s is visual step align_steps + s).
     curriculum: tuple = ()
     eval_every: int = 500
     eval_n: int = 128
@@ -84,6 +85,10 @@ class Design:
     @property
     def task_config(self) -> TextTaskConfig:
         return TextTaskConfig(**self.text_config)
+
+    def visual_step(self, phase_kind: str, step: int) -> int:
+        """The curriculum's clock: steps of visual training so far (align first, then joint)."""
+        return step + (self.align_steps if phase_kind == "joint" else 0)
 
     def scene_spec(self, visual_step: int) -> DemoSpec:
         for until, overrides in self.curriculum:
@@ -188,7 +193,7 @@ class BatchMaker:
     def visual(self, step: int, scenes: list[Scene] | None = None, vqa_share: float | None = None,
                spec: DemoSpec | None = None) -> dict:
         d = self.design
-        spec = spec or d.scene_spec(step)
+        spec = spec or d.spec  # the curriculum's scenes are the caller's choice (it knows the visual step)
         q_per = max(1, d.questions_per_image)
         if scenes is None:
             scenes = [train_scene(self.seed, step, i, spec) for i in range(math.ceil(d.vis_batch / q_per))]
@@ -420,7 +425,8 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                 return text_maker.text(s, text_maker.recall_pairs(step, phase["ramp"]), tasks=phase["tasks"])
             if phase["kind"] == "joint" and np.random.default_rng([seed, step, 5]).random() < design.text_share:
                 return text_maker.text(10_000_000 + step, pairs)
-            return maker.visual(1_000_000 * index + step)
+            return maker.visual(1_000_000 * index + step,
+                                spec=design.scene_spec(design.visual_step(phase["kind"], step)))
 
         batches = Prefetch(make, 0, steps)
         running: list[float] = []
