@@ -212,3 +212,35 @@ def test_curriculum_follows_the_visual_steps_through_align_and_joint(tmp_path, m
     # phase index 1 = align (visual steps 0-2), 2 = joint (visual steps 3-6): one object until visual step 5
     assert seen == [(1, 1), (1, 1), (1, 1), (2, 1), (2, 1), (2, 5), (2, 5)]
     assert design.visual_step("align", 2) == 2 and design.visual_step("joint", 2) == 5
+
+
+def test_answers_are_scored_against_the_referent_and_every_object():
+    """`localised` counts boxes on any object, so a model that finds objects but not the referent is told apart."""
+    from vrh_lmms.demo.probe import score_answers
+
+    scene = next(s for s in held_out_scenes(SPEC, 20) if len(s.objects) >= 3)
+    other = next(o for i, o in enumerate(scene.objects) if i != scene.target)
+    box = lambda b: "[ {} , {} , {} , {} ]".format(*(int(v) for v in (b[0], b[1], b[0] + b[2], b[1] + b[3])))  # noqa: E731
+    empty = [0, 0, 1, 1]  # no object covers a 1-pixel box
+    res = score_answers([box(scene.target_object.bbox), box(other.bbox), box(empty), "no box"], [scene] * 4)
+    assert res.correct.tolist() == [True, False, False, False]
+    assert res.on_object.tolist() == [True, True, False, False]
+    assert res.parse_fail.tolist() == [False, False, False, True]
+    assert res.localised == 0.5 and res.acc50 == 0.25
+
+
+def test_protocol_runs_end_to_end_on_a_trained_checkpoint(tmp_path):
+    """`python -m vrh_lmms.demo.protocol` on a real (micro) checkpoint: one k row, localisation beside Acc@0.5."""
+    import json
+
+    from vrh_lmms.demo import protocol
+
+    design = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=2)
+    train(design, tmp_path / "m", seed=0, log=lambda s: None)
+    assert protocol.main([str(tmp_path / "m"), "--ks", "1", "--draws", "2", "--n", "8", "--n-score", "4",
+                          "--pairs", "2", "--out", str(tmp_path / "p")]) == 0
+    out = json.loads((tmp_path / "p" / "protocol.json").read_text())
+    g = out["grounding"]
+    assert g["complete"] and out["recall"]["complete"] and [r["k"] for r in g["rows"]] == [1]
+    assert g["baseline_acc"] <= g["localised"] <= 1.0 and 1 / 5 <= g["uniform_pick"] <= 1 / 3
+    assert (tmp_path / "p" / "kcurve_grounding.png").is_file()

@@ -43,9 +43,13 @@ def iou_xyxy(a: Sequence[float], b: Sequence[float]) -> float:
     return inter / union if union > 0 else 0.0
 
 
-def gt_xyxy(scene: Scene) -> list[float]:
-    x, y, w, h = scene.target_object.bbox
+def _xyxy(bbox: Sequence[float]) -> list[float]:
+    x, y, w, h = bbox
     return [x, y, x + w, y + h]
+
+
+def gt_xyxy(scene: Scene) -> list[float]:
+    return _xyxy(scene.target_object.bbox)
 
 
 # ---------------------------------------------------------------- geometry and ablation
@@ -99,7 +103,6 @@ class Prepared:
 
     scenes: list[Scene]
     batches: list[dict[str, torch.Tensor]]
-    gt: list[list[float]]
 
 
 def prepare(encoder: FastEncoder, scenes: Sequence[Scene], batch_size: int = 64) -> Prepared:
@@ -108,7 +111,7 @@ def prepare(encoder: FastEncoder, scenes: Sequence[Scene], batch_size: int = 64)
         chunk = scenes[i:i + batch_size]
         images = np.stack([decoded_image(s, encoder.spec) for s in chunk])
         batches.append(encoder.batch(chunk, images))
-    return Prepared(list(scenes), batches, [gt_xyxy(s) for s in scenes])
+    return Prepared(list(scenes), batches)
 
 
 # ---------------------------------------------------------------- decoding and metrics
@@ -128,10 +131,17 @@ class EvalResult:
     parse_fail: np.ndarray  # bool per sample
     ious: np.ndarray
     texts: list[str]
+    on_object: np.ndarray  # bool per sample: IoU >= 0.5 with *some* object of the scene (referent or distractor)
 
     @property
     def acc50(self) -> float:
         return float(self.correct.mean())
+
+    @property
+    def localised(self) -> float:
+        """Share of answers that land on an object at all: localising without selecting the referent shows as
+        `localised` well above `acc50` (a model picking objects blindly gets acc50 = localised / objects)."""
+        return float(self.on_object.mean())
 
     @property
     def parse_rate(self) -> float:
@@ -143,13 +153,19 @@ def evaluate(model, tokenizer, prep: Prepared, heads: Iterable[Head] = ()) -> Ev
     with ablate(model, list(heads)):
         for batch in prep.batches:
             texts.extend(greedy(model, tokenizer, batch))
-    ious, fails = [], []
-    for text, gt in zip(texts, prep.gt):
+    return score_answers(texts, prep.scenes)
+
+
+def score_answers(texts: Sequence[str], scenes: Sequence[Scene]) -> EvalResult:
+    """Acc@0.5 against each scene's referent, parse failures, and whether the box lands on any object."""
+    ious, fails, on_object = [], [], []
+    for text, scene in zip(texts, scenes, strict=True):
         box = parse_box(text)
         fails.append(box is None)
-        ious.append(0.0 if box is None else iou_xyxy(box, gt))
+        ious.append(0.0 if box is None else iou_xyxy(box, gt_xyxy(scene)))
+        on_object.append(box is not None and any(iou_xyxy(box, _xyxy(o.bbox)) >= 0.5 for o in scene.objects))
     ious_a = np.array(ious)
-    return EvalResult(ious_a >= 0.5, np.array(fails), ious_a, texts)
+    return EvalResult(ious_a >= 0.5, np.array(fails), ious_a, list(texts), np.array(on_object))
 
 
 # ---------------------------------------------------------------- head scoring

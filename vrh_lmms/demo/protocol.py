@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from vrh_lmms import atomic
@@ -70,6 +71,8 @@ def grounding_curve(model, processor, spec, n: int, n_score: int, ks: Sequence[i
     res = kcurve.k_curve(evaluate, scores, ks, draws=draws, log=log, on_row=on_row)
     res["scores"] = scores.round(5).tolist()
     res["parse_fail"] = base.parse_rate
+    res["localised"] = base.localised  # the unablated answers' share on *some* object (see EvalResult.localised)
+    res["uniform_pick"] = float(np.mean([1 / len(s.objects) for s in scenes]))
     return res
 
 
@@ -120,7 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result["grounding"] = grounding_curve(model, processor, spec, args.n, args.n_score, ks, args.draws, say,
                                               keep("grounding")) | {"complete": True}
         kcurve.plot_k_curve(result["grounding"], out / "kcurve_grounding.png", "grounding Acc@0.5")
-        say("grounding: " + _fmt(result["grounding"]))
+        g = result["grounding"]
+        say("grounding: " + _fmt(g) + f"; on some object {100 * g['localised']:.1f}% "
+            f"(a blind pick among the objects: {100 * g['uniform_pick'] * g['localised']:.1f}%)")
     result["seconds"] = time.time() - t0
     atomic.write_text(path, json.dumps(result, indent=1))
     say(f"wrote {path} ({result['seconds']:.0f} s)")
