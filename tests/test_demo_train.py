@@ -244,3 +244,18 @@ def test_protocol_runs_end_to_end_on_a_trained_checkpoint(tmp_path):
     assert g["complete"] and out["recall"]["complete"] and [r["k"] for r in g["rows"]] == [1]
     assert g["baseline_acc"] <= g["localised"] <= 1.0 and 1 / 5 <= g["uniform_pick"] <= 1 / 3
     assert (tmp_path / "p" / "kcurve_grounding.png").is_file()
+
+
+def test_joint_phase_can_keep_the_backbone_attention_frozen(tmp_path):
+    """`joint_frozen=("self_attn.",)`: after the joint phase every text attention weight equals the align phase's,
+    while the MLPs and the vision tower moved."""
+    design = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=3,
+                     joint_frozen=("self_attn.",))
+    train(design, tmp_path / "f", seed=0, log=lambda s: None)
+    before, after = checkpoint_state(tmp_path / "f" / "phases" / "align"), checkpoint_state(tmp_path / "f")
+    attn = [k for k in after if "self_attn." in k and not k.startswith("model.visual.")]
+    mlp = [k for k in after if ".mlp." in k and not k.startswith("model.visual.")]
+    vis = [k for k in after if k.startswith("model.visual.")]
+    assert attn and all(torch.equal(before[k], after[k]) for k in attn)
+    assert any(not torch.equal(before[k], after[k]) for k in mlp)
+    assert any(not torch.equal(before[k], after[k]) for k in vis)

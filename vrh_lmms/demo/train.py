@@ -71,6 +71,9 @@ class Design:
     text_share: float = 1 / 3  # share of batches in the joint phase that are text
     lr: float = 2e-3
     lm_lr: float = 5e-4  # backbone rate in the joint phase
+    # backbone parameters kept frozen in the joint phase (substrings of their names, e.g. "self_attn." for every
+    # attention weight): the visual task then has to route through the heads text pretraining made
+    joint_frozen: tuple = ()
     warmup: int = 100
     min_lr_frac: float = 0.05
     weight_decay: float = 0.01
@@ -105,7 +108,7 @@ class Design:
         data["spec"] = DemoSpec.from_dict(data.get("spec", {}))
         for key in ("curriculum",):
             data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
-        for key in ("mrope_section", "text_tasks"):
+        for key in ("mrope_section", "text_tasks", "joint_frozen"):
             if key in data:
                 data[key] = tuple(data[key])
         if "text_phases" in data:
@@ -339,6 +342,14 @@ class Evaluator:
 # ---------------------------------------------------------------- training
 
 
+def trainable(design: Design, phase_kind: str, name: str) -> bool:
+    """text: the backbone only; align: the vision tower only; joint: everything but `design.joint_frozen`."""
+    vision = is_vision_param(name)
+    if phase_kind == "joint":
+        return vision or not any(part in name for part in design.joint_frozen)
+    return (phase_kind == "text") != vision
+
+
 def _param_groups(model, design: Design) -> list[dict]:
     groups: dict[tuple[bool, bool], list] = {}
     for name, p in model.named_parameters():
@@ -416,7 +427,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         text_maker = BatchMaker(phase_design, turns, encoder, seed)
         evaluator = Evaluator(phase_design, text_maker, tokenizer, encoder, with_visual=kind != "text")
         for name, p in model.named_parameters():
-            p.requires_grad_(kind == "joint" or (kind == "text") != is_vision_param(name))
+            p.requires_grad_(trainable(design, kind, name))
         opt = torch.optim.AdamW(_param_groups(model, design), lr=design.lr, betas=(0.9, 0.98))
 
         def make(step: int, phase=phase, index=index, text_maker=text_maker) -> dict:
