@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from vrh_lmms.boxes.geometry import iou, xywh_to_xyxy
 from vrh_lmms.capture.layouts import box_token_indices, image_token_map
 from vrh_lmms.demo.data import FastEncoder, decoded_image
 from vrh_lmms.demo.spec import EVAL_SCENE_SEED, DemoSpec
@@ -33,23 +34,6 @@ def parse_box(text: str) -> list[float] | None:
     """First bracketed list of four numbers (`[x1, y1, x2, y2]`, tokens may be space separated)."""
     m = _BOX.search(text)
     return [float(v) for v in m.groups()] if m else None
-
-
-def iou_xyxy(a: Sequence[float], b: Sequence[float]) -> float:
-    iw = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    ih = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = iw * ih
-    union = max(0.0, a[2] - a[0]) * max(0.0, a[3] - a[1]) + max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
-
-
-def _xyxy(bbox: Sequence[float]) -> list[float]:
-    x, y, w, h = bbox
-    return [x, y, x + w, y + h]
-
-
-def gt_xyxy(scene: Scene) -> list[float]:
-    return _xyxy(scene.target_object.bbox)
 
 
 # ---------------------------------------------------------------- geometry and ablation
@@ -162,8 +146,8 @@ def score_answers(texts: Sequence[str], scenes: Sequence[Scene]) -> EvalResult:
     for text, scene in zip(texts, scenes, strict=True):
         box = parse_box(text)
         fails.append(box is None)
-        ious.append(0.0 if box is None else iou_xyxy(box, gt_xyxy(scene)))
-        on_object.append(box is not None and any(iou_xyxy(box, _xyxy(o.bbox)) >= 0.5 for o in scene.objects))
+        ious.append(0.0 if box is None else iou(box, xywh_to_xyxy(scene.target_object.bbox)))
+        on_object.append(box is not None and any(iou(box, xywh_to_xyxy(o.bbox)) >= 0.5 for o in scene.objects))
     ious_a = np.array(ious)
     return EvalResult(ious_a >= 0.5, np.array(fails), ious_a, list(texts), np.array(on_object))
 
@@ -207,7 +191,7 @@ def head_scores(model, tokenizer, encoder: FastEncoder, prep: Prepared) -> np.nd
                 # rows emitting the answer proper (the stop token excluded), as discovery's "out" query set
                 n_ans = gen.index(tokenizer.eos_token_id) if tokenizer.eos_token_id in gen else len(gen)
                 q = torch.arange(prompt_len - 1, prompt_len - 1 + n_ans)
-                keys = tmap.positions[box_token_indices(tmap, gt_xyxy(scene))]
+                keys = tmap.positions[box_token_indices(tmap, xywh_to_xyxy(scene.target_object.bbox))]
                 mass = att[i][:, :, q][:, :, :, keys].sum(-1).mean(-1)  # layers x heads
                 total += mass.numpy()
                 count += 1
