@@ -259,3 +259,37 @@ def test_joint_phase_can_keep_the_backbone_attention_frozen(tmp_path):
     assert attn and all(torch.equal(before[k], after[k]) for k in attn)
     assert any(not torch.equal(before[k], after[k]) for k in mlp)
     assert any(not torch.equal(before[k], after[k]) for k in vis)
+
+
+def test_head_dropout_hits_only_the_chosen_layers():
+    """`head_drop_layers=(1,)` with p = 1 zeroes every head output of layer 1 before o_proj and none of layer 0;
+    inactive, it changes nothing; a layer the model lacks is refused by name."""
+    from vrh_lmms.demo.probe import text_layers
+    from vrh_lmms.demo.train import HeadDrop, build_model
+
+    tok, _, _, turns = _encoders()
+    model = build_model(MICRO, tok, seed=0)
+    drop = HeadDrop(model, 1.0, torch.Generator().manual_seed(0), layers=(1,))
+    seen: dict[int, torch.Tensor] = {}
+    for i, layer in enumerate(text_layers(model)):
+        layer.self_attn.o_proj.register_forward_pre_hook(lambda m, args, i=i: seen.__setitem__(i, args[0]))
+    ids = torch.tensor([turns.encode(["copy", "a", "b"], ["a", "b"], has_image=False).ids])
+    drop.active = True
+    model(input_ids=ids)
+    assert seen[0].abs().sum() > 0 and seen[1].abs().sum() == 0
+    drop.active = False
+    model(input_ids=ids)
+    assert seen[1].abs().sum() > 0
+    with pytest.raises(ValueError, match=r"head_drop_layers \[2\]"):
+        HeadDrop(model, 0.05, torch.Generator(), layers=(0, 2))
+
+
+def test_head_dropout_applies_only_in_the_chosen_phases(tmp_path):
+    """`head_drop_kinds=("joint",)`: the align phase ends bit-equal to the run without dropout, the joint phase not."""
+    base = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=3)
+    train(base, tmp_path / "a", seed=0, log=lambda s: None)
+    train(replace(base, head_drop=0.5, head_drop_kinds=("joint",)), tmp_path / "b", seed=0, log=lambda s: None)
+    align = [checkpoint_state(tmp_path / run / "phases" / "align") for run in ("a", "b")]
+    end = [checkpoint_state(tmp_path / run) for run in ("a", "b")]
+    assert all(torch.equal(align[0][k], align[1][k]) for k in align[0])
+    assert any(not torch.equal(end[0][k], end[1][k]) for k in end[0])

@@ -79,6 +79,10 @@ class Design:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     head_drop: float = 0.0
+    # where head dropout applies: text-layer indices (empty: every layer) and phase kinds (empty: every phase), e.g.
+    # only the early layers that build the lookup's inputs, and only in the joint phase
+    head_drop_layers: tuple = ()
+    head_drop_kinds: tuple = ()
     # [[until_visual_step, {SceneConfig overrides}], ...]: easier scenes first; the spec's own scenes after. Visual
     # steps count through align and then joint (joint step s is visual step align_steps + s).
     curriculum: tuple = ()
@@ -108,7 +112,7 @@ class Design:
         data["spec"] = DemoSpec.from_dict(data.get("spec", {}))
         for key in ("curriculum",):
             data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
-        for key in ("mrope_section", "text_tasks", "joint_frozen"):
+        for key in ("mrope_section", "text_tasks", "joint_frozen", "head_drop_layers", "head_drop_kinds"):
             if key in data:
                 data[key] = tuple(data[key])
         if "text_phases" in data:
@@ -272,15 +276,22 @@ def exact_match(model, batch: dict) -> dict[str, float]:
 
 
 class HeadDrop:
-    """Zero each (sample, layer, head) output slice with probability p during training, without rescaling."""
+    """Zero each (sample, layer, head) output slice with probability p during training, without rescaling; only in
+    `layers` (text-layer indices; empty: all)."""
 
-    def __init__(self, model, p: float, generator: torch.Generator):
+    def __init__(self, model, p: float, generator: torch.Generator, layers: tuple = ()):
         from vrh_lmms.demo.probe import text_layers
 
         self.p, self.gen, self.active = p, generator, False
         if p <= 0:
             return
-        for layer in text_layers(model):
+        all_layers = text_layers(model)
+        bad = [i for i in layers if not 0 <= i < len(all_layers)]
+        if bad:
+            raise ValueError(f"head_drop_layers {bad} out of range: the model has {len(all_layers)} text layers")
+        for index, layer in enumerate(all_layers):
+            if layers and index not in layers:
+                continue
             attn = layer.self_attn
             n_heads = attn.o_proj.in_features // attn.head_dim
 
@@ -409,7 +420,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     turns = TurnEncoder(tokenizer, int(encoder.grid_thw.prod()) // (encoder.merge ** 2), spec.prompt_first)
     maker = BatchMaker(design, turns, encoder, vseed)
     gen = torch.Generator().manual_seed(vseed)
-    drop = HeadDrop(model, design.head_drop, gen)
+    drop = HeadDrop(model, design.head_drop, gen, design.head_drop_layers)
     n_params = sum(p.numel() for p in model.parameters())
     spec.save(out)
     log_f = (out / "train_log.jsonl").open("a")
@@ -447,7 +458,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             for g in opt.param_groups:
                 base = design.lm_lr if (kind == "joint" and not g["vision"]) else design.lr
                 g["lr"] = base * f
-            drop.active = True
+            drop.active = not design.head_drop_kinds or kind in design.head_drop_kinds
             logits = answer_logits(model, batch)
             drop.active = False
             loss = torch.nn.functional.cross_entropy(logits, batch["targets"])
