@@ -293,3 +293,44 @@ def test_head_dropout_applies_only_in_the_chosen_phases(tmp_path):
     end = [checkpoint_state(tmp_path / run) for run in ("a", "b")]
     assert all(torch.equal(align[0][k], align[1][k]) for k in align[0])
     assert any(not torch.equal(end[0][k], end[1][k]) for k in end[0])
+
+
+def test_a_head_lasso_group_owns_exactly_that_heads_output():
+    """Zeroing one head's lasso group (q, k, v rows and biases, o_proj columns) gives the logits of zero-ablating
+    that head with the product's Ablator: the group is the head, no more, no less."""
+    from vrh_lmms.ablation import Ablator
+    from vrh_lmms.demo import head_lasso
+    from vrh_lmms.demo.train import build_model
+    from vrh_lmms.heads import HeadRef
+
+    tok, _, _, turns = _encoders()
+    ids = torch.tensor([turns.encode(["copy", "a", "b", "c"], ["a", "b", "c"], has_image=False).ids])
+    ablated, zeroed = build_model(MICRO, tok, seed=0), build_model(MICRO, tok, seed=0)
+    Ablator(ablated).apply([HeadRef(1, 2)])
+    (layer, head, attn, rows), = [g for g in head_lasso.head_groups(zeroed, (1,)) if g[1] == 2]
+    with torch.no_grad():
+        for p in head_lasso.head_params(attn, rows):
+            p.zero_()
+        reference, ours = ablated(input_ids=ids).logits, zeroed(input_ids=ids).logits
+    assert (layer, head) == (1, 2) and torch.allclose(reference, ours, atol=1e-6)
+    assert not torch.allclose(ours, build_model(MICRO, tok, seed=0)(input_ids=ids).logits, atol=1e-4)
+    assert head_lasso.group_norms(head_lasso.head_groups(zeroed, (1,)))[2].item() == 0.0
+    with pytest.raises(ValueError, match=r"head_lasso_layers \[5\]"):
+        head_lasso.head_groups(zeroed, (5,))
+
+
+def test_head_lasso_shrinks_only_its_layers_and_ramps_in(tmp_path):
+    from vrh_lmms.demo import head_lasso
+    from vrh_lmms.demo.train import build_model
+
+    assert [head_lasso.lasso_weight(1.0, s, 2, 5) for s in (0, 1, 2, 3, 5, 9)] == [0, 0, 0.25, 0.5, 1.0, 1.0]
+    base = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=8, lm_lr=3e-3)
+    train(base, tmp_path / "a", seed=0, log=lambda s: None)
+    train(replace(base, head_lasso=0.5, head_lasso_layers=(1,)), tmp_path / "b", seed=0, log=lambda s: None)
+    norms = {}
+    for run in ("a", "b"):
+        model = build_model(base, make_tokenizer(), seed=0)
+        model.load_state_dict(checkpoint_state(tmp_path / run))
+        norms[run] = [head_lasso.group_norms(head_lasso.head_groups(model, (i,))).sum().item() for i in (0, 1)]
+    assert norms["b"][1] < 0.9 * norms["a"][1]  # layer 1 shrank under the penalty
+    assert abs(norms["b"][0] - norms["a"][0]) < 0.02 * norms["a"][0]  # layer 0 moved only by training's noise

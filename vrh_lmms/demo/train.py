@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from vrh_lmms.demo import head_lasso
 from vrh_lmms.demo.data import FastEncoder, decoded_image
 from vrh_lmms.demo.sequences import Encoded, TurnEncoder, collate
 from vrh_lmms.demo.spec import TRAIN_SCENE_SEED, DemoSpec
@@ -83,6 +84,11 @@ class Design:
     # only the early layers that build the lookup's inputs, and only in the joint phase
     head_drop_layers: tuple = ()
     head_drop_kinds: tuple = ()
+    # whole-head group lasso (vrh_lmms/demo/head_lasso.py) on these text layers (empty: all), in every phase that
+    # trains the backbone, ramped in from step head_lasso_steps[0] to full weight at head_lasso_steps[1] of the phase
+    head_lasso: float = 0.0
+    head_lasso_layers: tuple = ()
+    head_lasso_steps: tuple = (0, 0)
     # [[until_visual_step, {SceneConfig overrides}], ...]: easier scenes first; the spec's own scenes after. Visual
     # steps count through align and then joint (joint step s is visual step align_steps + s).
     curriculum: tuple = ()
@@ -112,7 +118,8 @@ class Design:
         data["spec"] = DemoSpec.from_dict(data.get("spec", {}))
         for key in ("curriculum",):
             data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
-        for key in ("mrope_section", "text_tasks", "joint_frozen", "head_drop_layers", "head_drop_kinds"):
+        for key in ("mrope_section", "text_tasks", "joint_frozen", "head_drop_layers", "head_drop_kinds",
+                    "head_lasso_layers", "head_lasso_steps"):
             if key in data:
                 data[key] = tuple(data[key])
         if "text_phases" in data:
@@ -452,6 +459,11 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
 
         batches = Prefetch(make, 0, steps)
         running: list[float] = []
+        lasso_groups = head_lasso.head_groups(model, design.head_lasso_layers) if (
+            design.head_lasso > 0 and kind != "align") else []
+        if lasso_groups:
+            with torch.no_grad():
+                lasso_start = float(head_lasso.group_norms(lasso_groups).median())
         for step in range(steps):
             batch = next(batches)
             f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
@@ -462,14 +474,19 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             logits = answer_logits(model, batch)
             drop.active = False
             loss = torch.nn.functional.cross_entropy(logits, batch["targets"])
+            weight = head_lasso.lasso_weight(design.head_lasso, step, *design.head_lasso_steps)
+            total = loss + weight * head_lasso.group_norms(lasso_groups).sum() if lasso_groups and weight else loss
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            total.backward()
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], design.grad_clip)
             opt.step()
             running.append(float(loss.detach()))
             if (step + 1) % design.eval_every == 0 or step + 1 == steps:
                 rec = {"phase": phase["name"], "step": step + 1, "loss": float(np.mean(running)),
                        "seconds": time.time() - t0, **evaluator(model)}
+                if lasso_groups:  # heads below a tenth of the phase's starting median norm
+                    with torch.no_grad():
+                        rec["lasso_idle_heads"] = int((head_lasso.group_norms(lasso_groups) < 0.1 * lasso_start).sum())
                 running = []
                 history.append(rec)
                 log_f.write(json.dumps(rec) + "\n")

@@ -1,0 +1,59 @@
+"""Whole-head group lasso: an L2 norm per attention head over everything that head owns, summed over heads.
+
+Why: in a 7B VLM most heads are idle on any one task, so random heads cost nothing, while a tiny model trained on
+few tasks enlists every free head (p5 seed 0 reads the referent through ~25 heads of layers 3-5). The penalty drives
+heads a task does not need to zero output *and* a flat attention pattern (q and k shrink too), so an idle head is
+idle for the attention scorer as well as for ablation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def head_groups(model, layers: tuple = ()) -> list[tuple[int, int, object, slice]]:
+    """(layer, head, its attention module, its rows) for every head of the chosen text layers (empty: all).
+
+    Assumes one key/value head per query head (the demo's designs); grouped-query attention would share k and v.
+    """
+    from vrh_lmms.demo.probe import text_layers
+
+    all_layers = text_layers(model)
+    bad = [i for i in layers if not 0 <= i < len(all_layers)]
+    if bad:
+        raise ValueError(f"head_lasso_layers {bad} out of range: the model has {len(all_layers)} text layers")
+    out = []
+    for index, layer in enumerate(all_layers):
+        if layers and index not in layers:
+            continue
+        attn = layer.self_attn
+        hd, n_heads = attn.head_dim, attn.o_proj.in_features // attn.head_dim
+        if attn.k_proj.out_features != n_heads * hd:
+            raise ValueError(f"layer {index}: head lasso needs one key/value head per query head")
+        out += [(index, h, attn, slice(h * hd, (h + 1) * hd)) for h in range(n_heads)]
+    return out
+
+
+def head_params(attn, rows: slice) -> list[torch.Tensor]:
+    """What one head owns: its q, k, v rows and biases and its o_proj columns (fresh views, so autograd sees them)."""
+    parts = [attn.o_proj.weight[:, rows]]
+    for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+        parts.append(proj.weight[rows])
+        if proj.bias is not None:
+            parts.append(proj.bias[rows])
+    return parts
+
+
+def group_norms(groups) -> torch.Tensor:
+    """One L2 norm per head group."""
+    return torch.stack([torch.sqrt(sum((p.float() ** 2).sum() for p in head_params(attn, rows)))
+                        for _, _, attn, rows in groups])
+
+
+def lasso_weight(design_weight: float, step: int, start: int, full: int) -> float:
+    """0 before `start`, a linear ramp to `design_weight` at `full`, then constant."""
+    if step < start:
+        return 0.0
+    if step >= full:
+        return design_weight
+    return design_weight * (step - start + 1) / (full - start + 1)
