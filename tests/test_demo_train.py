@@ -319,14 +319,30 @@ def test_a_head_lasso_group_owns_exactly_that_heads_output():
         head_lasso.head_groups(zeroed, (5,))
 
 
-def test_head_lasso_shrinks_only_its_layers_and_ramps_in(tmp_path):
+def test_head_lasso_proximal_step_soft_thresholds_each_head():
+    """prox_step shrinks every chosen head's norm by exactly `shrink` (a head below it lands on zero) and leaves
+    other layers alone; the weight ramps in linearly."""
     from vrh_lmms.demo import head_lasso
     from vrh_lmms.demo.train import build_model
 
     assert [head_lasso.lasso_weight(1.0, s, 2, 5) for s in (0, 1, 2, 3, 5, 9)] == [0, 0, 0.25, 0.5, 1.0, 1.0]
+    model = build_model(MICRO, make_tokenizer(), seed=0)
+    layer1, layer0 = head_lasso.head_groups(model, (1,)), head_lasso.head_groups(model, (0,))
+    before1, before0 = head_lasso.group_norms(layer1).detach(), head_lasso.group_norms(layer0).detach()
+    head_lasso.prox_step(layer1, 0.5)
+    assert torch.allclose(head_lasso.group_norms(layer1).detach(), before1 - 0.5, atol=1e-5)
+    assert torch.equal(head_lasso.group_norms(layer0).detach(), before0)
+    head_lasso.prox_step(layer1, float(before1.max()) + 1)
+    assert head_lasso.group_norms(layer1).detach().abs().max().item() == 0.0
+
+
+def test_head_lasso_in_training_shrinks_only_its_layers(tmp_path):
+    from vrh_lmms.demo import head_lasso
+    from vrh_lmms.demo.train import build_model
+
     base = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=8, lm_lr=3e-3)
     train(base, tmp_path / "a", seed=0, log=lambda s: None)
-    train(replace(base, head_lasso=0.5, head_lasso_layers=(1,)), tmp_path / "b", seed=0, log=lambda s: None)
+    train(replace(base, head_lasso=50.0, head_lasso_layers=(1,)), tmp_path / "b", seed=0, log=lambda s: None)
     norms = {}
     for run in ("a", "b"):
         model = build_model(base, make_tokenizer(), seed=0)

@@ -1,9 +1,14 @@
-"""Whole-head group lasso: an L2 norm per attention head over everything that head owns, summed over heads.
+"""Whole-head group lasso: an L2 norm per attention head over everything that head owns, applied as a proximal step.
 
 Why: in a 7B VLM most heads are idle on any one task, so random heads cost nothing, while a tiny model trained on
 few tasks enlists every free head (p5 seed 0 reads the referent through ~25 heads of layers 3-5). The penalty drives
 heads a task does not need to zero output *and* a flat attention pattern (q and k shrink too), so an idle head is
 idle for the attention scorer as well as for ablation.
+
+Why proximal: as a loss term under Adam, the penalty's gradient is rescaled by each weight's gradient noise and did
+nothing (p10: weight 1e-3, head norms 7.4 -> 7.0 after 1500 steps). Group soft-thresholding after each optimizer
+step, w <- w * max(0, 1 - lr * weight / ||w||), shrinks every head's norm by lr * weight per step whatever Adam does,
+so a head whose task gradient does not push back reaches exactly zero (as decoupled weight decay is to L2).
 """
 
 from __future__ import annotations
@@ -48,6 +53,18 @@ def group_norms(groups) -> torch.Tensor:
     """One L2 norm per head group."""
     return torch.stack([torch.sqrt(sum((p.float() ** 2).sum() for p in head_params(attn, rows)))
                         for _, _, attn, rows in groups])
+
+
+@torch.no_grad()
+def prox_step(groups, shrink: float) -> None:
+    """Group soft-thresholding: every head's parameters scaled by max(0, 1 - shrink / ||head||), in place."""
+    if shrink <= 0 or not groups:
+        return
+    norms = group_norms(groups)
+    for (_, _, attn, rows), norm in zip(groups, norms):
+        factor = torch.clamp(1 - shrink / norm, min=0.0) if norm > 0 else torch.zeros(())
+        for part in head_params(attn, rows):
+            part.mul_(factor.to(part.dtype))
 
 
 def lasso_weight(design_weight: float, step: int, start: int, full: int) -> float:

@@ -84,8 +84,9 @@ class Design:
     # only the early layers that build the lookup's inputs, and only in the joint phase
     head_drop_layers: tuple = ()
     head_drop_kinds: tuple = ()
-    # whole-head group lasso (vrh_lmms/demo/head_lasso.py) on these text layers (empty: all), in every phase that
-    # trains the backbone, ramped in from step head_lasso_steps[0] to full weight at head_lasso_steps[1] of the phase
+    # whole-head group lasso (vrh_lmms/demo/head_lasso.py, a proximal step: each head's norm shrinks by the backbone's
+    # rate x head_lasso per step) on these text layers (empty: all), in every phase that trains the backbone, ramped
+    # in from step head_lasso_steps[0] to full weight at head_lasso_steps[1] of the phase
     head_lasso: float = 0.0
     head_lasso_layers: tuple = ()
     head_lasso_steps: tuple = (0, 0)
@@ -474,12 +475,13 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             logits = answer_logits(model, batch)
             drop.active = False
             loss = torch.nn.functional.cross_entropy(logits, batch["targets"])
-            weight = head_lasso.lasso_weight(design.head_lasso, step, *design.head_lasso_steps)
-            total = loss + weight * head_lasso.group_norms(lasso_groups).sum() if lasso_groups and weight else loss
             opt.zero_grad(set_to_none=True)
-            total.backward()
+            loss.backward()
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], design.grad_clip)
             opt.step()
+            if lasso_groups:  # proximal: shrink each head's norm by the backbone's current rate x the lasso weight
+                weight = head_lasso.lasso_weight(design.head_lasso, step, *design.head_lasso_steps)
+                head_lasso.prox_step(lasso_groups, weight * (design.lm_lr if kind == "joint" else design.lr) * f)
             running.append(float(loss.detach()))
             if (step + 1) % design.eval_every == 0 or step + 1 == steps:
                 rec = {"phase": phase["name"], "step": step + 1, "loss": float(np.mean(running)),
