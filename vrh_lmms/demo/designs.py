@@ -76,8 +76,11 @@ _P9 = replace(_P5, name="p9", head_drop=0.05, head_drop_layers=(0, 1, 2), head_d
 # do not need idle (zero output, flat attention), so the readers left should be few and random masks harmless. (p10,
 # the same with the lasso as a loss term of weight 1e-3, was stopped at joint 2500: under Adam it moved no head.)
 _P11 = replace(_P9, name="p11", head_lasso=25.0, head_lasso_layers=(3, 4, 5), head_lasso_steps=(1000, 2000))
+# p12: p5 with p11's lasso and no head dropout: with p5, p9 and p11 (same seed, same align checkpoint) a 2 x 2 of
+# early-layer dropout x late-layer lasso.
+_P12 = replace(_P5, name="p12", head_lasso=25.0, head_lasso_layers=(3, 4, 5), head_lasso_steps=(1000, 2000))
 
-DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11]}
+DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12]}
 # the second approach's best so far (grounds: 89% Acc@0.5 on p3 seed 0's backbone); the shipped demo model is still
 # design t1 of the first trainer (its model card says where it lives)
 LATEST = "p5"
