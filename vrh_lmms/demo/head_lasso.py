@@ -21,16 +21,10 @@ def head_groups(model, layers: tuple = ()) -> list[tuple[int, int, object, slice
 
     Assumes one key/value head per query head (the demo's designs); grouped-query attention would share k and v.
     """
-    from vrh_lmms.demo.probe import text_layers
+    from vrh_lmms.demo.probe import chosen_layers
 
-    all_layers = text_layers(model)
-    bad = [i for i in layers if not 0 <= i < len(all_layers)]
-    if bad:
-        raise ValueError(f"head_lasso_layers {bad} out of range: the model has {len(all_layers)} text layers")
     out = []
-    for index, layer in enumerate(all_layers):
-        if layers and index not in layers:
-            continue
+    for index, layer in chosen_layers(model, layers, "head_lasso_layers"):
         attn = layer.self_attn
         hd, n_heads = attn.head_dim, attn.o_proj.in_features // attn.head_dim
         if attn.k_proj.out_features != n_heads * hd:
@@ -62,7 +56,7 @@ def prox_step(groups, shrink: float) -> None:
         return
     norms = group_norms(groups)
     for (_, _, attn, rows), norm in zip(groups, norms):
-        factor = torch.clamp(1 - shrink / norm, min=0.0) if norm > 0 else torch.zeros(())
+        factor = torch.clamp(1 - shrink / norm, min=0.0)  # a zero norm gives -inf, clamped to 0
         for part in head_params(attn, rows):
             part.mul_(factor.to(part.dtype))
 

@@ -42,6 +42,16 @@ def text_layers(model) -> list:
     return list(model.model.language_model.layers)
 
 
+def chosen_layers(model, layers: tuple, option: str) -> list[tuple[int, object]]:
+    """(index, layer) for the text layers a design option names (empty: all); an index the model lacks is refused,
+    naming the option."""
+    all_layers = text_layers(model)
+    bad = [i for i in layers if not 0 <= i < len(all_layers)]
+    if bad:
+        raise ValueError(f"{option} {bad} out of range: the model has {len(all_layers)} text layers")
+    return [(i, layer) for i, layer in enumerate(all_layers) if not layers or i in layers]
+
+
 def geometry(model) -> tuple[int, int, int]:
     """(layers, heads, head_dim) of the language decoder; heads = o_proj.in_features // head_dim."""
     layers = text_layers(model)

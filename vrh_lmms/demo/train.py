@@ -288,18 +288,12 @@ class HeadDrop:
     `layers` (text-layer indices; empty: all)."""
 
     def __init__(self, model, p: float, generator: torch.Generator, layers: tuple = ()):
-        from vrh_lmms.demo.probe import text_layers
+        from vrh_lmms.demo.probe import chosen_layers
 
         self.p, self.gen, self.active = p, generator, False
         if p <= 0:
             return
-        all_layers = text_layers(model)
-        bad = [i for i in layers if not 0 <= i < len(all_layers)]
-        if bad:
-            raise ValueError(f"head_drop_layers {bad} out of range: the model has {len(all_layers)} text layers")
-        for index, layer in enumerate(all_layers):
-            if layers and index not in layers:
-                continue
+        for _, layer in chosen_layers(model, layers, "head_drop_layers"):
             attn = layer.self_attn
             n_heads = attn.o_proj.in_features // attn.head_dim
 
@@ -367,6 +361,11 @@ def trainable(design: Design, phase_kind: str, name: str) -> bool:
     if phase_kind == "joint":
         return vision or not any(part in name for part in design.joint_frozen)
     return (phase_kind == "text") != vision
+
+
+def base_lr(design: Design, phase_kind: str, vision: bool) -> float:
+    """A parameter group's peak rate: the backbone trains at `lm_lr` in the joint phase, everything else at `lr`."""
+    return design.lm_lr if (phase_kind == "joint" and not vision) else design.lr
 
 
 def _param_groups(model, design: Design) -> list[dict]:
@@ -469,8 +468,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             batch = next(batches)
             f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
             for g in opt.param_groups:
-                base = design.lm_lr if (kind == "joint" and not g["vision"]) else design.lr
-                g["lr"] = base * f
+                g["lr"] = base_lr(design, kind, g["vision"]) * f
             drop.active = not design.head_drop_kinds or kind in design.head_drop_kinds
             logits = answer_logits(model, batch)
             drop.active = False
@@ -481,7 +479,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             opt.step()
             if lasso_groups:  # proximal: shrink each head's norm by the backbone's current rate x the lasso weight
                 weight = head_lasso.lasso_weight(design.head_lasso, step, *design.head_lasso_steps)
-                head_lasso.prox_step(lasso_groups, weight * (design.lm_lr if kind == "joint" else design.lr) * f)
+                head_lasso.prox_step(lasso_groups, weight * base_lr(design, kind, vision=False) * f)
             running.append(float(loss.detach()))
             if (step + 1) % design.eval_every == 0 or step + 1 == steps:
                 rec = {"phase": phase["name"], "step": step + 1, "loss": float(np.mean(running)),
