@@ -350,3 +350,5 @@ def test_head_lasso_in_training_shrinks_only_its_layers(tmp_path):
         norms[run] = [head_lasso.group_norms(head_lasso.head_groups(model, (i,))).sum().item() for i in (0, 1)]
     assert norms["b"][1] < 0.9 * norms["a"][1]  # layer 1 shrank under the penalty
     assert abs(norms["b"][0] - norms["a"][0]) < 0.02 * norms["a"][0]  # layer 0 moved only by training's noise
+    text_a, text_b = (checkpoint_state(tmp_path / run / "phases" / "text0") for run in ("a", "b"))
+    assert all(torch.equal(text_a[k], text_b[k]) for k in text_a)  # the lasso is a joint-phase regulariser only

@@ -80,7 +80,17 @@ _P11 = replace(_P9, name="p11", head_lasso=25.0, head_lasso_layers=(3, 4, 5), he
 # early-layer dropout x late-layer lasso.
 _P12 = replace(_P5, name="p12", head_lasso=25.0, head_lasso_layers=(3, 4, 5), head_lasso_steps=(1000, 2000))
 
-DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12]}
+# p13: p9 with head dropout on layers 0-1 only. p12 (no dropout) reads the box through a few layer-2 heads (L2H6
+# alone costs 75.5), p9's dropout on layers 0-2 spread that reading (top-9 35.0) and slowed grounding (72.5 at the
+# end); layers 0-1 are where p5's critical non-reader heads sit (L0H4 alone 80.5), so they keep the regulariser.
+_P13 = replace(_P9, name="p13", head_drop_layers=(0, 1))
+# p14: p13 with a mild lasso on layers 3-5 (weight 10: ~4 of a head's ~7 norm over the phase, where p11/p12's 25
+# took ~10 and pruned every head as its cumulative shrink passed the head's norm): the heads the tasks need can keep
+# their norm, the rest are pushed towards idle without a forced fallback onto layers 0-2.
+_P14 = replace(_P13, name="p14", head_lasso=10.0, head_lasso_layers=(3, 4, 5), head_lasso_steps=(1000, 2000))
+
+DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
+                                                   _P14]}
 # the second approach's best so far (grounds: 89% Acc@0.5 on p3 seed 0's backbone); the shipped demo model is still
 # design t1 of the first trainer (its model card says where it lives)
 LATEST = "p5"

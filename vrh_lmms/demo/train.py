@@ -85,8 +85,8 @@ class Design:
     head_drop_layers: tuple = ()
     head_drop_kinds: tuple = ()
     # whole-head group lasso (vrh_lmms/demo/head_lasso.py, a proximal step: each head's norm shrinks by the backbone's
-    # rate x head_lasso per step) on these text layers (empty: all), in every phase that trains the backbone, ramped
-    # in from step head_lasso_steps[0] to full weight at head_lasso_steps[1] of the phase
+    # rate x head_lasso per step) on these text layers (empty: all), in the joint phase only (text pretraining is
+    # where the heads' jobs form), ramped in from joint step head_lasso_steps[0] to full weight at head_lasso_steps[1]
     head_lasso: float = 0.0
     head_lasso_layers: tuple = ()
     head_lasso_steps: tuple = (0, 0)
@@ -459,8 +459,8 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
 
         batches = Prefetch(make, 0, steps)
         running: list[float] = []
-        lasso_groups = head_lasso.head_groups(model, design.head_lasso_layers) if (
-            design.head_lasso > 0 and kind != "align") else []
+        lasso_groups = head_lasso.head_groups(model, design.head_lasso_layers) if (  # its ramp counts joint steps
+            design.head_lasso > 0 and kind == "joint") else []
         if lasso_groups:
             with torch.no_grad():
                 lasso_start = float(head_lasso.group_norms(lasso_groups).median())
