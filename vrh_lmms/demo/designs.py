@@ -69,16 +69,19 @@ _P8 = replace(_P5, name="p8", joint_frozen=("self_attn.",))
 # harmless while later layers, without it, keep their readers. Its align phase is p5's (same data, no dropout).
 _P9 = replace(_P5, name="p9", head_drop=0.05, head_drop_layers=(0, 1, 2), head_drop_kinds=("joint",))
 
+# the late-layer lasso's placement, shared by p11, p12 and p14 (layers 3-5, ramped in over joint steps 1000-2000)
+LATE_LASSO = dict(head_lasso_layers=(3, 4, 5), head_lasso_steps=(1000, 2000))
+
 # p11: p9 with a whole-head group lasso on layers 3-5 as a proximal step (weight 25: each head's norm, ~7, shrinks by
 # 25 x the backbone's rate per step, ~10 in all), ramped in over joint steps 1000-2000 (after the scene curriculum).
 # p5 seed 0 reads the referent through ~25 heads of layers 3-5 (its scorer's top-9 cost 14.5, top-14 56): every free
 # head joins the lookup, where a 7B VLM's heads mostly sit idle on any one task. The lasso makes the heads the tasks
 # do not need idle (zero output, flat attention), so the readers left should be few and random masks harmless. (p10,
 # the same with the lasso as a loss term of weight 1e-3, was stopped at joint 2500: under Adam it moved no head.)
-_P11 = replace(_P9, name="p11", head_lasso=25.0, head_lasso_layers=(3, 4, 5), head_lasso_steps=(1000, 2000))
+_P11 = replace(_P9, name="p11", head_lasso=25.0, **LATE_LASSO)
 # p12: p5 with p11's lasso and no head dropout: with p5, p9 and p11 (same seed, same align checkpoint) a 2 x 2 of
 # early-layer dropout x late-layer lasso.
-_P12 = replace(_P5, name="p12", head_lasso=25.0, head_lasso_layers=(3, 4, 5), head_lasso_steps=(1000, 2000))
+_P12 = replace(_P5, name="p12", head_lasso=25.0, **LATE_LASSO)
 
 # p13: p9 with head dropout on layers 0-1 only. p12 (no dropout) reads the box through a few layer-2 heads (L2H6
 # alone costs 75.5), p9's dropout on layers 0-2 spread that reading (top-9 35.0) and slowed grounding (72.5 at the
@@ -87,7 +90,7 @@ _P13 = replace(_P9, name="p13", head_drop_layers=(0, 1))
 # p14: p13 with a mild lasso on layers 3-5 (weight 10: ~4 of a head's ~7 norm over the phase, where p11/p12's 25
 # took ~10 and pruned every head as its cumulative shrink passed the head's norm): the heads the tasks need can keep
 # their norm, the rest are pushed towards idle without a forced fallback onto layers 0-2.
-_P14 = replace(_P13, name="p14", head_lasso=10.0, head_lasso_layers=(3, 4, 5), head_lasso_steps=(1000, 2000))
+_P14 = replace(_P13, name="p14", head_lasso=10.0, **LATE_LASSO)
 
 DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
                                                    _P14]}
