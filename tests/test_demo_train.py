@@ -295,6 +295,19 @@ def test_head_dropout_applies_only_in_the_chosen_phases(tmp_path):
     assert any(not torch.equal(end[0][k], end[1][k]) for k in end[0])
 
 
+def test_head_dropout_starts_at_head_drop_from(tmp_path):
+    """`head_drop_from` = the phase's length leaves the run bit-equal to one without dropout; one step earlier it
+    does not (the last step drops heads), so the start step is where dropout begins, not before or after."""
+    base = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=3)
+    train(base, tmp_path / "a", seed=0, log=lambda s: None)
+    late = replace(base, head_drop=0.5, head_drop_kinds=("joint",))
+    train(replace(late, head_drop_from=3), tmp_path / "b", seed=0, log=lambda s: None)
+    train(replace(late, head_drop_from=2), tmp_path / "c", seed=0, log=lambda s: None)
+    end = {run: checkpoint_state(tmp_path / run) for run in ("a", "b", "c")}
+    assert all(torch.equal(end["a"][k], end["b"][k]) for k in end["a"])
+    assert any(not torch.equal(end["a"][k], end["c"][k]) for k in end["a"])
+
+
 def test_a_head_lasso_group_owns_exactly_that_heads_output():
     """Zeroing one head's lasso group (q, k, v rows and biases, o_proj columns) gives the logits of zero-ablating
     that head with the product's Ablator: the group is the head, no more, no less."""

@@ -92,8 +92,17 @@ _P13 = replace(_P9, name="p13", head_drop_layers=(0, 1))
 # their norm, the rest are pushed towards idle without a forced fallback onto layers 0-2.
 _P14 = replace(_P13, name="p14", head_lasso=10.0, **LATE_LASSO)
 
+# p15: p9 with a joint phase of 6000 steps. On the rebuilt p5 seed 0 align checkpoint dropout slowed grounding (p9
+# 25.0% at joint 2500 where p5 stood at 50.8; p13 39.8 and p14 31.2 at joint 4000), while on the earlier one p9 had
+# reached 72.5 with random heads nearly harmless (random-9 14.9) and the scorer's top-9 costing 35.0.
+_P15 = replace(_P9, name="p15", joint_steps=6000)
+# p16: p15 with head dropout from joint step 3000 only, once grounding has formed (p5 clicks between joint 2000 and
+# 2500 on both align checkpoints): the regulariser then spreads the early layers' functions over more heads instead
+# of slowing the lookup's learning.
+_P16 = replace(_P15, name="p16", head_drop_from=3000)
+
 DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
-                                                   _P14]}
+                                                   _P14, _P15, _P16]}
 # the second approach's best so far (grounds: 89% Acc@0.5 on p3 seed 0's backbone); the shipped demo model is still
 # design t1 of the first trainer (its model card says where it lives)
 LATEST = "p5"

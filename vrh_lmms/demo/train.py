@@ -84,6 +84,9 @@ class Design:
     # only the early layers that build the lookup's inputs, and only in the joint phase
     head_drop_layers: tuple = ()
     head_drop_kinds: tuple = ()
+    # the step of each chosen phase from which dropout applies: e.g. only after the joint phase has learned to ground,
+    # so that the regulariser spreads a function that exists rather than slowing its learning
+    head_drop_from: int = 0
     # whole-head group lasso (vrh_lmms/demo/head_lasso.py, a proximal step: each head's norm shrinks by the backbone's
     # rate x head_lasso per step) on these text layers (empty: all), in the joint phase only (text pretraining is
     # where the heads' jobs form), ramped in from joint step head_lasso_steps[0] to full weight at head_lasso_steps[1]
@@ -459,6 +462,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
 
         batches = Prefetch(make, 0, steps)
         running: list[float] = []
+        drop_phase = not design.head_drop_kinds or kind in design.head_drop_kinds
         lasso_groups = head_lasso.head_groups(model, design.head_lasso_layers) if (  # its ramp counts joint steps
             design.head_lasso > 0 and kind == "joint") else []
         if lasso_groups:
@@ -469,7 +473,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
             for g in opt.param_groups:
                 g["lr"] = base_lr(design, kind, g["vision"]) * f
-            drop.active = not design.head_drop_kinds or kind in design.head_drop_kinds
+            drop.active = drop_phase and step >= design.head_drop_from
             logits = answer_logits(model, batch)
             drop.active = False
             loss = torch.nn.functional.cross_entropy(logits, batch["targets"])
