@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -306,6 +307,46 @@ def test_head_dropout_starts_at_head_drop_from(tmp_path):
     end = {run: checkpoint_state(tmp_path / run) for run in ("a", "b", "c")}
     assert all(torch.equal(end["a"][k], end["b"][k]) for k in end["a"])
     assert any(not torch.equal(end["a"][k], end["c"][k]) for k in end["a"])
+
+
+class _Killed(Exception):
+    pass
+
+
+def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path):
+    """Kill a run right after its evaluation at joint step 2 (mid-phase, with head dropout and the lasso live, so the
+    optimizer, the dropout generator and the lasso's reference norm all matter), resume it: the final weights and
+    every logged figure but the clock equal the run that was never stopped; and a second call without `resume`
+    refuses to overwrite the unfinished run."""
+    design = replace(MICRO, head_drop=0.5, head_drop_kinds=("joint",), head_lasso=5.0, head_lasso_steps=(0, 1),
+                     text_phases=((2, (), 0),), align_steps=2, joint_steps=4, eval_every=2)
+    whole = train(design, tmp_path / "whole", seed=0, log=lambda s: None)
+
+    def kill_at_joint_2(line: str) -> None:
+        if "phase joint step 2 " in line:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train(design, tmp_path / "cut", seed=0, log=kill_at_joint_2)
+    with pytest.raises(FileExistsError, match="unfinished run"):
+        train(design, tmp_path / "cut", seed=0, log=lambda s: None)
+    lines = []
+    resumed = train(design, tmp_path / "cut", seed=0, resume=True, log=lines.append)
+    assert "resuming joint at step 2" in lines[0]
+    a, b = checkpoint_state(tmp_path / "whole"), checkpoint_state(tmp_path / "cut")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    def no_clock(run):
+        return [{k: v for k, v in rec.items() if k != "seconds"} for rec in run["history"]]
+
+    assert no_clock(whole) == no_clock(resumed)
+    assert not (tmp_path / "cut" / "resume_state.pt").exists()
+    logged = (tmp_path / "cut" / "train_log.jsonl").read_text().splitlines()
+    assert [json.loads(x)["step"] for x in logged] == [r["step"] for r in whole["history"]]
+
+
+def test_resume_without_an_unfinished_run_names_the_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no unfinished run"):
+        train(MICRO, tmp_path / "empty", seed=0, resume=True, log=lambda s: None)
 
 
 def test_a_head_lasso_group_owns_exactly_that_heads_output():

@@ -16,3 +16,8 @@ def test_unknown_design_and_bad_backbone_are_named(tmp_path, capsys):
     assert main(["train-tiny", "--out", str(tmp_path / "m"), "--backbone", str(tmp_path)]) == 2
     assert "holds no model.safetensors" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_resume_needs_an_unfinished_run(tmp_path, capsys):
+    assert main(["train-tiny", "--out", str(tmp_path), "--resume"]) == 2
+    assert "holds no unfinished run (no resume_state.pt)" in capsys.readouterr().err

@@ -20,6 +20,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seed of the vision tower and visual data (default --seed): VLMs sharing a backbone")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     parser.add_argument("--force", action="store_true", help="replace a model this command wrote into --out before")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the unfinished run in --out (same design, seed and --backbone) where it stood")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -31,13 +33,18 @@ def run(args: argparse.Namespace) -> int:
         raise VRHError(f"unknown design {args.design!r}; known: {', '.join(DESIGNS)}")
     if args.backbone and not (Path(args.backbone) / "model.safetensors").is_file():
         raise VRHError(f"--backbone {args.backbone} holds no model.safetensors (expected a run's backbone/ folder)")
+    from vrh_lmms.demo.run_state import RESUME_FILE
+
     out = Path(args.out)
-    # Only a folder this command wrote (its file listing says so) is replaced, and only with --force.
-    owned.prepare_output(out, owned.listing_layout(out), force=args.force, what="a trained tiny model",
-                         option="--out")
+    if args.resume:  # the run saves its state at every evaluation and writes its file listing only when it ends
+        if not (out / RESUME_FILE).is_file():
+            raise VRHError(f"--resume: {out} holds no unfinished run (no {RESUME_FILE})")
+    else:  # only a folder this command wrote (its file listing says so) is replaced, and only with --force
+        owned.prepare_output(out, owned.listing_layout(out), force=args.force, what="a trained tiny model",
+                             option="--out")
     design = get_design(args.design)
     summary = train(design, out, args.seed, backbone=args.backbone, vision_seed=args.vision_seed,
-                    threads=args.threads, log=lambda s: print(s, flush=True))
+                    threads=args.threads, resume=args.resume, log=lambda s: print(s, flush=True))
     atomic.follow_umask_tree(out)  # save_pretrained writes its safetensors 0600
     owned.write_listing(out)
     final = summary.get("final") or {}

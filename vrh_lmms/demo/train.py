@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms.demo import head_lasso
+from vrh_lmms.demo import head_lasso, run_state
 from vrh_lmms.demo.data import FastEncoder, decoded_image
 from vrh_lmms.demo.sequences import Encoded, TurnEncoder, collate
 from vrh_lmms.demo.spec import TRAIN_SCENE_SEED, DemoSpec
@@ -394,7 +394,7 @@ def phases_of(design: Design) -> list[dict[str, Any]]:
 
 def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Path | None = None,
           init: str | Path | None = None, after: str | None = None, vision_seed: int | None = None,
-          threads: int = 1, log: Callable[[str], None] = print) -> dict[str, Any]:
+          threads: int = 1, resume: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the design's phases; save the checkpoint, each phase's end state under `phases/<name>/` and, after the
     last text phase, the text-pretrained backbone under `backbone/`.
 
@@ -403,10 +403,16 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     `init` + `after`: continue a run of this design and seed from the checkpoint saved at the end of phase `after`
     (every phase starts a fresh optimizer, and data are functions of (seed, phase, step), so this is exactly the
     uninterrupted run).
+    `resume`: continue the unfinished run in `out_dir` (its state is saved at every evaluation) from where it stood,
+    bit-equal to the run that was not interrupted; without it an unfinished run there is an error, not overwritten.
     """
     torch.set_num_threads(threads)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if run_state.resume_path(out).exists() and not resume:
+        raise FileExistsError(f"{out} holds an unfinished run ({run_state.RESUME_FILE}): pass resume=True (--resume) "
+                              "to continue it, or choose another output folder")
+    state = run_state.load_state(out) if resume else None
     spec = design.spec
     tokenizer = make_tokenizer()
     processor = tiny.make_processor(tokenizer, min_pixels=spec.pixels, max_pixels=spec.pixels)
@@ -436,6 +442,18 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     log_f = (out / "train_log.jsonl").open("a")
     t0 = time.time()
     history: list[dict[str, Any]] = []
+    if state is not None:
+        if state.phase not in [p["name"] for p in phases]:
+            raise ValueError(f"resume: phase {state.phase!r} of {out} is not among this call's phases "
+                             f"({', '.join(p['name'] for p in phases)}): same design, seed and --backbone/--init?")
+        model.load_state_dict(state.model)
+        gen.set_state(state.drop_generator)
+        phases = phases[[p["name"] for p in phases].index(state.phase):]
+        history, t0 = list(state.history), time.time() - state.seconds
+        logged = [line for line in (out / "train_log.jsonl").read_text().splitlines() if line.strip()]
+        if history and (not logged or json.loads(logged[-1]) != history[-1]):  # killed between state and log
+            log_f.write(json.dumps(history[-1]) + "\n")
+        log(f"[{design.name} seed {seed}/{vseed}] resuming {state.phase} at step {state.step}")
     log(f"[{design.name} seed {seed}/{vseed}] {n_params / 1e6:.2f}M params, phases "
         + ", ".join(f"{p['name']} {p['steps']}" for p in phases))
     pairs = design.task_config.recall_pairs
@@ -450,6 +468,10 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         for name, p in model.named_parameters():
             p.requires_grad_(trainable(design, kind, name))
         opt = torch.optim.AdamW(_param_groups(model, design), lr=design.lr, betas=(0.9, 0.98))
+        start = 0
+        if state is not None and state.phase == phase["name"]:
+            opt.load_state_dict(state.optimizer)
+            start = state.step
 
         def make(step: int, phase=phase, index=index, text_maker=text_maker) -> dict:
             if phase["kind"] == "text":  # phase 0 keeps step numbering from 0; later phases get their own stream
@@ -460,7 +482,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             return maker.visual(1_000_000 * index + step,
                                 spec=design.scene_spec(design.visual_step(phase["kind"], step)))
 
-        batches = Prefetch(make, 0, steps)
+        batches = Prefetch(make, start, steps)
         running: list[float] = []
         drop_phase = not design.head_drop_kinds or kind in design.head_drop_kinds
         lasso_groups = head_lasso.head_groups(model, design.head_lasso_layers) if (  # its ramp counts joint steps
@@ -468,7 +490,9 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         if lasso_groups:
             with torch.no_grad():
                 lasso_start = float(head_lasso.group_norms(lasso_groups).median())
-        for step in range(steps):
+            if start:
+                lasso_start = state.lasso_start
+        for step in range(start, steps):
             batch = next(batches)
             f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
             for g in opt.param_groups:
@@ -493,6 +517,10 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                         rec["lasso_idle_heads"] = int((head_lasso.group_norms(lasso_groups) < 0.1 * lasso_start).sum())
                 running = []
                 history.append(rec)
+                run_state.save_state(out, run_state.RunState(
+                    phase=phase["name"], step=step + 1, model=model.state_dict(), optimizer=opt.state_dict(),
+                    drop_generator=gen.get_state(), seconds=time.time() - t0, history=history,
+                    lasso_start=lasso_start if lasso_groups else None))
                 log_f.write(json.dumps(rec) + "\n")
                 log_f.flush()
                 log(f"[{design.name} seed {seed}/{vseed}] " + " ".join(
@@ -511,6 +539,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     log_f.close()
     model.eval()
     save_checkpoint(out, model, processor, tokenizer)
+    run_state.clear_state(out)
     summary = {"design": design.to_dict(), "seed": seed, "vision_seed": vseed,
                "backbone": str(backbone) if backbone else None, "init": str(init) if init else None,
                "after": after, "params": n_params, "seconds": time.time() - t0,
@@ -545,10 +574,10 @@ def main(argv=None) -> int:
     ap.add_argument("--after", default=None)
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--resume", action="store_true", help="continue the unfinished run in --out")
     args = ap.parse_args(argv)
     train(get_design(args.design), args.out, args.seed, backbone=args.backbone, init=args.init, after=args.after,
-          vision_seed=args.vision_seed,
-          threads=args.threads, log=lambda s: print(s, flush=True))
+          vision_seed=args.vision_seed, threads=args.threads, resume=args.resume, log=lambda s: print(s, flush=True))
     return 0
 
 
