@@ -9,12 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from vrh_lmms.demo import head_lasso, run_state
 from vrh_lmms.demo.data import FastEncoder, backend_inputs
 from vrh_lmms.demo.probe import held_out_scenes
 from vrh_lmms.demo.sequences import TurnEncoder, collate
 from vrh_lmms.demo.spec import DemoSpec
 from vrh_lmms.demo.text_tasks import TEXT_TASKS, TextTaskConfig, make_example
-from vrh_lmms.demo.train import Design, checkpoint_state, load_backbone, make_tokenizer, train
+from vrh_lmms.demo.train import Design, checkpoint_state, load_backbone, load_demo_model, make_tokenizer, train
 from vrh_lmms.demo.visual_tasks import VISUAL_TASKS, ground, questions, unique_referents, vqa
 from vrh_lmms.tiny import qwen2_5_vl as tiny
 
@@ -315,9 +316,10 @@ class _Killed(Exception):
 
 def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path):
     """Kill a run right after its evaluation at joint step 2 (mid-phase, with head dropout and the lasso live, so the
-    optimizer, the dropout generator and the lasso's reference norm all matter), resume it: the final weights and
-    every logged figure but the clock equal the run that was never stopped; and a second call without `resume`
-    refuses to overwrite the unfinished run."""
+    optimizer and the dropout generator matter), resume it and kill it again after its last evaluation (the phase's
+    end, before the run's end): the lasso's reference norm is still the joint phase's starting median, not the
+    resumed weights'; the final weights and every logged figure but the clock equal the run that was never stopped;
+    and a call without `resume` refuses to overwrite the unfinished run."""
     design = replace(MICRO, head_drop=0.5, head_drop_kinds=("joint",), head_lasso=5.0, head_lasso_steps=(0, 1),
                      text_phases=((2, (), 0),), align_steps=2, joint_steps=4, eval_every=2)
     whole = train(design, tmp_path / "whole", seed=0, log=lambda s: None)
@@ -330,11 +332,21 @@ def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path):
         train(design, tmp_path / "cut", seed=0, log=kill_at_joint_2)
     with pytest.raises(FileExistsError, match="unfinished run"):
         train(design, tmp_path / "cut", seed=0, log=lambda s: None)
+    def kill_at_joint_4(line: str) -> None:
+        if "phase joint step 4 " in line:
+            raise _Killed
+
+    with pytest.raises(_Killed):
+        train(design, tmp_path / "cut", seed=0, resume=True, log=kill_at_joint_4)
+    aligned, _, _ = load_demo_model(tmp_path / "cut" / "phases" / "align")
+    start_median = float(head_lasso.group_norms(head_lasso.head_groups(aligned)).median())
+    assert run_state.load_state(tmp_path / "cut").lasso_start == pytest.approx(start_median, rel=1e-6)
     lines = []
     resumed = train(design, tmp_path / "cut", seed=0, resume=True, log=lines.append)
-    assert "resuming joint at step 2" in lines[0]
+    assert "resuming joint at step 4" in lines[0]
     a, b = checkpoint_state(tmp_path / "whole"), checkpoint_state(tmp_path / "cut")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
     def no_clock(run):
         return [{k: v for k, v in rec.items() if k != "seconds"} for rec in run["history"]]
 

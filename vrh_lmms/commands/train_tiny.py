@@ -33,11 +33,11 @@ def run(args: argparse.Namespace) -> int:
         raise VRHError(f"unknown design {args.design!r}; known: {', '.join(DESIGNS)}")
     if args.backbone and not (Path(args.backbone) / "model.safetensors").is_file():
         raise VRHError(f"--backbone {args.backbone} holds no model.safetensors (expected a run's backbone/ folder)")
-    from vrh_lmms.demo.run_state import RESUME_FILE
+    from vrh_lmms.demo.run_state import RESUME_FILE, resume_path
 
     out = Path(args.out)
     if args.resume:  # the run saves its state at every evaluation and writes its file listing only when it ends
-        if not (out / RESUME_FILE).is_file():
+        if not resume_path(out).is_file():
             raise VRHError(f"--resume: {out} holds no unfinished run (no {RESUME_FILE})")
     else:  # only a folder this command wrote (its file listing says so) is replaced, and only with --force
         owned.prepare_output(out, owned.listing_layout(out), force=args.force, what="a trained tiny model",

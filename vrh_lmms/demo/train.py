@@ -443,12 +443,13 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     t0 = time.time()
     history: list[dict[str, Any]] = []
     if state is not None:
-        if state.phase not in [p["name"] for p in phases]:
+        left = [p["name"] for p in phases]
+        if state.phase not in left:
             raise ValueError(f"resume: phase {state.phase!r} of {out} is not among this call's phases "
-                             f"({', '.join(p['name'] for p in phases)}): same design, seed and --backbone/--init?")
+                             f"({', '.join(left)}): same design, seed and --backbone/--init?")
         model.load_state_dict(state.model)
         gen.set_state(state.drop_generator)
-        phases = phases[[p["name"] for p in phases].index(state.phase):]
+        phases = phases[left.index(state.phase):]
         history, t0 = list(state.history), time.time() - state.seconds
         logged = [line for line in (out / "train_log.jsonl").read_text().splitlines() if line.strip()]
         if history and (not logged or json.loads(logged[-1]) != history[-1]):  # killed between state and log
@@ -487,11 +488,11 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         drop_phase = not design.head_drop_kinds or kind in design.head_drop_kinds
         lasso_groups = head_lasso.head_groups(model, design.head_lasso_layers) if (  # its ramp counts joint steps
             design.head_lasso > 0 and kind == "joint") else []
-        if lasso_groups:
+        if lasso_groups and start:  # the reference is the phase's starting median, not the resumed weights'
+            lasso_start = state.lasso_start
+        elif lasso_groups:
             with torch.no_grad():
                 lasso_start = float(head_lasso.group_norms(lasso_groups).median())
-            if start:
-                lasso_start = state.lasso_start
         for step in range(start, steps):
             batch = next(batches)
             f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
