@@ -314,13 +314,17 @@ class _Killed(Exception):
     pass
 
 
-def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path):
-    """Kill a run right after its evaluation at joint step 2 (mid-phase, with head dropout and the lasso live, so the
-    optimizer and the dropout generator matter), resume it and kill it again after its last evaluation (the phase's
-    end, before the run's end): the lasso's reference norm is still the joint phase's starting median, not the
-    resumed weights'; the final weights and every logged figure but the clock equal the run that was never stopped;
-    and a call without `resume` refuses to overwrite the unfinished run."""
+def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path, monkeypatch):
+    """Kill a run right after its evaluation at joint step 2 (mid-phase, with head dropout, the lasso and the head
+    pruner live, so the optimizer, the dropout generator and the measured head importance matter), resume it and kill
+    it again after its last evaluation (the phase's end, before the run's end): the lasso's reference norm is still
+    the joint phase's starting median, not the resumed weights'; the final weights and every logged figure but the
+    clock equal the run that was never stopped; and a call without `resume` refuses to overwrite the unfinished run."""
+    from vrh_lmms.demo import head_prune
+
+    monkeypatch.setattr(head_prune, "WINDOW", 4)
     design = replace(MICRO, head_drop=0.5, head_drop_kinds=("joint",), head_lasso=5.0, head_lasso_steps=(0, 1),
+                     head_prune_layers=(0,), head_prune_keep=1, head_prune_steps=(2, 3),
                      text_phases=((2, (), 0),), align_steps=2, joint_steps=4, eval_every=2)
     whole = train(design, tmp_path / "whole", seed=0, log=lambda s: None)
 

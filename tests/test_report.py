@@ -313,3 +313,21 @@ def test_refuses_to_overwrite_without_force(sweep, report, capsys):
     assert main(["report", str(sweep), "--output", str(out), "--n-resamples", "200", "--no-plots"]) == 2
     assert "--force" in capsys.readouterr().err
     assert main(["report", str(sweep), "--output", str(out), "--n-resamples", "200", "--no-plots", "--force"]) == 0
+
+
+def test_ksweep_plot_draws_identical_control_draws(tmp_path):
+    """Five draws at the same accuracy (0.87 each) average to a hair below their min in floating point; the min-max
+    bar must still draw (matplotlib refused the negative error bar and the whole report failed)."""
+    from vrh_lmms.report.plots import ksweep_plot
+
+    def cfg(kind, k, acc, seed=None):
+        return {"kind": kind, "mode": "zero", "heads_source": None, "k": k, "seed": seed, "heads_label": "top",
+                "accuracy": {"mean": acc, "ci_low": acc - 0.05, "ci_high": acc + 0.05}}
+
+    configs = [cfg("topk", 3, 0.41)] + [cfg(kind, 3, 0.87, s) for kind in ("random", "layer_matched")
+                                        for s in range(5)]
+    assert np.array([0.87] * 5).mean() < 0.87  # below their min: the rounding this test is about
+    group = {"configs": configs, "baseline": {"accuracy": {"mean": 0.87, "ci_low": 0.8, "ci_high": 0.92}},
+             "metric": "acc50", "model": "m", "task": "t"}
+    path = ksweep_plot(group, "zero", tmp_path / "k.png")
+    assert path is not None and path.stat().st_size > 1000

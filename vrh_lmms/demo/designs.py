@@ -101,8 +101,15 @@ _P15 = replace(_P9, name="p15", joint_steps=6000)
 # of slowing the lookup's learning.
 _P16 = replace(_P15, name="p16", head_drop_from=3000)
 
+# p17: p16 with importance-based pruning of layers 3-5 (vrh_lmms/demo/head_prune.py) down to 6 of their 48 heads over
+# joint steps 4250-4750, importance measured from joint step 4000 on every batch (text and visual). The lasso's outcome
+# hung on its weight (25 pruned all of layers 3-5 and moved the readers into layer 2, 10 pruned none); pruning to a
+# count keeps the readers where the scorer looks and leaves the other heads of their layers idle, as in a 7B VLM.
+# Until joint step 4000 it is p16 (the pruner measures nothing before then), so it continues p16's state at 4000.
+_P17 = replace(_P16, name="p17", head_prune_layers=(3, 4, 5), head_prune_keep=6, head_prune_steps=(4250, 4750))
+
 DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
-                                                   _P14, _P15, _P16]}
+                                                   _P14, _P15, _P16, _P17]}
 # the second approach's best so far (grounds: 89% Acc@0.5 on p3 seed 0's backbone); the shipped demo model is still
 # design t1 of the first trainer (its model card says where it lives)
 LATEST = "p5"

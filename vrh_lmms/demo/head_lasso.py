@@ -16,15 +16,16 @@ from __future__ import annotations
 import torch
 
 
-def head_groups(model, layers: tuple = ()) -> list[tuple[int, int, object, slice]]:
-    """(layer, head, its attention module, its rows) for every head of the chosen text layers (empty: all).
+def head_groups(model, layers: tuple = (), option: str = "head_lasso_layers") -> list[tuple[int, int, object, slice]]:
+    """(layer, head, its attention module, its rows) for every head of the chosen text layers (empty: all); `option`
+    names the design option an out-of-range layer is reported under.
 
     Assumes one key/value head per query head (the demo's designs); grouped-query attention would share k and v.
     """
     from vrh_lmms.demo.probe import chosen_layers
 
     out = []
-    for index, layer in chosen_layers(model, layers, "head_lasso_layers"):
+    for index, layer in chosen_layers(model, layers, option):
         attn = layer.self_attn
         hd, n_heads = attn.head_dim, attn.o_proj.in_features // attn.head_dim
         if attn.k_proj.out_features != n_heads * hd:

@@ -1,8 +1,9 @@
 """The demo trainer's resumable state: a run killed mid-phase continues bit-equal to the uninterrupted run.
 
 Data are pure functions of (seed, phase, step), so besides the weights a run needs only its optimizer, the head
-dropout generator, where it stood (phase, step), the lasso's reference norm and the figures logged so far. The state
-is written atomically next to the run's checkpoint at every evaluation and removed when the run ends.
+dropout generator, where it stood (phase, step), the lasso's reference norm, the head pruner's importance and
+pruned set, and the figures logged so far. The state is written atomically next to the run's checkpoint at every
+evaluation and removed when the run ends.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class RunState:
     seconds: float  # wall time spent so far, so the log's clock continues
     history: list[dict[str, Any]] = field(default_factory=list)
     lasso_start: float | None = None
+    prune: dict[str, Any] | None = None  # head_prune.HeadPruner.state(): importance and the pruned set
 
 
 def resume_path(out_dir: str | Path) -> Path:

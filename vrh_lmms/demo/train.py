@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms.demo import head_lasso, run_state
+from vrh_lmms.demo import head_lasso, head_prune, run_state
 from vrh_lmms.demo.data import FastEncoder, decoded_image
 from vrh_lmms.demo.sequences import Encoded, TurnEncoder, collate
 from vrh_lmms.demo.spec import TRAIN_SCENE_SEED, DemoSpec
@@ -93,6 +93,12 @@ class Design:
     head_lasso: float = 0.0
     head_lasso_layers: tuple = ()
     head_lasso_steps: tuple = (0, 0)
+    # importance-based head pruning (vrh_lmms/demo/head_prune.py) in the joint phase: the heads of these text layers
+    # are pruned, least important first, from joint step head_prune_steps[0] to [1], until head_prune_keep are left
+    # (None: no pruning); importance is measured from head_prune.WINDOW steps before the first prune
+    head_prune_layers: tuple = ()
+    head_prune_keep: int | None = None
+    head_prune_steps: tuple = (0, 0)
     # [[until_visual_step, {SceneConfig overrides}], ...]: easier scenes first; the spec's own scenes after. Visual
     # steps count through align and then joint (joint step s is visual step align_steps + s).
     curriculum: tuple = ()
@@ -123,7 +129,7 @@ class Design:
         for key in ("curriculum",):
             data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
         for key in ("mrope_section", "text_tasks", "joint_frozen", "head_drop_layers", "head_drop_kinds",
-                    "head_lasso_layers", "head_lasso_steps"):
+                    "head_lasso_layers", "head_lasso_steps", "head_prune_layers", "head_prune_steps"):
             if key in data:
                 data[key] = tuple(data[key])
         if "text_phases" in data:
@@ -493,22 +499,34 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         elif lasso_groups:
             with torch.no_grad():
                 lasso_start = float(head_lasso.group_norms(lasso_groups).median())
+        pruner = None
+        if design.head_prune_keep is not None and kind == "joint":
+            pruner = head_prune.HeadPruner(model, design.head_prune_layers, design.head_prune_keep,
+                                           design.head_prune_steps)
+            if start and state.prune is not None:
+                pruner.load(state.prune)
         for step in range(start, steps):
             batch = next(batches)
             f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
             for g in opt.param_groups:
                 g["lr"] = base_lr(design, kind, g["vision"]) * f
             drop.active = drop_phase and step >= design.head_drop_from
+            if pruner:
+                pruner.measure(step)
             logits = answer_logits(model, batch)
             drop.active = False
             loss = torch.nn.functional.cross_entropy(logits, batch["targets"])
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if pruner:
+                pruner.update()
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], design.grad_clip)
             opt.step()
             if lasso_groups:  # proximal: shrink each head's norm by the backbone's current rate x the lasso weight
                 weight = head_lasso.lasso_weight(design.head_lasso, step, *design.head_lasso_steps)
                 head_lasso.prox_step(lasso_groups, weight * base_lr(design, kind, vision=False) * f)
+            if pruner:
+                pruner.prune(step)
             running.append(float(loss.detach()))
             if (step + 1) % design.eval_every == 0 or step + 1 == steps:
                 rec = {"phase": phase["name"], "step": step + 1, "loss": float(np.mean(running)),
@@ -516,12 +534,14 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                 if lasso_groups:  # heads below a tenth of the phase's starting median norm
                     with torch.no_grad():
                         rec["lasso_idle_heads"] = int((head_lasso.group_norms(lasso_groups) < 0.1 * lasso_start).sum())
+                if pruner:
+                    rec["pruned_heads"] = [f"L{layer}H{head}" for layer, head in pruner.pruned()]
                 running = []
                 history.append(rec)
                 run_state.save_state(out, run_state.RunState(
                     phase=phase["name"], step=step + 1, model=model.state_dict(), optimizer=opt.state_dict(),
                     drop_generator=gen.get_state(), seconds=time.time() - t0, history=history,
-                    lasso_start=lasso_start if lasso_groups else None))
+                    lasso_start=lasso_start if lasso_groups else None, prune=pruner.state() if pruner else None))
                 log_f.write(json.dumps(rec) + "\n")
                 log_f.flush()
                 log(f"[{design.name} seed {seed}/{vseed}] " + " ".join(

@@ -69,8 +69,9 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
         accs = [np.array([c["accuracy"]["mean"] for c in pools[k]]) for k in xs]
         means = np.array([a.mean() for a in accs])
         lows, highs = np.array([a.min() for a in accs]), np.array([a.max() for a in accs])
-        ax.errorbar(xs, means, yerr=[means - lows, highs - means], fmt="s-", color=_COLORS[kind], capsize=3,
-                    label=f"{name} (mean, min-max over seeds)")
+        # identical draws (e.g. five at 0.87) average to a hair off their min and max: clip the rounding
+        ax.errorbar(xs, means, yerr=np.clip([means - lows, highs - means], 0, None), fmt="s-", color=_COLORS[kind],
+                    capsize=3, label=f"{name} (mean, min-max over seeds)")
         if len(xs) > 1:
             ax.fill_between(xs, lows, highs, color=_COLORS[kind], alpha=0.15)
     ax.set_xticks(sorted({c["k"] for c in configs if c["k"] is not None and c["heads_source"] is None}))

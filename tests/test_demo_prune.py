@@ -1,0 +1,97 @@
+"""Importance-based head pruning in the demo trainer (vrh_lmms/demo/head_prune.py): the importance is the loss's
+derivative by each head's output gate (checked against finite differences), the schedule prunes exactly the heads it
+says in the layers it names, measuring alone changes nothing, and a resumed run keeps what was measured."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+from test_demo_train import MICRO, _encoders
+
+from vrh_lmms.demo import head_lasso, head_prune
+from vrh_lmms.demo.train import BatchMaker, answer_logits, build_model, checkpoint_state, make_tokenizer, train
+
+BASE = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=6, eval_every=3)
+
+
+def test_pruned_count_ramps_linearly_to_all_but_keep():
+    counts = [head_prune.pruned_count(s, total=10, keep=2, start=3, end=6) for s in range(9)]
+    assert counts == [0, 0, 0, 2, 4, 6, 8, 8, 8]
+    assert head_prune.pruned_count(5, total=10, keep=2, start=5, end=5) == 8
+
+
+def test_head_importance_is_the_loss_derivative_by_each_heads_output_gate():
+    """Per sample b and head h, dL/d xi_{b,h} for a gate scaling that head's output in that sample, by central
+    finite differences on a float64 model; the importance is its absolute value averaged over samples."""
+    tok, _, encoder, turns = _encoders()
+    model = build_model(MICRO, tok, seed=0).double()
+    batch = BatchMaker(MICRO, turns, encoder, seed=0).text(0, 4, batch=6)
+    pruner = head_prune.HeadPruner(model, (1,), keep=1, steps=(head_prune.WINDOW, head_prune.WINDOW))
+    pruner.measure(0)
+    torch.nn.functional.cross_entropy(answer_logits(model, batch), batch["targets"]).backward()
+    pruner.update()
+    measured = pruner.importance / (1 - head_prune.DECAY)
+
+    attn = model.model.language_model.layers[1].self_attn
+    hd, n_heads = attn.head_dim, 4
+
+    def loss_with(sample: int, head: int, scale: float) -> float:
+        def hook(module, args):
+            x = args[0].clone()
+            x[sample, :, head * hd:(head + 1) * hd] *= scale
+            return (x,)
+
+        handle = attn.o_proj.register_forward_pre_hook(hook)
+        with torch.no_grad():
+            value = torch.nn.functional.cross_entropy(answer_logits(model, batch), batch["targets"]).item()
+        handle.remove()
+        return value
+
+    eps = 1e-3  # the loss carries ~1e-9 of float32 noise (rotary tables) even in float64: smaller steps amplify it
+    reference = torch.tensor([
+        sum(abs(loss_with(b, h, 1 + eps) - loss_with(b, h, 1 - eps)) / (2 * eps) for b in range(6)) / 6
+        for h in range(n_heads)], dtype=torch.float64)
+    assert reference.max() > 0
+    assert torch.allclose(measured, reference, rtol=2e-3, atol=1e-8)
+
+
+def test_pruning_zeroes_the_scheduled_heads_of_its_layers_only(tmp_path, monkeypatch):
+    """keep 1 of layer 1's 4 heads: three end with zero parameters (q, k, v, o_proj columns), layer 0 keeps all;
+    the text phases are untouched; the pruned heads are the ones the log names."""
+    monkeypatch.setattr(head_prune, "WINDOW", 2)
+    train(BASE, tmp_path / "a", seed=0, log=lambda s: None)
+    run = train(replace(BASE, head_prune_layers=(1,), head_prune_keep=1, head_prune_steps=(2, 4)), tmp_path / "b",
+                seed=0, log=lambda s: None)
+    model = build_model(BASE, make_tokenizer(), seed=0)
+    model.load_state_dict(checkpoint_state(tmp_path / "b"))
+    norms1 = head_lasso.group_norms(head_lasso.head_groups(model, (1,)))
+    norms0 = head_lasso.group_norms(head_lasso.head_groups(model, (0,)))
+    assert int((norms1 == 0).sum()) == 3 and bool((norms0 > 0).all())
+    dead = {f"L1H{h}" for h in range(4) if norms1[h] == 0}
+    assert set(run["history"][-1]["pruned_heads"]) == dead
+    text_a, text_b = (checkpoint_state(tmp_path / r / "phases" / "text0") for r in ("a", "b"))
+    assert all(torch.equal(text_a[k], text_b[k]) for k in text_a)
+
+
+def test_measuring_importance_alone_leaves_training_bit_equal(tmp_path, monkeypatch):
+    """The gates multiply by exactly one: a run that measures every joint step but prunes only after the phase ends
+    equals the run without a pruner, weight for weight."""
+    monkeypatch.setattr(head_prune, "WINDOW", BASE.joint_steps)
+    train(BASE, tmp_path / "a", seed=0, log=lambda s: None)
+    end = BASE.joint_steps
+    train(replace(BASE, head_prune_layers=(1,), head_prune_keep=1, head_prune_steps=(end, end)), tmp_path / "b",
+          seed=0, log=lambda s: None)
+    a, b = checkpoint_state(tmp_path / "a"), checkpoint_state(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_bad_pruning_settings_name_the_option():
+    model = build_model(MICRO, make_tokenizer(), seed=0)
+    with pytest.raises(ValueError, match="head_prune_keep 9"):
+        head_prune.HeadPruner(model, (1,), keep=9, steps=(0, 1))
+    with pytest.raises(ValueError, match="head_prune_steps"):
+        head_prune.HeadPruner(model, (1,), keep=1, steps=(3, 1))
+    with pytest.raises(ValueError, match=r"head_prune_layers \[4\]"):
+        head_prune.HeadPruner(model, (4,), keep=1, steps=(0, 1))
