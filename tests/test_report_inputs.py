@@ -325,3 +325,37 @@ def test_mode_read_from_the_configuration_id_when_the_vrh_block_omits_it(config_
     path.write_text(json.dumps({"vrh": vrh}))
     meta = read_run_meta(path)
     assert (meta.kind, meta.mode) == (kind, mode)
+
+
+def test_a_transfer_sweep_and_an_own_sweep_share_one_baseline(tmp_path, capsys):
+    """`vrh-lmms sweep` always writes a baseline, so the model's own sweep and a sweep of another model's heads
+    (same backbone, `--heads-file other.json`) both hold one: identical doc for doc, it is counted once and the
+    transfer table appears; baselines whose outcomes differ are still refused, naming both folders."""
+    from sweep_files import LineWriter, make_docs, statuses_from, vrh_block
+
+    rng = np.random.default_rng(3)
+    docs = make_docs(rng, n_images=40, sizes=(1, 3))
+    writer = LineWriter(docs)
+    base = rng.random(len(docs)) < 0.9
+    base_statuses = statuses_from(base, rng, 0.0)
+    own, transfer = tmp_path / "sweep_own", tmp_path / "sweep_from_other"
+    for root in (own, transfer):
+        writer.write(root, "baseline", vrh_block("baseline", "baseline", None, None), base_statuses)
+    writer.write(own, "top2", vrh_block("top2", "topk", 2, None), statuses_from(base & (rng.random(len(docs)) < 0.4),
+                                                                             rng, 0.0))
+    writer.write(own, "random2_s0", vrh_block("random2_s0", "random", 2, 0), base_statuses)
+    writer.write(transfer, "top2", vrh_block("top2", "topk", 2, None, heads_model=OTHER),
+                 statuses_from(base & (rng.random(len(docs)) < 0.6), rng, 0.0))
+    rep = _run(tmp_path, str(own), str(transfer))
+    assert any("repeats the one in" in w and "counted once" in w for w in rep["warnings"])
+    (row,) = rep["transfer"]
+    assert row["heads_from"] == OTHER and row["own"] is not None
+    assert "## Cross-model transfer of heads" in (tmp_path / "report" / "report.md").read_text()
+
+    other_base = list(base_statuses)
+    other_base[0] = "mislocated" if other_base[0] == "correct" else "correct"
+    (transfer / "configs" / "baseline").rename(tmp_path / "old_baseline")
+    writer.write(transfer, "baseline", vrh_block("baseline", "baseline", None, None), other_base)
+    assert main(["report", str(own), str(transfer), "--output", str(tmp_path / "r2"), "--n-resamples", "200"]) == 2
+    err = capsys.readouterr().err
+    assert "baselines whose outcomes differ" in err and "sweep_own" in err and "sweep_from_other" in err

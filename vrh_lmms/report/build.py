@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
+
 from vrh_lmms import atomic, owned
 from vrh_lmms.errors import VRHError
 from vrh_lmms.report import plots
@@ -23,7 +25,7 @@ from vrh_lmms.report.heads_files import ScoringLookup, heads_label, overlap_bloc
 from vrh_lmms.report.jsonable import jsonable
 from vrh_lmms.report.markdown import render
 from vrh_lmms.report.runs import read_run_meta
-from vrh_lmms.report.samples import read_samples
+from vrh_lmms.report.samples import SampleTable, read_samples
 
 SCHEMA = "vrh-report/2"
 
@@ -67,23 +69,41 @@ def _check_output(output: Path, force: bool) -> list[Path]:
     return owned.check_output(output, REPORT_LAYOUT, force=force, what="an earlier report")
 
 
+def _same_outcomes(a: SampleTable, b: SampleTable) -> bool:
+    """Whether two runs scored the same docs (same ids, images and expressions) exactly alike."""
+    return (a.doc_ids == b.doc_ids and a.identity == b.identity and a.statuses == b.statuses
+            and np.array_equal(a.scores, b.scores))
+
+
 def load_runs(dirs: list[str | Path], score_field: str | None) -> tuple[list[LoadedRun], list[str]]:
-    """Every (results file, task) of the folders, with duplicates of a model x task x configuration refused."""
+    """Every (results file, task) of the folders, with duplicates of a model x task x configuration refused.
+
+    One exception: two *baseline* runs of a model x task with identical per-doc outcomes are one run counted once
+    (with a warning). A sweep always writes its baseline, so a sweep of the model's own heads and a sweep of heads
+    transferred from another model, passed together, carry the same baseline twice."""
     found = discover(dirs)
     runs: list[LoadedRun] = []
-    owners: dict[tuple[str, str, str], Path] = {}
+    owners: dict[tuple[str, str, str], tuple[Path, SampleTable]] = {}
+    warnings = list(found.warnings)
     for item in found.files:
         meta = read_run_meta(item.results)
         for task, path in item.samples.items():
             key = (meta.model, task, meta.label)
+            table = read_samples(path, score_field)
             if key in owners:
+                kept, kept_table = owners[key]
+                if meta.kind == "baseline" and _same_outcomes(kept_table, table):
+                    warnings.append(f"{meta.model} / {task}: the baseline in {path} repeats the one in {kept} "
+                                    "doc for doc; counted once")
+                    continue
+                differ = " (baselines whose outcomes differ)" if meta.kind == "baseline" else ""
                 raise VRHError(
-                    f"two runs of {meta.model} / {task} / {meta.label}: {owners[key]} and {path}; "
+                    f"two runs of {meta.model} / {task} / {meta.label}{differ}: {kept} and {path}; "
                     f"pass only one of them to the report"
                 )
-            owners[key] = path
-            runs.append(LoadedRun(meta, task, read_samples(path, score_field)))
-    return runs, found.warnings
+            owners[key] = (path, table)
+            runs.append(LoadedRun(meta, task, table))
+    return runs, warnings
 
 
 def _write_text(path: Path, text: str) -> None:
