@@ -32,9 +32,23 @@ def test_a_mean_drop_of_exactly_ten_points_is_met_as_printed():
     assert checks["random-k mean drop <= 10 points"] and checks["parse failures <= 5%"] and checks["baseline >= 80%"]
     md = summary_markdown(acc, 32, 1.0)
     assert "| +10.0% (3) |" in md and "- k=2: all met" in md
+    assert md.startswith("**Design targets met at k = 2** (of 32 heads)")
     worse = Acceptance(0.8, 100, [_row(random_drops=[0.10, 0.10, 0.101])])
     assert not criteria(worse, 32)[2]["random-k mean drop <= 10 points"]
-    assert "not met: random-k mean drop <= 10 points" in summary_markdown(worse, 32, 1.0)
+    worse_md = summary_markdown(worse, 32, 1.0)
+    assert "not met: random-k mean drop <= 10 points" in worse_md
+    assert worse_md.startswith("**Design targets not met at any k <= 10% of the 32 heads**")
+
+
+def test_targets_are_met_at_the_ks_whose_every_check_holds():
+    """One k failing (top-k too small) does not hide another that meets every target; a k above 10% of the heads is
+    never counted."""
+    from vrh_lmms.demo.pipeline import met_at
+
+    rows = [_row(k=1, topk_drop=0.2, topk_drop_ci=[0.1, 0.3]), _row(k=3), _row(k=5)]
+    checks = criteria(Acceptance(0.85, 100, rows), total_heads=32)
+    assert sorted(checks) == [1, 3] and met_at(checks) == [3]
+    assert met_at(criteria(Acceptance(0.79, 100, rows), total_heads=32)) == []
 
 
 def test_acceptance_figures_use_the_reports_interval(tmp_path):

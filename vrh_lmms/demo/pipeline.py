@@ -164,8 +164,17 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1%}"
 
 
+def met_at(checks: dict[int, dict[str, bool]]) -> list[int]:
+    """The ks (<= 10% of all heads) at which every acceptance check holds."""
+    return [k for k, c in checks.items() if all(c.values())]
+
+
 def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
-    lines = [f"Baseline Acc@0.5 on {acc.n_eval} held-out scenes: **{acc.baseline_acc:.1%}**", "",
+    checks = criteria(acc, total_heads)
+    met = met_at(checks)
+    verdict = (f"**Design targets met at k = {', '.join(map(str, met))}** (of {total_heads} heads)" if met else
+               f"**Design targets not met at any k <= 10% of the {total_heads} heads** (the rows below say which)")
+    lines = [verdict, "", f"Baseline Acc@0.5 on {acc.n_eval} held-out scenes: **{acc.baseline_acc:.1%}**", "",
              "| k (share of heads) | top-k Acc | top-k drop [95% CI] | random-k mean drop (R) | "
              "layer-matched mean drop (R) | parse failures (top-k / worst random) |", "|---|---|---|---|---|---|"]
     for r in acc.rows:
@@ -181,8 +190,8 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
               "above 0 (the report's cluster-aware interval); random-k and layer-matched random-k mean drops <= 10",
               "points; parse failures <= 5%. These are the demo model's design targets, not a statistical test; the",
               "report (report/report.md) states what the tests support.", ""]
-    for k, checks in criteria(acc, total_heads).items():
-        failed = [name for name, ok in checks.items() if not ok]
+    for k, k_checks in checks.items():
+        failed = [name for name, ok in k_checks.items() if not ok]
         lines.append(f"- k={k}: " + ("all met" if not failed else "not met: " + ", ".join(failed)))
     lines += ["", f"Total time {seconds:.0f} s."]
     return "\n".join(lines) + "\n"
@@ -319,9 +328,11 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     acc = acceptance_figures(out / "sweep", ks, settings.n_resamples)
     plot_acceptance_curve(acc, geometry.layers, geometry.heads, out / "kcurve.png")
     seconds = time.time() - started
+    checks = criteria(acc, geometry.total_heads)
     summary = {"model": str(model), "geometry": geometry.to_dict(), "settings": asdict(settings) | {"ks": ks},
                "acceptance": acc.to_dict(),
-               "criteria": {str(k): v for k, v in criteria(acc, geometry.total_heads).items()}, "seconds": seconds}
+               "criteria": {str(k): v for k, v in checks.items()}, "criteria_met_at": met_at(checks),
+               "seconds": seconds}
     if intervention_summary is not None:
         summary["interventions"] = intervention_summary
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
