@@ -19,6 +19,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--interventions", action="store_true",
                         help="also steer and patch heads (vrh-lmms steer / patch) on more scenes; adds the steering "
                              "table and the patching map to the report")
+    parser.add_argument("--transfer", nargs="?", const="shipped", default=None, metavar="MODEL",
+                        help="also a second VLM on the same text backbone (default: the shipped one): its own "
+                             "discovery and sweep, and each model's top-k heads ablated in the other (the report's "
+                             "transfer table)")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier demo run in --output (a folder holding anything else is refused)")
 
@@ -26,6 +30,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = DemoSettings(n_discovery=args.n_discovery, n_eval=args.n_eval,
                             ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds,
-                            interventions=args.interventions)
+                            interventions=args.interventions, transfer_model=args.transfer)
     run_demo(args.output, settings, force=args.force, model_path=args.model)
     return 0

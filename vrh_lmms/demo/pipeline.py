@@ -28,6 +28,7 @@ TASK = "vrh_synth_grounding"
 DISCOVERY_START = 0
 EVAL_START = 100_000  # scene ids of the evaluation set: disjoint from the discovery set
 INTERVENTION_START = 200_000  # scenes of the optional steering / patching step, every object named
+TRANSFER_DIR = "transfer"  # the optional second-VLM step (vrh_lmms.demo.transfer)
 
 
 def demo_model_path() -> Path:
@@ -58,6 +59,8 @@ class DemoSettings:
     n_intervention_scenes: int = 16
     steer_bias: float = 8.0
     patch_pairs: int = 24
+    # optional step: a second VLM on the same text backbone (vrh_lmms.demo.transfer), "shipped" for the shipped one
+    transfer_model: str | None = None
 
     def resolved_ks(self, total_heads: int) -> list[int]:
         if self.ks:
@@ -239,7 +242,10 @@ def demo_layout(out: Path) -> owned.Layout:
 
     synth_cache = owned.folder_of({"synth": owned.folder_of({"hub-*": owned.files_matching("*.parquet"),
                                                              ".hub-*": None})})
+    transfer = owned.folder_of({**discovery_layout(out / TRANSFER_DIR / "heads.json"),
+                                "sweep*": owned.folder_of(SWEEP_LAYOUT)})
     return {**discovery_layout(out / "heads.json"), "data": synth_cache, "sweep": owned.folder_of(SWEEP_LAYOUT),
+            TRANSFER_DIR: transfer,
             "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
             "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file}
@@ -275,24 +281,51 @@ def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
     return model, spec
 
 
+def discover_heads(lm, model_args: str, spec, settings: DemoSettings, output: Path) -> Path:
+    """Discovery (default scoring, out,sum,mean) on the demo's discovery scenes; returns the heads file."""
+    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
+
+    gen = f"max_new_tokens={settings.max_new_tokens}"
+    with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_discovery, DISCOVERY_START)):
+        return Path(run_discovery(DiscoverySpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK],
+                                                output=str(output), limit=None, gen_kwargs=gen), lm=lm))
+
+
+def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, configs, output: Path,
+                progress: bool) -> None:
+    """A packed sweep of `configs` (heads from `heads`) on the demo's evaluation scenes."""
+    from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
+
+    gen = f"max_new_tokens={settings.max_new_tokens}"
+    pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
+    lm.batch_size_per_gpu = settings.batch_size
+    with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_eval, EVAL_START)):
+        run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=str(heads),
+                            configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
+                  output, lm=lm, progress=progress)
+
+
 def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bool = False,
              model_path: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     from vrh_lmms import lmms
-    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
     from vrh_lmms.report.build import ReportSettings, build_report
     from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
 
     settings = settings or DemoSettings()
     started = time.time()
     out = Path(output)
     model, spec = _checked_inputs(model_path, settings)
+    transfer_model = None
+    if settings.transfer_model:
+        from vrh_lmms.demo.transfer import checked_second_model
+
+        transfer_model = checked_second_model(settings.transfer_model, model, spec)
+    sweeps = [out / "sweep"]
     # An earlier demo that finished nothing (no discovery part, no configuration) is a failed start: replaced.
     owned.prepare_output(out, demo_layout(out), force=force or not _finished_anything(out),
                          what="an earlier demo run")
     out.mkdir(parents=True, exist_ok=True)
     model_args = demo_model_args(model, spec)
-    gen = f"max_new_tokens={settings.max_new_tokens}"
     say = print if progress else (lambda *a, **k: None)
     with _env(VRH_CACHE_DIR=str(out / "data"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"):
         lm = lmms.build_model("vrh_qwen25", model_args, batch_size=1)
@@ -300,25 +333,22 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         ks = settings.resolved_ks(geometry.total_heads)
         say(f"[1/3] discovery on {settings.n_discovery} held-out scenes "
             f"({geometry.layers} layers x {geometry.heads} heads)")
-        with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_discovery, DISCOVERY_START)):
-            heads = run_discovery(DiscoverySpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK],
-                                                output=str(out / "heads.json"), limit=None, gen_kwargs=gen), lm=lm)
+        heads = discover_heads(lm, model_args, spec, settings, out / "heads.json")
         configs = plan_configurations(ks, settings.random_seeds, True, ["zero"])
-        pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
         say(f"[2/3] sweep: {len(configs)} configurations (k = {', '.join(map(str, ks))}) on {settings.n_eval} "
-            f"other held-out scenes, {pack} per batch")
-        lm.batch_size_per_gpu = settings.batch_size
-        with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_eval, EVAL_START)):
-            run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=str(heads),
-                                configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
-                      out / "sweep", lm=lm, progress=progress)
+            f"other held-out scenes")
+        sweep_heads(lm, model_args, spec, settings, heads, configs, out / "sweep", progress)
+        if settings.transfer_model:
+            from vrh_lmms.demo.transfer import run_transfer
+
+            sweeps += run_transfer(lm, model_args, heads, transfer_model, spec, settings, ks, out, say, progress)
         if settings.interventions:
             t_interventions = time.time()
             run_interventions(lm, out, spec, model_args, str(heads), settings, say)
             t_interventions = time.time() - t_interventions
     say("[3/3] report")
-    build_report([out / "sweep"], out / "report",
-                 ReportSettings(heads_files=(str(heads),), n_resamples=settings.n_resamples))
+    heads_files = (str(heads),) + ((str(out / TRANSFER_DIR / "heads.json"),) if settings.transfer_model else ())
+    build_report(sweeps, out / "report", ReportSettings(heads_files=heads_files, n_resamples=settings.n_resamples))
     intervention_summary = None
     if settings.interventions:
         from vrh_lmms.report.interventions import append_to_report
@@ -335,10 +365,16 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
                "seconds": seconds}
     if intervention_summary is not None:
         summary["interventions"] = intervention_summary
+    if settings.transfer_model:
+        from vrh_lmms.demo.transfer import transfer_figures, transfer_markdown
+
+        summary["transfer"] = transfer_figures(json.loads((out / "report" / "report.json").read_text()))
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
     markdown = summary_markdown(acc, geometry.total_heads, seconds)
     if intervention_summary is not None:
         markdown += interventions_markdown(intervention_summary)
+    if settings.transfer_model:
+        markdown += transfer_markdown(summary["transfer"])
     markdown += "\n![k-curve](kcurve.png)\n"
     (out / "demo_summary.md").write_text(markdown)
     say(markdown)
