@@ -90,10 +90,10 @@ def test_protocol_on_the_shipped_model_writes_its_figures(tmp_path):
     from vrh_lmms.demo.pipeline import demo_model_path
     from vrh_lmms.demo.protocol import main
 
-    assert main([str(demo_model_path()), "--no-recall", "--n", "8", "--n-score", "4", "--draws", "2", "--ks", "1,3",
+    assert main([str(demo_model_path()), "--no-recall", "--n", "4", "--n-score", "4", "--draws", "2", "--ks", "1,3",
                  "--out", str(tmp_path)]) == 0
     res = json.loads((tmp_path / "protocol.json").read_text())["grounding"]
-    assert res["complete"] and res["n"] == 8 and [r["k"] for r in res["rows"]] == [1, 3]
+    assert res["complete"] and res["n"] == 4 and [r["k"] for r in res["rows"]] == [1, 3]
     assert len(res["oracle_ranking"]) == res["layers"] * res["heads"] and len(res["rows"][1]["random_drops"]) == 2
     assert np.array(res["single_head_drops"]).shape == (res["layers"], res["heads"])
     assert (tmp_path / "kcurve_grounding.png").is_file()

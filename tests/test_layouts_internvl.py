@@ -19,6 +19,9 @@ from vrh_lmms.capture.layouts import image_token_map
 
 torch.set_num_threads(1)
 SIZES = [(640, 480), (480, 640), (1024, 768), (1920, 1080)]  # the sizes of issue 12
+# End-to-end capture checked against eager attention on a portrait and the widest of them: every doc there is about
+# 3300 bfloat16 tokens (a minute of CPU each, with its reference forward); the tiling of all four is checked above.
+CAPTURE_SIZES = [(480, 640), (1920, 1080)]
 VISION_448 = {"image_size": [448, 448], "patch_size": [56, 56]}  # the real tile size, 16 tokens per tile
 
 
@@ -181,7 +184,7 @@ def test_discovery_runs_end_to_end_on_remote_internvl3(internvl3_stand_in, tmp_p
     from vrh_lmms.heads.heads_file import load_heads_file
 
     assert not type(internvl_chat_standin.InternVLChatConfig()).sub_configs  # the published shape
-    vrh_env.setenv("VRH_REFCOCO_DATA", str(_refcoco_rows(tmp_path / "refcoco", SIZES)))
+    vrh_env.setenv("VRH_REFCOCO_DATA", str(_refcoco_rows(tmp_path / "refcoco", CAPTURE_SIZES)))
     lm = VRHInternVL3(pretrained="OpenGVLab/InternVL3-1B")
     model = lm.model
     assert model.language_model.config is model.config.llm_config and not type(model.config).sub_configs
@@ -191,7 +194,7 @@ def test_discovery_runs_end_to_end_on_remote_internvl3(internvl3_stand_in, tmp_p
         calls.append(dict(tensors)), collect(self, ctx, tensors, *a, **k))[1])
     out = tmp_path / "heads.json"
     run_discovery(DiscoverySpec(model="vrh_internvl3", model_args="pretrained=OpenGVLab/InternVL3-1B",
-                                tasks=["vrh_refcoco_testA"], output=str(out), limit=len(SIZES),
+                                tasks=["vrh_refcoco_testA"], output=str(out), limit=len(CAPTURE_SIZES),
                                 gen_kwargs="max_new_tokens=3"), lm=lm)
     assert model.config.llm_config._attn_implementation == "eager"  # switched back after every capture
     hf = load_heads_file(out)
@@ -201,8 +204,8 @@ def test_discovery_runs_end_to_end_on_remote_internvl3(internvl3_stand_in, tmp_p
     assert len(hf.ranking) == g.layers * g.heads
     store = PartStore(sidecars(out)["parts"])
     parts = sorted((store.read(k) for k in store.keys()), key=lambda p: p.meta["doc_id"])
-    assert [p.meta["doc_id"] for p in parts] == list(range(len(SIZES))) and len(calls) == len(SIZES)
-    for part, size, call in zip(parts, SIZES, calls, strict=True):
+    assert [p.meta["doc_id"] for p in parts] == list(range(len(CAPTURE_SIZES))) and len(calls) == len(CAPTURE_SIZES)
+    for part, size, call in zip(parts, CAPTURE_SIZES, calls, strict=True):
         cols, rows = internvl_remote_grid(*size, 448, 1, 12, "set")
         tiles = cols * rows + (cols * rows > 1)
         assert part.meta["n_image_tokens"] == tiles * 256 == call["input_ids"].eq(model.img_context_token_id).sum()

@@ -203,11 +203,19 @@ def test_bad_vrh_block_and_duplicate_runs_are_refused(tmp_path, capsys):
     _sweep_config(sweep, "top4", bad, {"t": [_grounding(0, "correct")]})
     assert main(["report", str(sweep), "--output", str(tmp_path / "r"), "--no-plots"]) == 2
     assert "vrh.config.kind" in capsys.readouterr().err
+    # Two plain runs of one model x task are two baselines; identical ones are counted once (see the transfer
+    # test below), different ones are refused. Two ablation runs of one configuration are refused either way.
     one, two = tmp_path / "one", tmp_path / "two"
-    for root in (one, two):
-        _plain(root, MODEL, {"t": [_grounding(0, "correct")]})
+    for root, status in ((one, "correct"), (two, "mislocated")):
+        _plain(root, MODEL, {"t": [_grounding(0, status)]})
     assert main(["report", str(one), str(two), "--output", str(tmp_path / "r2"), "--no-plots"]) == 2
     assert "two runs of" in capsys.readouterr().err
+    sweeps = (tmp_path / "s1", tmp_path / "s2")
+    for root in sweeps:
+        _sweep_config(root, "top4", _vrh("top4", "topk", 4), {"t": [_grounding(0, "mislocated")]})
+    assert main(["report", *map(str, sweeps), "--output", str(tmp_path / "r4"), "--no-plots"]) == 2
+    err = capsys.readouterr().err
+    assert "two runs of" in err and "top4" in err and "baselines whose outcomes differ" not in err
     assert main(["report", str(tmp_path / "nowhere"), "--output", str(tmp_path / "r3")]) == 2
     assert "not a folder" in capsys.readouterr().err
 

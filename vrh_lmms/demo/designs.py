@@ -110,7 +110,7 @@ _P17 = replace(_P16, name="p17", head_prune_layers=(3, 4, 5), head_prune_keep=6,
 
 DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
                                                    _P14, _P15, _P16, _P17]}
-# the shipped demo model's design (vrh_lmms/assets/demo_model/MODEL_CARD.md; three seeds in
+# the shipped demo model's design (vrh_lmms/assets/demo_model/MODEL_CARD.md; its seeds in
 # docs/demo-model-experiments.md)
 LATEST = "p17"
 
