@@ -13,6 +13,7 @@ import pytest
 from vrh_lmms.demo.pipeline import DemoSettings, demo_layout, demo_model_path, run_demo
 from vrh_lmms.demo.spec import SPEC_FILE, DemoSpec
 from vrh_lmms.errors import VRHError
+from vrh_lmms.paths import assets_path
 
 
 @pytest.fixture(scope="module")
@@ -56,4 +57,9 @@ def test_a_second_model_that_cannot_be_compared_is_refused(twin, tmp_path):
         run_demo(tmp_path / "b", DemoSettings(transfer_model=str(same_name)), progress=False)
     with pytest.raises(VRHError, match="--transfer"):
         run_demo(tmp_path / "c", DemoSettings(transfer_model=str(tmp_path / "missing")), progress=False)
-    assert not any((tmp_path / name).exists() for name in ("a", "b", "c"))
+    from vrh_lmms.demo import transfer
+
+    if not (assets_path() / transfer.SECOND_MODEL).is_dir():  # the bare flag where no second model is shipped
+        with pytest.raises(VRHError, match="this version ships none"):
+            run_demo(tmp_path / "d", DemoSettings(transfer_model="shipped"), progress=False)
+    assert not any((tmp_path / name).exists() for name in ("a", "b", "c", "d"))

@@ -20,9 +20,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also steer and patch heads (vrh-lmms steer / patch) on more scenes; adds the steering "
                              "table and the patching map to the report")
     parser.add_argument("--transfer", nargs="?", const="shipped", default=None, metavar="MODEL",
-                        help="also a second VLM on the same text backbone (default: the shipped one): its own "
-                             "discovery and sweep, and each model's top-k heads ablated in the other (the report's "
-                             "transfer table)")
+                        help="also a second VLM on the same text backbone (without MODEL: the shipped one, where the "
+                             "version ships one): its own discovery and sweep, and each model's top-k heads ablated "
+                             "in the other (the report's transfer table)")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier demo run in --output (a folder holding anything else is refused)")
 

@@ -59,7 +59,7 @@ class DemoSettings:
     n_intervention_scenes: int = 16
     steer_bias: float = 8.0
     patch_pairs: int = 24
-    # optional step: a second VLM on the same text backbone (vrh_lmms.demo.transfer), "shipped" for the shipped one
+    # optional step: a second VLM on the same text backbone (vrh_lmms.demo.transfer); "shipped": the shipped one
     transfer_model: str | None = None
 
     def resolved_ks(self, total_heads: int) -> list[int]:

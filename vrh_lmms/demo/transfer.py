@@ -31,6 +31,10 @@ def checked_second_model(value: str, first: Path, spec) -> Path:
     from vrh_lmms.preload import check_pretrained, config_geometry, load_config
 
     path = assets_path() / SECOND_MODEL if value == "shipped" else Path(value)
+    if value == "shipped" and not path.is_dir():
+        raise VRHError(f"--transfer without a folder runs the shipped second model, and this version ships none "
+                       f"({path}); pass --transfer DIR, a model trained with `--backbone` on the demo model's text "
+                       "backbone (docs/demo-model-experiments.md)")
     check_pretrained(str(path), name="--transfer")
     if not (path / SPEC_FILE).is_file():
         raise VRHError(f"--transfer {path}: no {SPEC_FILE}; the demo runs models written by `vrh-lmms train-tiny`")
