@@ -75,6 +75,22 @@ def test_pruning_zeroes_the_scheduled_heads_of_its_layers_only(tmp_path, monkeyp
     assert all(torch.equal(text_a[k], text_b[k]) for k in text_a)
 
 
+def test_named_survivors_are_the_heads_left(tmp_path, monkeypatch):
+    """head_prune_survivors (a shared backbone's mask): the heads left are the named ones whatever their importance,
+    and the others are pruned on the same schedule; the run without them keeps another head here."""
+    monkeypatch.setattr(head_prune, "WINDOW", 2)
+    design = replace(BASE, head_prune_layers=(1,), head_prune_keep=1, head_prune_steps=(2, 4))
+    free = train(design, tmp_path / "free", seed=0, log=lambda s: None)["history"][-1]["pruned_heads"]
+    kept_free = ({f"L1H{h}" for h in range(4)} - set(free)).pop()
+    chosen = next(f"L1H{h}" for h in range(4) if f"L1H{h}" != kept_free)
+    run = train(replace(design, head_prune_survivors=(chosen,)), tmp_path / "mask", seed=0, log=lambda s: None)
+    assert sorted(run["history"][-1]["pruned_heads"]) == sorted({f"L1H{h}" for h in range(4)} - {chosen})
+    model = build_model(BASE, make_tokenizer(), seed=0)
+    model.load_state_dict(checkpoint_state(tmp_path / "mask"))
+    norms = head_lasso.group_norms(head_lasso.head_groups(model, (1,)))
+    assert [f"L1H{h}" for h in range(4) if norms[h] > 0] == [chosen]
+
+
 def test_measuring_importance_alone_leaves_training_bit_equal(tmp_path, monkeypatch):
     """The gates multiply by exactly one: a run that measures every joint step but prunes only after the phase ends
     equals the run without a pruner, weight for weight."""
@@ -93,5 +109,9 @@ def test_bad_pruning_settings_name_the_option():
         head_prune.HeadPruner(model, (1,), keep=9, steps=(0, 1))
     with pytest.raises(ValueError, match="head_prune_steps"):
         head_prune.HeadPruner(model, (1,), keep=1, steps=(3, 1))
+    with pytest.raises(ValueError, match=r"head_prune_survivors .*not among them: \['L0H1'\]"):
+        head_prune.HeadPruner(model, (1,), keep=1, steps=(0, 1), survivors=("L0H1",))
+    with pytest.raises(ValueError, match="exactly head_prune_keep = 2"):
+        head_prune.HeadPruner(model, (1,), keep=2, steps=(0, 1), survivors=("L1H1",))
     with pytest.raises(ValueError, match=r"head_prune_layers \[4\]"):
         head_prune.HeadPruner(model, (4,), keep=1, steps=(0, 1))

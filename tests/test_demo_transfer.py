@@ -13,7 +13,6 @@ import pytest
 from vrh_lmms.demo.pipeline import DemoSettings, demo_layout, demo_model_path, run_demo
 from vrh_lmms.demo.spec import SPEC_FILE, DemoSpec
 from vrh_lmms.errors import VRHError
-from vrh_lmms.paths import assets_path
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def test_transfer_with_a_twin_equals_the_models_own_heads(twin, tmp_path):
     assert json.loads((out / "demo_summary.json").read_text())["transfer"] == rows
 
 
-def test_a_second_model_that_cannot_be_compared_is_refused(twin, tmp_path):
+def test_a_second_model_that_cannot_be_compared_is_refused(twin, tmp_path, monkeypatch):
     other_scenes = tmp_path / "other_scenes"
     shutil.copytree(twin, other_scenes)
     bigger = {**json.loads((other_scenes / SPEC_FILE).read_text()), "image_size": DemoSpec.load(twin).image_size + 28}
@@ -59,7 +58,7 @@ def test_a_second_model_that_cannot_be_compared_is_refused(twin, tmp_path):
         run_demo(tmp_path / "c", DemoSettings(transfer_model=str(tmp_path / "missing")), progress=False)
     from vrh_lmms.demo import transfer
 
-    if not (assets_path() / transfer.SECOND_MODEL).is_dir():  # the bare flag where no second model is shipped
-        with pytest.raises(VRHError, match="this version ships none"):
-            run_demo(tmp_path / "d", DemoSettings(transfer_model="shipped"), progress=False)
+    monkeypatch.setattr(transfer, "SECOND_MODEL", "no_such_model")  # the bare flag where no second model is shipped
+    with pytest.raises(VRHError, match="this version ships none"):
+        run_demo(tmp_path / "d", DemoSettings(transfer_model="shipped"), progress=False)
     assert not any((tmp_path / name).exists() for name in ("a", "b", "c", "d"))

@@ -108,8 +108,15 @@ _P16 = replace(_P15, name="p16", head_drop_from=3000)
 # Until joint step 4000 it is p16 (the pruner measures nothing before then), so it continues p16's state at 4000.
 _P17 = replace(_P16, name="p17", head_prune_layers=(3, 4, 5), head_prune_keep=6, head_prune_steps=(4250, 4750))
 
+# p18: p17 whose layers 3-5 keep the shipped model's (p17 seed 0's) six survivors: the pruning mask becomes part of
+# the shared backbone, as a 7B LLM's idle heads come with its pretraining. p17 seeds 1 and 2 pruned to other survivors
+# (one head in common with seed 0 each), so seed 0's top heads were zero in them and transferred nothing (0-9
+# points); p18 trains further VLMs on seed 0's backbone and mask, which tests whether the same survivors become the
+# readers (transfer) and whether the design holds across vision towers.
+_P18 = replace(_P17, name="p18", head_prune_survivors=("L3H1", "L4H5", "L4H12", "L4H14", "L5H0", "L5H5"))
+
 DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
-                                                   _P14, _P15, _P16, _P17]}
+                                                   _P14, _P15, _P16, _P17, _P18]}
 # the shipped demo model's design (vrh_lmms/assets/demo_model/MODEL_CARD.md; its seeds in
 # docs/demo-model-experiments.md)
 LATEST = "p17"

@@ -42,10 +42,16 @@ class HeadPruner:
     optimizer step; `state()` / `load()` carry the importance and the pruned set across a resumed run.
     """
 
-    def __init__(self, model, layers: tuple, keep: int, steps: tuple[int, int]):
+    def __init__(self, model, layers: tuple, keep: int, steps: tuple[int, int], survivors: tuple = ()):
         self.groups = head_lasso.head_groups(model, layers, "head_prune_layers")
         if not 0 <= keep <= len(self.groups):
             raise ValueError(f"head_prune_keep {keep} must lie in 0..{len(self.groups)} (heads of the pruned layers)")
+        names = [f"L{layer}H{head}" for layer, head, *_ in self.groups]
+        unknown = sorted(set(survivors) - set(names))
+        if unknown or (survivors and len(set(survivors)) != keep):
+            raise ValueError(f"head_prune_survivors {list(survivors)} must name exactly head_prune_keep = {keep} "
+                             f"heads of the pruned layers (not among them: {unknown or 'none'})")
+        self.protected = torch.tensor([n in set(survivors) for n in names], dtype=torch.bool)
         start, end = steps
         if not 0 <= start <= end:
             raise ValueError(f"head_prune_steps {steps} must be (start, end) with 0 <= start <= end")
@@ -100,7 +106,8 @@ class HeadPruner:
         newly: list[tuple[int, int]] = []
         need = self.target(step) - int((~self.alive).sum())
         if need > 0:
-            ranked = sorted((float(self.importance[i]), i) for i in range(len(self.groups)) if self.alive[i])
+            ranked = sorted((float(self.importance[i]), i) for i in range(len(self.groups))
+                            if self.alive[i] and not self.protected[i])
             for _, i in ranked[:need]:
                 self.alive[i] = False
                 newly.append(self.groups[i][:2])

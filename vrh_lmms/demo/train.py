@@ -99,6 +99,9 @@ class Design:
     head_prune_layers: tuple = ()
     head_prune_keep: int | None = None
     head_prune_steps: tuple = (0, 0)
+    # heads ("L4H12") that are never pruned: a second VLM on a shared backbone keeps the first one's survivors, as two
+    # VLMs of one LLM share its idle heads (empty: the importance alone decides)
+    head_prune_survivors: tuple = ()
     # [[until_visual_step, {SceneConfig overrides}], ...]: easier scenes first; the spec's own scenes after. Visual
     # steps count through align and then joint (joint step s is visual step align_steps + s).
     curriculum: tuple = ()
@@ -129,7 +132,8 @@ class Design:
         for key in ("curriculum",):
             data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
         for key in ("mrope_section", "text_tasks", "joint_frozen", "head_drop_layers", "head_drop_kinds",
-                    "head_lasso_layers", "head_lasso_steps", "head_prune_layers", "head_prune_steps"):
+                    "head_lasso_layers", "head_lasso_steps", "head_prune_layers", "head_prune_steps",
+                    "head_prune_survivors"):
             if key in data:
                 data[key] = tuple(data[key])
         if "text_phases" in data:
@@ -502,7 +506,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         pruner = None
         if design.head_prune_keep is not None and kind == "joint":
             pruner = head_prune.HeadPruner(model, design.head_prune_layers, design.head_prune_keep,
-                                           design.head_prune_steps)
+                                           design.head_prune_steps, design.head_prune_survivors)
             if start and state.prune is not None:
                 pruner.load(state.prune)
         for step in range(start, steps):
