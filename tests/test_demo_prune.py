@@ -4,6 +4,7 @@ says in the layers it names, measuring alone changes nothing, and a resumed run 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -115,3 +116,19 @@ def test_bad_pruning_settings_name_the_option():
         head_prune.HeadPruner(model, (1,), keep=2, steps=(0, 1), survivors=("L1H1",))
     with pytest.raises(ValueError, match=r"head_prune_layers \[4\]"):
         head_prune.HeadPruner(model, (4,), keep=1, steps=(0, 1))
+
+
+def test_p18_keeps_exactly_the_shipped_models_survivors():
+    """p18's named survivors are the heads of its pruned layers that the shipped model (p17 seed 0) did not prune,
+    read from the shipped model's own training record and config."""
+    from vrh_lmms.demo.designs import DESIGNS
+    from vrh_lmms.paths import assets_path
+
+    shipped = assets_path() / "demo_model"
+    pruned = set(json.loads((shipped / "train_design.json").read_text())["final"]["pruned_heads"])
+    n_heads = json.loads((shipped / "config.json").read_text())["text_config"]["num_attention_heads"]
+    design = DESIGNS["p18"]
+    heads = {f"L{layer}H{head}" for layer in design.head_prune_layers for head in range(n_heads)}
+    assert set(design.head_prune_survivors) == heads - pruned
+    assert len(design.head_prune_survivors) == design.head_prune_keep
+

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from vrh_lmms.demo import head_lasso
+from vrh_lmms.heads.geometry import HeadRef, parse_head
 
 # steps of importance measurement before the first head is pruned, and the moving average's decay per step
 WINDOW = 250
@@ -46,12 +47,13 @@ class HeadPruner:
         self.groups = head_lasso.head_groups(model, layers, "head_prune_layers")
         if not 0 <= keep <= len(self.groups):
             raise ValueError(f"head_prune_keep {keep} must lie in 0..{len(self.groups)} (heads of the pruned layers)")
-        names = [f"L{layer}H{head}" for layer, head, *_ in self.groups]
-        unknown = sorted(set(survivors) - set(names))
-        if unknown or (survivors and len(set(survivors)) != keep):
+        refs = [HeadRef(layer, head) for layer, head, *_ in self.groups]
+        wanted = {parse_head(token) for token in survivors}
+        unknown = [str(h) for h in sorted(wanted - set(refs))]
+        if unknown or (survivors and len(wanted) != keep):
             raise ValueError(f"head_prune_survivors {list(survivors)} must name exactly head_prune_keep = {keep} "
                              f"heads of the pruned layers (not among them: {unknown or 'none'})")
-        self.protected = torch.tensor([n in set(survivors) for n in names], dtype=torch.bool)
+        self.protected = torch.tensor([ref in wanted for ref in refs], dtype=torch.bool)
         start, end = steps
         if not 0 <= start <= end:
             raise ValueError(f"head_prune_steps {steps} must be (start, end) with 0 <= start <= end")
