@@ -310,6 +310,56 @@ def test_head_dropout_starts_at_head_drop_from(tmp_path):
     assert any(not torch.equal(end["a"][k], end["c"][k]) for k in end["a"])
 
 
+def test_late_head_dropout_starts_at_its_own_step(tmp_path):
+    """`head_drop_late_layers` start at `head_drop_late_from`: at the phase's length the run is bit-equal to the one
+    without them (their hooks draw nothing from the generator while off, so the early layers' masks are the same);
+    one step earlier the last step drops heads of layer 1 too, and the run differs."""
+    base = replace(MICRO, head_drop=0.5, head_drop_kinds=("joint",), head_drop_layers=(0,), text_phases=((2, (), 0),),
+                   align_steps=2, joint_steps=3)
+    train(base, tmp_path / "a", seed=0, log=lambda s: None)
+    late = replace(base, head_drop_late_layers=(1,))
+    train(replace(late, head_drop_late_from=3), tmp_path / "b", seed=0, log=lambda s: None)
+    train(replace(late, head_drop_late_from=2), tmp_path / "c", seed=0, log=lambda s: None)
+    end = {run: checkpoint_state(tmp_path / run) for run in ("a", "b", "c")}
+    assert all(torch.equal(end["a"][k], end["b"][k]) for k in end["a"])
+    assert any(not torch.equal(end["a"][k], end["c"][k]) for k in end["a"])
+
+
+def test_late_head_dropout_refuses_a_layer_named_twice():
+    from vrh_lmms.demo.train import HeadDrop, build_model
+
+    tok, _, _, _ = _encoders()
+    model = build_model(MICRO, tok, seed=0)
+    with pytest.raises(ValueError, match=r"head_drop_late_layers \[1\] are also in head_drop_layers"):
+        HeadDrop(model, 0.05, torch.Generator(), layers=(0, 1), late_layers=(1,))
+    with pytest.raises(ValueError, match="need head_drop_layers"):
+        HeadDrop(model, 0.05, torch.Generator(), layers=(), late_layers=(1,))
+
+
+def test_kept_state_is_the_state_at_its_step_and_resumes_there(tmp_path):
+    """`keep_states=["joint:2"]` keeps the resume state saved at joint step 2; copied into a fresh folder as the resume
+    state, it continues to the same end as the uninterrupted run. Points that are no evaluation are refused."""
+    import shutil
+
+    from vrh_lmms.demo import run_state
+
+    design = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=4, eval_every=2)
+    train(design, tmp_path / "a", seed=0, keep_states=["joint:2"], log=lambda s: None)
+    kept = run_state.kept_path(tmp_path / "a", "joint", 2)
+    state = torch.load(kept, weights_only=False)
+    assert (state["phase"], state["step"]) == ("joint", 2)
+    assert not run_state.resume_path(tmp_path / "a").exists()  # the run ended; the kept copy stays
+    (tmp_path / "b").mkdir()
+    shutil.copy(kept, run_state.resume_path(tmp_path / "b"))
+    shutil.copy(tmp_path / "a" / "train_log.jsonl", tmp_path / "b" / "train_log.jsonl")
+    train(design, tmp_path / "b", seed=0, resume=True, log=lambda s: None)
+    a, b = checkpoint_state(tmp_path / "a"), checkpoint_state(tmp_path / "b")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    for bad, why in (("joint:3", "every 2 steps"), ("join:2", "PHASE one of"), ("joint", "PHASE:STEP")):
+        with pytest.raises(ValueError, match=why):
+            train(design, tmp_path / "c", seed=0, keep_states=[bad], log=lambda s: None)
+
+
 class _Killed(Exception):
     pass
 

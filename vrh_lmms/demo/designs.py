@@ -115,8 +115,14 @@ _P17 = replace(_P16, name="p17", head_prune_layers=(3, 4, 5), head_prune_keep=6,
 # readers (transfer) and whether the design holds across vision towers.
 _P18 = replace(_P17, name="p18", head_prune_survivors=("L3H1", "L4H5", "L4H12", "L4H14", "L5H0", "L5H5"))
 
+# p19: p18 with head dropout (the same 0.05) on layers 3-5 too once pruning has ended (joint step 4750): there it can
+# only hit the six survivors, which each cost 20-50 points alone in p17/p18, so a random k-set that holds one costs
+# that much (the shipped model's random-5 mean over 20 draws is 11.5). Dropout among the survivors makes them
+# redundant with one another, as a 7B VLM's retrieval heads are. Until joint step 4750 it is p18.
+_P19 = replace(_P18, name="p19", head_drop_late_layers=(3, 4, 5), head_drop_late_from=4750)
+
 DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
-                                                   _P14, _P15, _P16, _P17, _P18]}
+                                                   _P14, _P15, _P16, _P17, _P18, _P19]}
 # the shipped demo model's design (vrh_lmms/assets/demo_model/MODEL_CARD.md; its seeds in
 # docs/demo-model-experiments.md)
 LATEST = "p17"

@@ -51,5 +51,37 @@ def load_state(out_dir: str | Path) -> RunState:
     return RunState(**torch.load(path, weights_only=False))
 
 
+def parse_keep_states(points, phase_steps: dict[str, int], eval_every: int) -> set[tuple[str, int]]:
+    """"PHASE:STEP" -> (phase, step); refuses a phase the run lacks or a step that is no evaluation point of it (no
+    state is saved there), naming the bad entry."""
+    out = set()
+    for point in points:
+        name, _, step = str(point).strip().partition(":")
+        if name not in phase_steps or not step.strip().isdigit():
+            raise ValueError(f"keep state {point!r}: expected PHASE:STEP with PHASE one of "
+                             f"{', '.join(phase_steps)}")
+        n = int(step)
+        if not 0 < n <= phase_steps[name] or (n % eval_every and n != phase_steps[name]):
+            raise ValueError(f"keep state {point!r}: states are saved at every {eval_every} steps of a phase and at "
+                             f"its end ({name}: {phase_steps[name]} steps)")
+        out.add((name, n))
+    return out
+
+
+def kept_path(out_dir: str | Path, phase: str, step: int) -> Path:
+    return Path(out_dir) / f"resume_state_{phase}_{step}.pt"
+
+
+def keep_state(out_dir: str | Path, phase: str, step: int) -> Path:
+    """Copy the state just saved (atomically, as save_state does) to its kept name; clear_state leaves it."""
+    import shutil
+
+    dest = kept_path(out_dir, phase, step)
+    tmp = dest.with_suffix(".tmp")
+    shutil.copyfile(resume_path(out_dir), tmp)
+    os.replace(tmp, dest)
+    return dest
+
+
 def clear_state(out_dir: str | Path) -> None:
     resume_path(out_dir).unlink(missing_ok=True)

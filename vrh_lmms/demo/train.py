@@ -21,7 +21,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -87,6 +87,11 @@ class Design:
     # the step of each chosen phase from which dropout applies: e.g. only after the joint phase has learned to ground,
     # so that the regulariser spreads a function that exists rather than slowing its learning
     head_drop_from: int = 0
+    # more layers whose dropout starts later, at step head_drop_late_from of the chosen phases: e.g. the
+    # pruning's survivors once pruning has ended, so the few readers left become redundant with one another, as a 7B
+    # VLM's retrieval heads are (one alone costs little, most of them together break grounding)
+    head_drop_late_layers: tuple = ()
+    head_drop_late_from: int = 0
     # whole-head group lasso (vrh_lmms/demo/head_lasso.py, a proximal step: each head's norm shrinks by the backbone's
     # rate x head_lasso per step) on these text layers (empty: all), in the joint phase only (text pretraining is
     # where the heads' jobs form), ramped in from joint step head_lasso_steps[0] to full weight at head_lasso_steps[1]
@@ -132,7 +137,7 @@ class Design:
         for key in ("curriculum",):
             data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
         for key in ("mrope_section", "text_tasks", "joint_frozen", "head_drop_layers", "head_drop_kinds",
-                    "head_lasso_layers", "head_lasso_steps", "head_prune_layers", "head_prune_steps",
+                    "head_drop_late_layers", "head_lasso_layers", "head_lasso_steps", "head_prune_layers", "head_prune_steps",
                     "head_prune_survivors"):
             if key in data:
                 data[key] = tuple(data[key])
@@ -298,20 +303,30 @@ def exact_match(model, batch: dict) -> dict[str, float]:
 
 class HeadDrop:
     """Zero each (sample, layer, head) output slice with probability p during training, without rescaling; only in
-    `layers` (text-layer indices; empty: all)."""
+    `layers` (text-layer indices; empty: all) while `active`, and in `late_layers` while `late_active` (a later
+    start; the generator is not drawn from for a layer that is off, so a run equals one without its late layers until
+    they start)."""
 
-    def __init__(self, model, p: float, generator: torch.Generator, layers: tuple = ()):
+    def __init__(self, model, p: float, generator: torch.Generator, layers: tuple = (), late_layers: tuple = ()):
         from vrh_lmms.demo.probe import chosen_layers
 
-        self.p, self.gen, self.active = p, generator, False
+        self.p, self.gen, self.active, self.late_active = p, generator, False, False
         if p <= 0:
             return
-        for _, layer in chosen_layers(model, layers, "head_drop_layers"):
+        both = sorted(set(layers) & set(late_layers))
+        if both:
+            raise ValueError(f"head_drop_late_layers {both} are also in head_drop_layers: a layer's dropout starts once")
+        if late_layers and not layers:
+            raise ValueError("head_drop_late_layers need head_drop_layers: empty head_drop_layers means every layer")
+        chosen = [(False, layer) for _, layer in chosen_layers(model, layers, "head_drop_layers")]
+        if late_layers:
+            chosen += [(True, layer) for _, layer in chosen_layers(model, late_layers, "head_drop_late_layers")]
+        for late, layer in chosen:
             attn = layer.self_attn
             n_heads = attn.o_proj.in_features // attn.head_dim
 
-            def hook(module, args, n_heads=n_heads, hd=attn.head_dim):
-                if not self.active:
+            def hook(module, args, n_heads=n_heads, hd=attn.head_dim, late=late):
+                if not (self.late_active if late else self.active):
                     return None
                 x = args[0]
                 keep = (torch.rand(x.shape[0], 1, n_heads, 1, generator=self.gen) >= self.p).to(x.dtype)
@@ -404,7 +419,8 @@ def phases_of(design: Design) -> list[dict[str, Any]]:
 
 def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Path | None = None,
           init: str | Path | None = None, after: str | None = None, vision_seed: int | None = None,
-          threads: int = 1, resume: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+          threads: int = 1, resume: bool = False, keep_states: Sequence[str] = (),
+          log: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the design's phases; save the checkpoint, each phase's end state under `phases/<name>/` and, after the
     last text phase, the text-pretrained backbone under `backbone/`.
 
@@ -415,6 +431,9 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     uninterrupted run).
     `resume`: continue the unfinished run in `out_dir` (its state is saved at every evaluation) from where it stood,
     bit-equal to the run that was not interrupted; without it an unfinished run there is an error, not overwritten.
+    `keep_states`: "PHASE:STEP" evaluation points whose resume state is also kept, as `resume_state_PHASE_STEP.pt`,
+    so a later design that is this one until there can continue it (copy it to `resume_state.pt`, `--resume`)
+    instead of repeating the steps.
     """
     torch.set_num_threads(threads)
     out = Path(out_dir)
@@ -430,6 +449,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     model = build_model(design, tokenizer, seed)
     phases = phases_of(design)
     names = [p["name"] for p in phases]
+    kept = run_state.parse_keep_states(keep_states, {p["name"]: p["steps"] for p in phases}, design.eval_every)
     if init is not None:
         if after not in names:
             raise ValueError(f"--after must name a phase of design {design.name}: {', '.join(names)}")
@@ -446,7 +466,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     turns = TurnEncoder(tokenizer, int(encoder.grid_thw.prod()) // (encoder.merge ** 2), spec.prompt_first)
     maker = BatchMaker(design, turns, encoder, vseed)
     gen = torch.Generator().manual_seed(vseed)
-    drop = HeadDrop(model, design.head_drop, gen, design.head_drop_layers)
+    drop = HeadDrop(model, design.head_drop, gen, design.head_drop_layers, design.head_drop_late_layers)
     n_params = sum(p.numel() for p in model.parameters())
     spec.save(out)
     log_f = (out / "train_log.jsonl").open("a")
@@ -515,10 +535,11 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
             for g in opt.param_groups:
                 g["lr"] = base_lr(design, kind, g["vision"]) * f
             drop.active = drop_phase and step >= design.head_drop_from
+            drop.late_active = drop_phase and step >= design.head_drop_late_from
             if pruner:
                 pruner.measure(step)
             logits = answer_logits(model, batch)
-            drop.active = False
+            drop.active = drop.late_active = False
             loss = torch.nn.functional.cross_entropy(logits, batch["targets"])
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -546,6 +567,8 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                     phase=phase["name"], step=step + 1, model=model.state_dict(), optimizer=opt.state_dict(),
                     drop_generator=gen.get_state(), seconds=time.time() - t0, history=history,
                     lasso_start=lasso_start if lasso_groups else None, prune=pruner.state() if pruner else None))
+                if (phase["name"], step + 1) in kept:
+                    run_state.keep_state(out, phase["name"], step + 1)
                 log_f.write(json.dumps(rec) + "\n")
                 log_f.flush()
                 log(f"[{design.name} seed {seed}/{vseed}] " + " ".join(
@@ -600,9 +623,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--resume", action="store_true", help="continue the unfinished run in --out")
+    ap.add_argument("--keep-state-at", default="",
+                    help="comma-separated PHASE:STEP evaluation points (e.g. joint:4000,joint:4750) whose resume state "
+                         "is kept beside the run, for later designs that branch there")
     args = ap.parse_args(argv)
+    keep = [s for s in args.keep_state_at.split(",") if s.strip()]
     train(get_design(args.design), args.out, args.seed, backbone=args.backbone, init=args.init, after=args.after,
-          vision_seed=args.vision_seed, threads=args.threads, resume=args.resume, log=lambda s: print(s, flush=True))
+          vision_seed=args.vision_seed, threads=args.threads, resume=args.resume, keep_states=keep,
+          log=lambda s: print(s, flush=True))
     return 0
 
 
