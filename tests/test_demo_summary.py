@@ -14,6 +14,8 @@ from vrh_lmms.report import ReportSettings, build_report
 
 
 def _row(**overrides) -> dict:
+    from scipy.stats import sem
+
     row = {"k": 2, "topk_acc": 0.5, "topk_drop": 0.5, "topk_drop_ci": [0.4, 0.6], "topk_parse_failure": 0.0,
            "random_drops": [1.0 - 1.0, 1.0 - 1.0, 1.0 - 0.7],  # the shipped demo's random2 draws: 0, 0, 30 points
            "layer_matched_drops": [0.0, 0.0, 0.0],
@@ -21,6 +23,8 @@ def _row(**overrides) -> dict:
     row.update(overrides)
     row["random_mean_drop"] = float(np.mean(row["random_drops"]))
     row["layer_matched_mean_drop"] = float(np.mean(row["layer_matched_drops"]))
+    if "random_drops" not in overrides:
+        row["random_mean_drop_se"] = float(sem(row["random_drops"]))
     return row
 
 
@@ -31,9 +35,10 @@ def test_a_mean_drop_of_exactly_ten_points_is_met_as_printed():
     checks = criteria(acc, total_heads=32)[2]
     assert checks["random-k mean drop <= 10 points"] and checks["parse failures <= 5%"] and checks["baseline >= 80%"]
     md = summary_markdown(acc, 32, 1.0)
-    assert "| +10.0% (3) |" in md and "- k=2: all met" in md
+    assert "| +10.0% ± 10.0 (3) |" in md and "- k=2: all met" in md  # SE of 0, 0, 30 points: 10.0
     assert md.startswith("**Design targets met at k = 2** (of 32 heads)")
     worse = Acceptance(0.8, 100, [_row(random_drops=[0.10, 0.10, 0.101])])
+    assert "| +10.0% (3) |" in summary_markdown(worse, 32, 1.0)  # rows without an SE print none
     assert not criteria(worse, 32)[2]["random-k mean drop <= 10 points"]
     worse_md = summary_markdown(worse, 32, 1.0)
     assert "not met: random-k mean drop <= 10 points" in worse_md
@@ -74,3 +79,28 @@ def test_acceptance_figures_use_the_reports_interval(tmp_path):
     assert row["topk_drop_ci_method"] == reported["method"] == "tango score, design-effect adjusted"
     assert len(row["random_drops"]) == len(row["layer_matched_drops"]) == 3
     json.dumps(acc.to_dict())
+
+
+def test_draws_come_in_seed_order_with_the_standard_error_of_their_mean(tmp_path):
+    """Twelve random draws (configs random2_s0 .. random2_s11, each dropping s correct answers of the baseline): the
+    drops are listed s0, s1, ..., s11 (not s0, s1, s10, s11, s2, ... as names sort) and the SE is scipy's sem."""
+    from scipy.stats import sem
+
+    rng = np.random.default_rng(1)
+    docs = make_docs(rng, n_images=40, sizes=(1, 2))
+    writer = LineWriter(docs, task=TASK)
+    root = tmp_path / "sweep"
+    base = np.ones(len(docs), dtype=bool)
+    writer.write(root, "baseline", vrh_block("baseline", "baseline", None, None), statuses_from(base, rng, 0.0))
+    writer.write(root, "top2", vrh_block("top2", "topk", 2, None), statuses_from(base, rng, 0.0))
+    for s in range(12):
+        hit = base.copy()
+        hit[:s] = False
+        for kind in ("random", "layer_matched"):
+            writer.write(root, f"{kind}2_s{s}", vrh_block(f"{kind}2_s{s}", kind, 2, s, heads_model=None),
+                         statuses_from(hit, rng, 0.0))
+    (row,) = acceptance_figures(root, [2], n_resamples=200).rows
+    expected = [s / len(docs) for s in range(12)]
+    assert row["random_drops"] == pytest.approx(expected)
+    assert row["random_mean_drop_se"] == pytest.approx(sem(expected))
+    assert row["layer_matched_mean_drop_se"] == pytest.approx(sem(expected))

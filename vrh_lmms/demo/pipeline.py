@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -50,7 +51,10 @@ class DemoSettings:
     n_discovery: int = 32
     n_eval: int = 100
     ks: Sequence[int] = ()  # default: from the model's geometry (about 5%, 10% and 15% of all heads)
-    random_seeds: int = 5  # the acceptance criteria ask for >= 5 random and >= 5 layer-matched draws per k
+    # random and layer-matched draws per k: the criteria ask for >= 5, the k-curve protocol for >= 10. On the shipped
+    # model one draw's drop is 0-31 points (a draw holding one of its six readers costs 20-30), so a 5-draw mean has a
+    # standard error of about 4.5 points, half the 10-point bound; 10 draws bring it to about 3 within the 2 minutes
+    random_seeds: int = 10
     batch_size: int = 25
     max_new_tokens: int = 16
     n_resamples: int = 5000
@@ -137,7 +141,8 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
                                "topk_drop_ci": [drop.ci_low, drop.ci_high], "topk_drop_ci_method": drop.method,
                                "topk_parse_failure": top_pf}
         for kind in ("random", "layer_matched"):
-            runs = sorted(p.name for p in configs.glob(f"{kind}{k}_s*") if (p / "results.json").is_file())
+            runs = sorted((p.name for p in configs.glob(f"{kind}{k}_s*") if (p / "results.json").is_file()),
+                          key=_draw_seed)  # seed order (s2 before s10), as the sweep ran them
             drops, pfs = [], []
             for name in runs:
                 c, pf = correct(name)
@@ -145,9 +150,16 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
                 pfs.append(pf)
             row[f"{kind}_drops"] = drops
             row[f"{kind}_mean_drop"] = float(np.mean(drops)) if drops else None
+            # how far the mean of these few draws may sit from the mean over all k-sets (None below two draws)
+            row[f"{kind}_mean_drop_se"] = float(np.std(drops, ddof=1) / np.sqrt(len(drops))) if len(drops) > 1 else None
             row[f"{kind}_max_parse_failure"] = max(pfs) if pfs else None
         acc.rows.append(row)
     return acc
+
+
+def _draw_seed(config_name: str) -> int:
+    """`random5_s12` -> 12 (the sweep's configuration names, vrh_lmms.sweep.plan)."""
+    return int(re.search(r"_s(\d+)", config_name).group(1))
 
 
 def plot_acceptance_curve(acc: Acceptance, layers: int, heads: int, path: Path) -> Path:
@@ -167,6 +179,11 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1%}"
 
 
+def _fmt_mean(mean: float | None, se: float | None, n: int) -> str:
+    """`+11.4% ± 3.3 (10)`: a mean over n draws with its standard error, in points."""
+    return _fmt(mean) + ("" if se is None else f" ± {100 * se:.1f}") + f" ({n})"
+
+
 def met_at(checks: dict[int, dict[str, bool]]) -> list[int]:
     """The ks (<= 10% of all heads) at which every acceptance check holds."""
     return [k for k, c in checks.items() if all(c.values())]
@@ -178,21 +195,22 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
     verdict = (f"**Design targets met at k = {', '.join(map(str, met))}** (of {total_heads} heads)" if met else
                f"**Design targets not met at any k <= 10% of the {total_heads} heads** (the rows below say which)")
     lines = [verdict, "", f"Baseline Acc@0.5 on {acc.n_eval} held-out scenes: **{acc.baseline_acc:.1%}**", "",
-             "| k (share of heads) | top-k Acc | top-k drop [95% CI] | random-k mean drop (R) | "
-             "layer-matched mean drop (R) | parse failures (top-k / worst random) |", "|---|---|---|---|---|---|"]
+             "| k (share of heads) | top-k Acc | top-k drop [95% CI] | random-k mean drop ± SE (R) | "
+             "layer-matched mean drop ± SE (R) | parse failures (top-k / worst random) |", "|---|---|---|---|---|---|"]
     for r in acc.rows:
         lo, hi = r["topk_drop_ci"]
         worst = max(v for v in (r["random_max_parse_failure"], r["layer_matched_max_parse_failure"], 0.0)
                     if v is not None)
         lines.append(f"| {r['k']} ({r['k'] / total_heads:.0%}) | {r['topk_acc']:.1%} | "
                      f"{r['topk_drop']:+.1%} [{lo:+.1%}, {hi:+.1%}] | "
-                     f"{_fmt(r['random_mean_drop'])} ({len(r['random_drops'])}) | "
-                     f"{_fmt(r['layer_matched_mean_drop'])} ({len(r['layer_matched_drops'])}) | "
+                     f"{_fmt_mean(r['random_mean_drop'], r.get('random_mean_drop_se'), len(r['random_drops']))} | "
+                     f"{_fmt_mean(r['layer_matched_mean_drop'], r.get('layer_matched_mean_drop_se'), len(r['layer_matched_drops']))} | "
                      f"{r['topk_parse_failure']:.1%} / {worst:.1%} |")
     lines += ["", "Criteria (for some k <= 10% of all heads): baseline >= 80%; top-k drop >= 40 points with a CI",
               "above 0 (the report's cluster-aware interval); random-k and layer-matched random-k mean drops <= 10",
               "points; parse failures <= 5%. These are the demo model's design targets, not a statistical test; the",
-              "report (report/report.md) states what the tests support.", ""]
+              "report (report/report.md) states what the tests support. SE: the standard error of a mean over R",
+              "random draws (a mean within about one SE of 10 points could fall on either side with other draws).", ""]
     for k, k_checks in checks.items():
         failed = [name for name, ok in k_checks.items() if not ok]
         lines.append(f"- k={k}: " + ("all met" if not failed else "not met: " + ", ".join(failed)))
