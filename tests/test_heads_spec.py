@@ -114,3 +114,14 @@ def test_save_refuses_overwrite(tmp_path):
     with pytest.raises(VRHError, match="exists"):
         save_heads_file(hf, tmp_path / "heads.json")
     save_heads_file(hf, tmp_path / "heads.json", force=True)
+
+
+def test_head_name_is_what_parse_head_reads_back():
+    """Every module writes head names through head_name (numpy integers included), so rankings and pruned-head lists
+    parse as head specs."""
+    import numpy as np
+
+    from vrh_lmms.heads.geometry import HeadRef, head_name, parse_head
+
+    assert head_name(np.int64(4), 12) == "L4H12"
+    assert all(parse_head(head_name(layer, head)) == HeadRef(layer, head) for layer in range(3) for head in range(20))

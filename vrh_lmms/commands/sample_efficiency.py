@@ -12,6 +12,7 @@ from vrh_lmms import atomic, owned
 from vrh_lmms.discovery.efficiency import DEFAULT_NS, efficiency_markdown, efficiency_plot, sample_efficiency
 from vrh_lmms.discovery.run import sidecars
 from vrh_lmms.errors import VRHError
+from vrh_lmms.heads.geometry import head_name
 from vrh_lmms.heads.heads_file import load_heads_file
 from vrh_lmms.sweep.plan import parse_int_list
 
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     atomic.write_text(targets[0], efficiency_markdown(rows, k, cell))
     atomic.write_text(targets[1], json.dumps({"cell": cell, "k": k, "n_total": rows[-1].n,
                                               "resamples": args.resamples,
-                                              "full_top_k": sorted(f"L{l}H{h}" for l, h in full),
+                                              "full_top_k": sorted(head_name(l, h) for l, h in full),
                                               "rows": [r.__dict__ for r in rows]}, indent=1))
     efficiency_plot(rows, k, cell, targets[2])
     print(targets[0].read_text())

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from vrh_lmms.demo.probe import Head, layer_matched_heads, random_heads, ranking
+from vrh_lmms.heads.geometry import head_name
 
 Evaluate = Callable[[Sequence[Head]], np.ndarray]
 
@@ -52,16 +53,16 @@ def k_curve(evaluate: Evaluate, scores: np.ndarray, ks: Sequence[int], draws: in
     b = float(base.mean())
     order = ranking(scores)
     result: dict = {"baseline_acc": b, "n": int(base.size), "layers": n_layers, "heads": n_heads,
-                    "ranking": [f"L{l}H{h}" for l, h in order], "draws": draws, "rows": []}
+                    "ranking": [head_name(l, h) for l, h in order], "draws": draws, "rows": []}
     if oracle:
         effects = single_head_effects(evaluate, n_layers, n_heads, base)
         result["single_head_drops"] = effects.round(2).tolist()
         oracle_order = ranking(effects)
-        result["oracle_ranking"] = [f"L{l}H{h}" for l, h in oracle_order]
+        result["oracle_ranking"] = [head_name(l, h) for l, h in oracle_order]
     rng = np.random.default_rng(seed)
     for k in ks:
         top = order[:k]
-        row: dict = {"k": int(k), "top_heads": [f"L{l}H{h}" for l, h in top],
+        row: dict = {"k": int(k), "top_heads": [head_name(l, h) for l, h in top],
                      "top_drop": 100 * (b - float(evaluate(top).mean()))}
         if oracle:
             row["oracle_drop"] = 100 * (b - float(evaluate(oracle_order[:k]).mean()))

@@ -179,9 +179,11 @@ def _fmt(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1%}"
 
 
-def _fmt_mean(mean: float | None, se: float | None, n: int) -> str:
-    """`+11.4% ± 3.3 (10)`: a mean over n draws with its standard error, in points."""
-    return _fmt(mean) + ("" if se is None else f" ± {100 * se:.1f}") + f" ({n})"
+def _control(row: dict, kind: str) -> str:
+    """`+11.4% ± 3.3 (10)`: a control's mean drop over its R draws with the standard error, in points."""
+    se = row.get(f"{kind}_mean_drop_se")
+    spread = "" if se is None else f" ± {100 * se:.1f}"
+    return f"{_fmt(row[f'{kind}_mean_drop'])}{spread} ({len(row[f'{kind}_drops'])})"
 
 
 def met_at(checks: dict[int, dict[str, bool]]) -> list[int]:
@@ -203,8 +205,7 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
                     if v is not None)
         lines.append(f"| {r['k']} ({r['k'] / total_heads:.0%}) | {r['topk_acc']:.1%} | "
                      f"{r['topk_drop']:+.1%} [{lo:+.1%}, {hi:+.1%}] | "
-                     f"{_fmt_mean(r['random_mean_drop'], r.get('random_mean_drop_se'), len(r['random_drops']))} | "
-                     f"{_fmt_mean(r['layer_matched_mean_drop'], r.get('layer_matched_mean_drop_se'), len(r['layer_matched_drops']))} | "
+                     f"{_control(r, 'random')} | {_control(r, 'layer_matched')} | "
                      f"{r['topk_parse_failure']:.1%} / {worst:.1%} |")
     lines += ["", "Criteria (for some k <= 10% of all heads): baseline >= 80%; top-k drop >= 40 points with a CI",
               "above 0 (the report's cluster-aware interval); random-k and layer-matched random-k mean drops <= 10",

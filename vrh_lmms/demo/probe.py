@@ -23,6 +23,7 @@ from vrh_lmms.boxes.geometry import iou, xywh_to_xyxy
 from vrh_lmms.capture.layouts import box_token_indices, image_token_map
 from vrh_lmms.demo.data import FastEncoder, decoded_image
 from vrh_lmms.demo.spec import EVAL_SCENE_SEED, DemoSpec
+from vrh_lmms.heads.geometry import head_name
 from vrh_lmms.synth.scenes import Scene, generate_scene
 
 Head = tuple[int, int]
@@ -263,7 +264,7 @@ def run_probe(model, tokenizer, encoder: FastEncoder, prep: Prepared, ks: Sequen
     for k in ks:
         top = order[:k]
         r_top = evaluate(model, tokenizer, prep, top)
-        row = {"k": k, "top_heads": [f"L{l}H{h}" for l, h in top], "top_acc": r_top.acc50,
+        row = {"k": k, "top_heads": [head_name(l, h) for l, h in top], "top_acc": r_top.acc50,
                "top_parse_fail": r_top.parse_rate, "top_drop_ci": paired_ci(base.correct, r_top.correct)}
         rand, rand_ex, lm = [], [], []
         for _ in range(draws):
@@ -277,7 +278,7 @@ def run_probe(model, tokenizer, encoder: FastEncoder, prep: Prepared, ks: Sequen
         rows.append(row)
     return {"n": len(prep.scenes), "baseline_acc": base.acc50, "baseline_parse_fail": base.parse_rate,
             "baseline_iou": float(base.ious.mean()), "scores": scores.round(5).tolist(),
-            "ranking": [f"L{l}H{h}" for l, h in order], "rows": rows, "seconds": time.time() - t0,
+            "ranking": [head_name(l, h) for l, h in order], "rows": rows, "seconds": time.time() - t0,
             "seconds_baseline": t_base, "geometry": {"layers": n_layers, "heads": n_heads}}
 
 

@@ -35,6 +35,7 @@ from vrh_lmms.demo.sequences import Encoded, TurnEncoder, collate
 from vrh_lmms.demo.spec import TRAIN_SCENE_SEED, DemoSpec
 from vrh_lmms.demo.text_tasks import TEXT_TASKS, TextTaskConfig, extra_words, sample_examples
 from vrh_lmms.demo.visual_tasks import questions
+from vrh_lmms.heads.geometry import head_name
 from vrh_lmms.synth.scenes import Scene, generate_scene
 from vrh_lmms.tiny import qwen2_5_vl as tiny
 from vrh_lmms.tiny.common import save_checkpoint, seeded
@@ -137,8 +138,8 @@ class Design:
         for key in ("curriculum",):
             data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
         for key in ("mrope_section", "text_tasks", "joint_frozen", "head_drop_layers", "head_drop_kinds",
-                    "head_drop_late_layers", "head_lasso_layers", "head_lasso_steps", "head_prune_layers", "head_prune_steps",
-                    "head_prune_survivors"):
+                    "head_drop_late_layers", "head_lasso_layers", "head_lasso_steps", "head_prune_layers",
+                    "head_prune_steps", "head_prune_survivors"):
             if key in data:
                 data[key] = tuple(data[key])
         if "text_phases" in data:
@@ -315,7 +316,8 @@ class HeadDrop:
             return
         both = sorted(set(layers) & set(late_layers))
         if both:
-            raise ValueError(f"head_drop_late_layers {both} are also in head_drop_layers: a layer's dropout starts once")
+            raise ValueError(f"head_drop_late_layers {both} are also in head_drop_layers: a layer's dropout starts "
+                             "once")
         if late_layers and not layers:
             raise ValueError("head_drop_late_layers need head_drop_layers: empty head_drop_layers means every layer")
         chosen = [(False, layer) for _, layer in chosen_layers(model, layers, "head_drop_layers")]
@@ -560,7 +562,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                     with torch.no_grad():
                         rec["lasso_idle_heads"] = int((head_lasso.group_norms(lasso_groups) < 0.1 * lasso_start).sum())
                 if pruner:
-                    rec["pruned_heads"] = [f"L{layer}H{head}" for layer, head in pruner.pruned()]
+                    rec["pruned_heads"] = [head_name(layer, head) for layer, head in pruner.pruned()]
                 running = []
                 history.append(rec)
                 run_state.save_state(out, run_state.RunState(

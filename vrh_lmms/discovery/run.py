@@ -208,7 +208,7 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     from vrh_lmms import __version__, lmms
     from vrh_lmms.ablation import save_means
     from vrh_lmms.discovery.scoring import default_freq_top_k, parse_cell, rank, score_all
-    from vrh_lmms.heads.geometry import HeadRef
+    from vrh_lmms.heads.geometry import HeadRef, head_name
     from vrh_lmms.heads.heads_file import HeadsFile, save_heads_file
 
     keys = _evaluated_keys(results, store)
@@ -224,7 +224,7 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
         stats = corrected_stats(stats)
     scored = score_all(stats, cells, freq_k)
     cell_block = {c: {"scores": np.nan_to_num(s, nan=0.0).round(8).tolist(),
-                      "ranking": [f"L{l}H{h}" for l, h in rank(s)]} for c, s in scored.items()}
+                      "ranking": [head_name(l, h) for l, h in rank(s)]} for c, s in scored.items()}
     parsed = parse_cell(primary)
     q, k, a = (primary, primary, "mean") if isinstance(parsed, str) else (parsed.query, parsed.key, parsed.aggregate)
     baseline = {}

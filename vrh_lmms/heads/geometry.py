@@ -22,6 +22,11 @@ class HeadRef:
         return f"L{self.layer}H{self.head}"
 
 
+def head_name(layer: int, head: int) -> str:
+    """"L4H12": the one spelling of a head, which parse_head reads back."""
+    return str(HeadRef(int(layer), int(head)))
+
+
 @dataclass(frozen=True)
 class Geometry:
     """Shape of a language decoder's attention: what a head set or heads file must fit."""

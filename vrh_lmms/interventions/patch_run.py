@@ -32,6 +32,7 @@ import torch
 from vrh_lmms import atomic, owned
 from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.errors import VRHError
+from vrh_lmms.heads.geometry import head_name
 from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.interventions.patching import DIRECTIONS, PairResult, patch_pair
@@ -323,14 +324,14 @@ def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: Patc
                          "ci": [low, high]})
     order = np.argsort(-mean.ravel(), kind="stable")
     disc_rank = {str(h): i for i, h in enumerate(hf.ranking)}
-    top_heads = [{"head": f"L{int(i) // geometry.heads}H{int(i) % geometry.heads}", "recovery": float(mean.ravel()[i]),
+    top_heads = [{"head": head_name(*divmod(int(i), geometry.heads)), "recovery": float(mean.ravel()[i]),
                   "se": float(se.ravel()[i]),
-                  "discovery_rank": disc_rank.get(f"L{int(i) // geometry.heads}H{int(i) % geometry.heads}")}
+                  "discovery_rank": disc_rank.get(head_name(*divmod(int(i), geometry.heads)))}
                  for i in order[:min(20, order.size)]]
     overlap = {}
     for k in sorted({*spec.ks}):
         if 0 < k <= geometry.total_heads:
-            by_rec = {f"L{int(i) // geometry.heads}H{int(i) % geometry.heads}" for i in order[:k]}
+            by_rec = {head_name(*divmod(int(i), geometry.heads)) for i in order[:k]}
             overlap[str(k)] = len(by_rec & {str(h) for h in hf.ranking[:k]}) / k
     return {
         "schema": SCHEMA, "model": {"name": spec.model, "model_args": spec.model_args},
