@@ -13,7 +13,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", default="runs/demo", help="output folder (default runs/demo)")
     parser.add_argument("--n-discovery", type=int, default=d.n_discovery, help="held-out scenes for discovery")
     parser.add_argument("--n-eval", type=int, default=d.n_eval, help="other held-out scenes for the sweep")
-    parser.add_argument("--k", default=None, help="head counts (default: about 5%% and 10%% of all heads)")
+    parser.add_argument("--k", default=None, help="head counts (default: about 5%%, 10%% and 15%% of all heads)")
     parser.add_argument("--random-seeds", type=int, default=d.random_seeds, help="random draws per k")
     parser.add_argument("--model", default=None, help="another checkpoint folder (default: the shipped model)")
     parser.add_argument("--interventions", action="store_true",
