@@ -21,3 +21,12 @@ def test_unknown_design_and_bad_backbone_are_named(tmp_path, capsys):
 def test_resume_needs_an_unfinished_run(tmp_path, capsys):
     assert main(["train-tiny", "--out", str(tmp_path), "--resume"]) == 2
     assert "holds no unfinished run (no resume_state.pt)" in capsys.readouterr().err
+
+
+def test_a_kept_state_must_be_an_evaluation_point(tmp_path, capsys):
+    """p19 evaluates every 500 joint steps: joint:4750 is no saved state, refused before anything is written."""
+    assert main(["train-tiny", "--out", str(tmp_path / "m"), "--design", "p19", "--keep-state-at", "joint:4750"]) == 2
+    assert "--keep-state-at: keep state 'joint:4750': states are saved at every 500 steps" in capsys.readouterr().err
+    assert main(["train-tiny", "--out", str(tmp_path / "m"), "--keep-state-at", "visual:500"]) == 2
+    assert "PHASE one of text0, text1, align, joint" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()

@@ -22,18 +22,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--force", action="store_true", help="replace a model this command wrote into --out before")
     parser.add_argument("--resume", action="store_true",
                         help="continue the unfinished run in --out (same design, seed and --backbone) where it stood")
+    parser.add_argument("--keep-state-at", default="", metavar="PHASE:STEP,...",
+                        help="evaluation points (e.g. joint:4500) whose resume state is also kept in --out, as "
+                             "resume_state_PHASE_STEP.pt: a later design identical until there continues it")
 
 
 def run(args: argparse.Namespace) -> int:
     from vrh_lmms.demo.designs import DESIGNS, LATEST, get_design
-    from vrh_lmms.demo.train import train
+    from vrh_lmms.demo.train import phases_of, train
 
     args.design = args.design or LATEST
     if args.design not in DESIGNS:
         raise VRHError(f"unknown design {args.design!r}; known: {', '.join(DESIGNS)}")
     if args.backbone and not (Path(args.backbone) / "model.safetensors").is_file():
         raise VRHError(f"--backbone {args.backbone} holds no model.safetensors (expected a run's backbone/ folder)")
-    from vrh_lmms.demo.run_state import RESUME_FILE, resume_path
+    design = get_design(args.design)
+    keep = [p for p in args.keep_state_at.split(",") if p.strip()]
+    from vrh_lmms.demo.run_state import RESUME_FILE, parse_keep_states, resume_path
+
+    try:  # refused before any folder is written, naming the bad point
+        parse_keep_states(keep, {p["name"]: p["steps"] for p in phases_of(design)}, design.eval_every)
+    except ValueError as exc:
+        raise VRHError(f"--keep-state-at: {exc}") from None
 
     out = Path(args.out)
     if args.resume:  # the run saves its state at every evaluation and writes its file listing only when it ends
@@ -42,9 +52,8 @@ def run(args: argparse.Namespace) -> int:
     else:  # only a folder this command wrote (its file listing says so) is replaced, and only with --force
         owned.prepare_output(out, owned.listing_layout(out), force=args.force, what="a trained tiny model",
                              option="--out")
-    design = get_design(args.design)
     summary = train(design, out, args.seed, backbone=args.backbone, vision_seed=args.vision_seed,
-                    threads=args.threads, resume=args.resume, log=lambda s: print(s, flush=True))
+                    threads=args.threads, resume=args.resume, keep_states=keep, log=lambda s: print(s, flush=True))
     atomic.follow_umask_tree(out)  # save_pretrained writes its safetensors 0600
     owned.write_listing(out)
     final = summary.get("final") or {}
