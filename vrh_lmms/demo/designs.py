@@ -121,8 +121,12 @@ _P18 = replace(_P17, name="p18", head_prune_survivors=("L3H1", "L4H5", "L4H12", 
 # redundant with one another, as a 7B VLM's retrieval heads are. Until joint step 4750 it is p18.
 _P19 = replace(_P18, name="p19", head_drop_late_layers=(3, 4, 5), head_drop_late_from=4750)
 
+# p20: p19 with the survivors' dropout from joint step 4500 (during the last half of the pruning): p19 seed 1 kept one
+# survivor carrying most of its reading (L4H14, 25 points alone) after 1250 steps of it. Until joint 4500 it is p19.
+_P20 = replace(_P19, name="p20", head_drop_late_from=4500)
+
 DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
-                                                   _P14, _P15, _P16, _P17, _P18, _P19]}
+                                                   _P14, _P15, _P16, _P17, _P18, _P19, _P20]}
 # the shipped demo model's design (vrh_lmms/assets/demo_model/MODEL_CARD.md; its seeds in
 # docs/demo-model-experiments.md)
 LATEST = "p17"
