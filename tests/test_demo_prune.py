@@ -122,13 +122,14 @@ def test_p18_keeps_exactly_the_shipped_models_survivors():
     """p18's named survivors are the heads of its pruned layers that the shipped model (p17 seed 0) did not prune,
     read from the shipped model's own training record and config."""
     from vrh_lmms.demo.designs import DESIGNS
+    from vrh_lmms.heads.geometry import head_name
     from vrh_lmms.paths import assets_path
 
     shipped = assets_path() / "demo_model"
     pruned = set(json.loads((shipped / "train_design.json").read_text())["final"]["pruned_heads"])
     n_heads = json.loads((shipped / "config.json").read_text())["text_config"]["num_attention_heads"]
     design = DESIGNS["p18"]
-    heads = {f"L{layer}H{head}" for layer in design.head_prune_layers for head in range(n_heads)}
+    heads = {head_name(layer, head) for layer in design.head_prune_layers for head in range(n_heads)}
     assert set(design.head_prune_survivors) == heads - pruned
     assert len(design.head_prune_survivors) == design.head_prune_keep
 

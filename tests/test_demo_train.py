@@ -358,6 +358,7 @@ def test_kept_state_is_the_state_at_its_step_and_resumes_there(tmp_path):
     for bad, why in (("joint:3", "every 2 steps"), ("join:2", "PHASE one of"), ("joint", "PHASE:STEP")):
         with pytest.raises(ValueError, match=why):
             train(design, tmp_path / "c", seed=0, keep_states=[bad], log=lambda s: None)
+    assert not (tmp_path / "c").exists()  # refused before the output folder is made
 
 
 class _Killed(Exception):

@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from vrh_lmms.demo.designs import DESIGNS, LATEST, get_design
-    from vrh_lmms.demo.train import phases_of, train
+    from vrh_lmms.demo.train import kept_points, train
 
     args.design = args.design or LATEST
     if args.design not in DESIGNS:
@@ -38,10 +38,10 @@ def run(args: argparse.Namespace) -> int:
         raise VRHError(f"--backbone {args.backbone} holds no model.safetensors (expected a run's backbone/ folder)")
     design = get_design(args.design)
     keep = [p for p in args.keep_state_at.split(",") if p.strip()]
-    from vrh_lmms.demo.run_state import RESUME_FILE, parse_keep_states, resume_path
+    from vrh_lmms.demo.run_state import RESUME_FILE, resume_path
 
-    try:  # refused before any folder is written, naming the bad point
-        parse_keep_states(keep, {p["name"]: p["steps"] for p in phases_of(design)}, design.eval_every)
+    try:  # refused before any folder is written (prepare_output below may create it), naming the bad point
+        kept_points(design, keep)
     except ValueError as exc:
         raise VRHError(f"--keep-state-at: {exc}") from None
 

@@ -119,6 +119,8 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
     """Baseline accuracy, and per k: top-k drop with the report's cluster-aware interval (`vrh_lmms.stats.paired_drop`,
     the interval report.md prints), mean random / layer-matched drops and their number of draws, parse-failure
     rates — straight from the sample files."""
+    from scipy.stats import sem
+
     from vrh_lmms.stats import paired_drop
 
     configs = sweep_dir / "configs"
@@ -151,7 +153,7 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
             row[f"{kind}_drops"] = drops
             row[f"{kind}_mean_drop"] = float(np.mean(drops)) if drops else None
             # how far the mean of these few draws may sit from the mean over all k-sets (None below two draws)
-            row[f"{kind}_mean_drop_se"] = float(np.std(drops, ddof=1) / np.sqrt(len(drops))) if len(drops) > 1 else None
+            row[f"{kind}_mean_drop_se"] = float(sem(drops)) if len(drops) > 1 else None
             row[f"{kind}_max_parse_failure"] = max(pfs) if pfs else None
         acc.rows.append(row)
     return acc

@@ -419,6 +419,11 @@ def phases_of(design: Design) -> list[dict[str, Any]]:
     return out
 
 
+def kept_points(design: Design, points: Sequence[str]) -> set[tuple[str, int]]:
+    """The "PHASE:STEP" points of `keep_states` checked against the design's phases and evaluation steps."""
+    return run_state.parse_keep_states(points, {p["name"]: p["steps"] for p in phases_of(design)}, design.eval_every)
+
+
 def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Path | None = None,
           init: str | Path | None = None, after: str | None = None, vision_seed: int | None = None,
           threads: int = 1, resume: bool = False, keep_states: Sequence[str] = (),
@@ -437,6 +442,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     so a later design that is this one until there can continue it (copy it to `resume_state.pt`, `--resume`)
     instead of repeating the steps.
     """
+    kept = kept_points(design, keep_states)  # a bad point is refused before anything is written
     torch.set_num_threads(threads)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -451,7 +457,6 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     model = build_model(design, tokenizer, seed)
     phases = phases_of(design)
     names = [p["name"] for p in phases]
-    kept = run_state.parse_keep_states(keep_states, {p["name"]: p["steps"] for p in phases}, design.eval_every)
     if init is not None:
         if after not in names:
             raise ValueError(f"--after must name a phase of design {design.name}: {', '.join(names)}")
