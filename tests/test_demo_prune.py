@@ -12,7 +12,16 @@ import torch
 from test_demo_train import MICRO, _encoders
 
 from vrh_lmms.demo import head_lasso, head_prune
-from vrh_lmms.demo.train import BatchMaker, answer_logits, build_model, checkpoint_state, make_tokenizer, train
+from vrh_lmms.demo.train import (
+    BatchMaker,
+    Design,
+    answer_logits,
+    build_model,
+    checkpoint_state,
+    make_pruners,
+    make_tokenizer,
+    train,
+)
 
 BASE = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=6, eval_every=3)
 
@@ -116,6 +125,65 @@ def test_bad_pruning_settings_name_the_option():
         head_prune.HeadPruner(model, (1,), keep=2, steps=(0, 1), survivors=("L1H1",))
     with pytest.raises(ValueError, match=r"head_prune_layers \[4\]"):
         head_prune.HeadPruner(model, (4,), keep=1, steps=(0, 1))
+
+
+def _live_heads(folder, layer: int) -> list[str]:
+    model = build_model(BASE, make_tokenizer(), seed=0)
+    model.load_state_dict(checkpoint_state(folder))
+    norms = head_lasso.group_norms(head_lasso.head_groups(model, (layer,)))
+    return [f"L{layer}H{h}" for h in range(len(norms)) if norms[h] > 0]
+
+
+def test_an_extra_group_is_pruned_to_its_own_count(tmp_path, monkeypatch):
+    """head_prune_extra: layer 1 kept to 1 head and layer 0 to 2 on one schedule, each by its own ranking; the log
+    names the pruned heads of both groups, and the main group's heads are what it alone would have kept for the
+    first pruned step's ranking (its importance is measured as without the extra group)."""
+    monkeypatch.setattr(head_prune, "WINDOW", 2)
+    design = replace(BASE, head_prune_layers=(1,), head_prune_keep=1, head_prune_steps=(2, 4),
+                     head_prune_extra=(((0,), 2),))
+    run = train(design, tmp_path / "x", seed=0, log=lambda s: None)
+    live0, live1 = _live_heads(tmp_path / "x", 0), _live_heads(tmp_path / "x", 1)
+    assert len(live0) == 2 and len(live1) == 1
+    every = {f"L{layer}H{h}" for layer in (0, 1) for h in range(4)}
+    assert set(run["history"][-1]["pruned_heads"]) == every - set(live0) - set(live1)
+    read_back = Design.from_dict(json.loads(json.dumps(design.to_dict())))  # as train_design.json holds it
+    assert read_back.head_prune_extra == design.head_prune_extra == (((0,), 2),)
+
+
+def test_a_state_from_before_the_extra_group_resumes_into_it(tmp_path, monkeypatch):
+    """Branching (p21 from p19's joint-4000 state): the state kept by the design without the extra group, at a step
+    before that group measures, continued under the design with it, ends where the uninterrupted run of that design
+    ends, weight for weight."""
+    import shutil
+
+    from vrh_lmms.demo import run_state
+
+    monkeypatch.setattr(head_prune, "WINDOW", 1)
+    main = replace(BASE, head_drop=0.05, head_drop_layers=(0,), head_drop_kinds=("joint",), head_prune_layers=(1,),
+                   head_prune_keep=1, head_prune_steps=(4, 5))
+    extra = replace(main, head_prune_extra=(((0,), 3),))
+    train(main, tmp_path / "main", seed=0, keep_states=["joint:3"], log=lambda s: None)
+    train(extra, tmp_path / "whole", seed=0, log=lambda s: None)
+    (tmp_path / "branch").mkdir()
+    shutil.copy(run_state.kept_path(tmp_path / "main", "joint", 3), run_state.resume_path(tmp_path / "branch"))
+    shutil.copy(tmp_path / "main" / "train_log.jsonl", tmp_path / "branch" / "train_log.jsonl")
+    train(extra, tmp_path / "branch", seed=0, resume=True, log=lambda s: None)
+    whole, branch = checkpoint_state(tmp_path / "whole"), checkpoint_state(tmp_path / "branch")
+    assert all(torch.equal(whole[k], branch[k]) for k in whole)
+    assert len(_live_heads(tmp_path / "branch", 0)) == 3
+
+
+def test_bad_extra_groups_name_the_option():
+    model = build_model(MICRO, make_tokenizer(), seed=0)
+    design = replace(BASE, head_prune_layers=(1,), head_prune_keep=1, head_prune_steps=(0, 1))
+    with pytest.raises(ValueError, match=r"head_prune_extra .*group 1: shares \[1\]"):
+        make_pruners(model, replace(design, head_prune_extra=(((0, 1), 2),)))
+    with pytest.raises(ValueError, match=r"head_prune_extra .*group 1: empty"):
+        make_pruners(model, replace(design, head_prune_extra=(((), 2),)))
+    with pytest.raises(ValueError, match="head_prune_extra needs head_prune_keep"):
+        make_pruners(model, replace(design, head_prune_keep=None, head_prune_extra=(((0,), 2),)))
+    with pytest.raises(ValueError, match="head_prune_keep 5"):
+        make_pruners(model, replace(design, head_prune_extra=(((0,), 5),)))
 
 
 def test_p18_keeps_exactly_the_shipped_models_survivors():

@@ -125,8 +125,16 @@ _P19 = replace(_P18, name="p19", head_drop_late_layers=(3, 4, 5), head_drop_late
 # survivor carrying most of its reading (L4H14, 25 points alone) after 1250 steps of it. Until joint 4500 it is p19.
 _P20 = replace(_P19, name="p20", head_drop_late_from=4500)
 
+# p21: p19 with layer 2 pruned too, to 4 of its 16 heads by its own importance ranking, on the same schedule as
+# layers 3-5 (measured from joint 4000, pruned over 4250-4750); layer 2's dropout (0.05 from joint 3000) goes on among
+# its survivors. p19 seed 1 misses because the scorer ranks layer 2's copies first (L2H9, L2H0: 2.5 and 1.0 points
+# alone; its top-3 costs 35.0 where the oracle's costs 55.0) while its random draws cost about k/96 of the heads'
+# summed single effects; with layer 2's copies idle the scorer's first heads should be the causal ones, at a k
+# small enough for random draws to stay cheap. Until joint step 4000 it is p19 (and p16 for seed 0).
+_P21 = replace(_P19, name="p21", head_prune_extra=(((2,), 4),))
+
 DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, _P7, _P8, _P9, _P11, _P12, _P13,
-                                                   _P14, _P15, _P16, _P17, _P18, _P19, _P20]}
+                                                   _P14, _P15, _P16, _P17, _P18, _P19, _P20, _P21]}
 # the shipped demo model's design (vrh_lmms/assets/demo_model/MODEL_CARD.md; its seeds in
 # docs/demo-model-experiments.md)
 LATEST = "p17"

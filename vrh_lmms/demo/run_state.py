@@ -29,6 +29,7 @@ class RunState:
     history: list[dict[str, Any]] = field(default_factory=list)
     lasso_start: float | None = None
     prune: dict[str, Any] | None = None  # head_prune.HeadPruner.state(): importance and the pruned set
+    prune_extra: list[dict[str, Any]] | None = None  # the same for each of Design.head_prune_extra's groups
 
 
 def resume_path(out_dir: str | Path) -> Path:

@@ -108,6 +108,10 @@ class Design:
     # heads ("L4H12") that are never pruned: a second VLM on a shared backbone keeps the first one's survivors, as two
     # VLMs of one LLM share its idle heads (empty: the importance alone decides)
     head_prune_survivors: tuple = ()
+    # more pruned groups, each (layers, keep): pruned on head_prune_steps' schedule by their own importance ranking
+    # and count, e.g. layer 2 kept to 4 of its heads beside layers 3-5 kept to 6 (one shared count would let one
+    # group's heads decide the other's)
+    head_prune_extra: tuple = ()
     # [[until_visual_step, {SceneConfig overrides}], ...]: easier scenes first; the spec's own scenes after. Visual
     # steps count through align and then joint (joint step s is visual step align_steps + s).
     curriculum: tuple = ()
@@ -142,6 +146,8 @@ class Design:
                     "head_prune_steps", "head_prune_survivors"):
             if key in data:
                 data[key] = tuple(data[key])
+        if "head_prune_extra" in data:
+            data["head_prune_extra"] = tuple((tuple(layers), int(keep)) for layers, keep in data["head_prune_extra"])
         if "text_phases" in data:
             data["text_phases"] = tuple((int(p[0]), tuple(p[1]), int(p[2]), *p[3:]) for p in data["text_phases"])
         known = {f for f in cls.__dataclass_fields__}
@@ -337,6 +343,24 @@ class HeadDrop:
             attn.o_proj.register_forward_pre_hook(hook)
 
 
+def make_pruners(model, design: Design) -> list[head_prune.HeadPruner]:
+    """The joint phase's pruners: the main group first (its state is RunState.prune), then each extra group."""
+    if design.head_prune_keep is None:
+        if design.head_prune_extra:
+            raise ValueError("head_prune_extra needs head_prune_keep: the extra groups prune beside the main one")
+        return []
+    groups = [(tuple(design.head_prune_layers), design.head_prune_keep), *design.head_prune_extra]
+    named = [set(layers) for layers, _ in groups]
+    for i, layers in enumerate(named if design.head_prune_extra else []):  # empty layers would mean all of them
+        shared = sorted(layers & set().union(*named[:i]))
+        if not layers or shared:
+            raise ValueError(f"head_prune_extra {list(design.head_prune_extra)}: every group names its own layers "
+                             f"(group {i}: {'shares ' + str(shared) if shared else 'empty'})")
+    survivors = [design.head_prune_survivors] + [()] * len(design.head_prune_extra)
+    return [head_prune.HeadPruner(model, layers, keep, design.head_prune_steps, named_survivors)
+            for (layers, keep), named_survivors in zip(groups, survivors)]
+
+
 def lr_factor(step: int, steps: int, warmup: int, min_frac: float) -> float:
     """Linear warm-up, then cosine decay to `min_frac` over the phase."""
     if step < warmup:
@@ -530,12 +554,11 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         elif lasso_groups:
             with torch.no_grad():
                 lasso_start = float(head_lasso.group_norms(lasso_groups).median())
-        pruner = None
-        if design.head_prune_keep is not None and kind == "joint":
-            pruner = head_prune.HeadPruner(model, design.head_prune_layers, design.head_prune_keep,
-                                           design.head_prune_steps, design.head_prune_survivors)
-            if start and state.prune is not None:
-                pruner.load(state.prune)
+        pruners = make_pruners(model, design) if kind == "joint" else []
+        if start:  # a state from before a group existed (an earlier design's, branched from) leaves it unmeasured
+            for pruner, saved in zip(pruners, [state.prune, *(state.prune_extra or [])]):
+                if saved is not None:
+                    pruner.load(saved)
         for step in range(start, steps):
             batch = next(batches)
             f = lr_factor(step, steps, design.warmup, design.min_lr_frac)
@@ -543,21 +566,21 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                 g["lr"] = base_lr(design, kind, g["vision"]) * f
             drop.active = drop_phase and step >= design.head_drop_from
             drop.late_active = drop_phase and step >= design.head_drop_late_from
-            if pruner:
+            for pruner in pruners:
                 pruner.measure(step)
             logits = answer_logits(model, batch)
             drop.active = drop.late_active = False
             loss = torch.nn.functional.cross_entropy(logits, batch["targets"])
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            if pruner:
+            for pruner in pruners:
                 pruner.update()
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], design.grad_clip)
             opt.step()
             if lasso_groups:  # proximal: shrink each head's norm by the backbone's current rate x the lasso weight
                 weight = head_lasso.lasso_weight(design.head_lasso, step, *design.head_lasso_steps)
                 head_lasso.prox_step(lasso_groups, weight * base_lr(design, kind, vision=False) * f)
-            if pruner:
+            for pruner in pruners:
                 pruner.prune(step)
             running.append(float(loss.detach()))
             if (step + 1) % design.eval_every == 0 or step + 1 == steps:
@@ -566,14 +589,17 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                 if lasso_groups:  # heads below a tenth of the phase's starting median norm
                     with torch.no_grad():
                         rec["lasso_idle_heads"] = int((head_lasso.group_norms(lasso_groups) < 0.1 * lasso_start).sum())
-                if pruner:
-                    rec["pruned_heads"] = [head_name(layer, head) for layer, head in pruner.pruned()]
+                if pruners:
+                    rec["pruned_heads"] = [head_name(layer, head) for pruner in pruners
+                                           for layer, head in pruner.pruned()]
                 running = []
                 history.append(rec)
                 run_state.save_state(out, run_state.RunState(
                     phase=phase["name"], step=step + 1, model=model.state_dict(), optimizer=opt.state_dict(),
                     drop_generator=gen.get_state(), seconds=time.time() - t0, history=history,
-                    lasso_start=lasso_start if lasso_groups else None, prune=pruner.state() if pruner else None))
+                    lasso_start=lasso_start if lasso_groups else None,
+                    prune=pruners[0].state() if pruners else None,
+                    prune_extra=[pruner.state() for pruner in pruners[1:]] or None))
                 if (phase["name"], step + 1) in kept:
                     run_state.keep_state(out, phase["name"], step + 1)
                 log_f.write(json.dumps(rec) + "\n")
