@@ -187,8 +187,8 @@ def test_bad_extra_groups_name_the_option():
 
 
 def test_p18_keeps_exactly_the_shipped_models_survivors():
-    """p18's named survivors are the heads of its pruned layers that the shipped model (p17 seed 0) did not prune,
-    read from the shipped model's own training record and config."""
+    """p18's named survivors (p17 seed 0's) are the heads of layers 3-5 that the shipped model (p21 seed 0, which
+    keeps them by design) did not prune, read from the shipped model's own training record and config."""
     from vrh_lmms.demo.designs import DESIGNS
     from vrh_lmms.heads.geometry import head_name
     from vrh_lmms.paths import assets_path

@@ -137,7 +137,7 @@ DESIGNS: dict[str, Design] = {d.name: d for d in [_P1, _P2, _P3, _P4, _P5, _P6, 
                                                    _P14, _P15, _P16, _P17, _P18, _P19, _P20, _P21]}
 # the shipped demo model's design (vrh_lmms/assets/demo_model/MODEL_CARD.md; its seeds in
 # docs/demo-model-experiments.md)
-LATEST = "p17"
+LATEST = "p21"
 
 
 def get_design(name: str, **overrides) -> Design:
