@@ -173,7 +173,7 @@ def test_a_state_from_before_the_extra_group_resumes_into_it(tmp_path, monkeypat
     assert len(_live_heads(tmp_path / "branch", 0)) == 3
 
 
-def test_bad_extra_groups_name_the_option():
+def test_bad_extra_groups_name_the_option(tmp_path):
     model = build_model(MICRO, make_tokenizer(), seed=0)
     design = replace(BASE, head_prune_layers=(1,), head_prune_keep=1, head_prune_steps=(0, 1))
     with pytest.raises(ValueError, match=r"head_prune_extra .*group 1: shares \[1\]"):
@@ -184,6 +184,9 @@ def test_bad_extra_groups_name_the_option():
         make_pruners(model, replace(design, head_prune_keep=None, head_prune_extra=(((0,), 2),)))
     with pytest.raises(ValueError, match="head_prune_keep 5"):
         make_pruners(model, replace(design, head_prune_extra=(((0,), 5),)))
+    with pytest.raises(ValueError, match=r"group 1: shares \[1\]"):  # before the text and align phases run
+        train(replace(design, head_prune_extra=(((1,), 2),)), tmp_path / "run", seed=0, log=lambda s: None)
+    assert not (tmp_path / "run").exists()
 
 
 def test_p18_keeps_exactly_the_shipped_models_survivors():

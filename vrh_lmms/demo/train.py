@@ -343,22 +343,28 @@ class HeadDrop:
             attn.o_proj.register_forward_pre_hook(hook)
 
 
-def make_pruners(model, design: Design) -> list[head_prune.HeadPruner]:
-    """The joint phase's pruners: the main group first (its state is RunState.prune), then each extra group."""
+def prune_groups(design: Design) -> list[tuple[tuple, int, tuple]]:
+    """(layers, keep, named survivors) of each pruned group, the main one first; checked before training starts, so a
+    bad extra group is refused before hours of text and align steps rather than at the joint phase."""
     if design.head_prune_keep is None:
         if design.head_prune_extra:
             raise ValueError("head_prune_extra needs head_prune_keep: the extra groups prune beside the main one")
         return []
-    groups = [(tuple(design.head_prune_layers), design.head_prune_keep), *design.head_prune_extra]
-    named = [set(layers) for layers, _ in groups]
+    groups = [(tuple(design.head_prune_layers), design.head_prune_keep, tuple(design.head_prune_survivors))]
+    groups += [(tuple(layers), keep, ()) for layers, keep in design.head_prune_extra]
+    named = [set(layers) for layers, _, _ in groups]
     for i, layers in enumerate(named if design.head_prune_extra else []):  # empty layers would mean all of them
         shared = sorted(layers & set().union(*named[:i]))
         if not layers or shared:
             raise ValueError(f"head_prune_extra {list(design.head_prune_extra)}: every group names its own layers "
                              f"(group {i}: {'shares ' + str(shared) if shared else 'empty'})")
-    survivors = [design.head_prune_survivors] + [()] * len(design.head_prune_extra)
-    return [head_prune.HeadPruner(model, layers, keep, design.head_prune_steps, named_survivors)
-            for (layers, keep), named_survivors in zip(groups, survivors)]
+    return groups
+
+
+def make_pruners(model, design: Design) -> list[head_prune.HeadPruner]:
+    """The joint phase's pruners: the main group first (its state is RunState.prune), then each extra group."""
+    return [head_prune.HeadPruner(model, layers, keep, design.head_prune_steps, survivors)
+            for layers, keep, survivors in prune_groups(design)]
 
 
 def lr_factor(step: int, steps: int, warmup: int, min_frac: float) -> float:
@@ -467,6 +473,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
     instead of repeating the steps.
     """
     kept = kept_points(design, keep_states)  # a bad point is refused before anything is written
+    prune_groups(design)  # so is a bad pruning group
     torch.set_num_threads(threads)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
