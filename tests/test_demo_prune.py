@@ -85,6 +85,13 @@ def test_pruning_zeroes_the_scheduled_heads_of_its_layers_only(tmp_path, monkeyp
     assert all(torch.equal(text_a[k], text_b[k]) for k in text_a)
 
 
+def _live_heads(folder, layer: int) -> list[str]:
+    model = build_model(BASE, make_tokenizer(), seed=0)
+    model.load_state_dict(checkpoint_state(folder))
+    norms = head_lasso.group_norms(head_lasso.head_groups(model, (layer,)))
+    return [f"L{layer}H{h}" for h in range(len(norms)) if norms[h] > 0]
+
+
 def test_named_survivors_are_the_heads_left(tmp_path, monkeypatch):
     """head_prune_survivors (a shared backbone's mask): the heads left are the named ones whatever their importance,
     and the others are pruned on the same schedule; the run without them keeps another head here."""
@@ -95,10 +102,7 @@ def test_named_survivors_are_the_heads_left(tmp_path, monkeypatch):
     chosen = next(f"L1H{h}" for h in range(4) if f"L1H{h}" != kept_free)
     run = train(replace(design, head_prune_survivors=(chosen,)), tmp_path / "mask", seed=0, log=lambda s: None)
     assert sorted(run["history"][-1]["pruned_heads"]) == sorted({f"L1H{h}" for h in range(4)} - {chosen})
-    model = build_model(BASE, make_tokenizer(), seed=0)
-    model.load_state_dict(checkpoint_state(tmp_path / "mask"))
-    norms = head_lasso.group_norms(head_lasso.head_groups(model, (1,)))
-    assert [f"L1H{h}" for h in range(4) if norms[h] > 0] == [chosen]
+    assert _live_heads(tmp_path / "mask", 1) == [chosen]
 
 
 def test_measuring_importance_alone_leaves_training_bit_equal(tmp_path, monkeypatch):
@@ -127,17 +131,9 @@ def test_bad_pruning_settings_name_the_option():
         head_prune.HeadPruner(model, (4,), keep=1, steps=(0, 1))
 
 
-def _live_heads(folder, layer: int) -> list[str]:
-    model = build_model(BASE, make_tokenizer(), seed=0)
-    model.load_state_dict(checkpoint_state(folder))
-    norms = head_lasso.group_norms(head_lasso.head_groups(model, (layer,)))
-    return [f"L{layer}H{h}" for h in range(len(norms)) if norms[h] > 0]
-
-
 def test_an_extra_group_is_pruned_to_its_own_count(tmp_path, monkeypatch):
-    """head_prune_extra: layer 1 kept to 1 head and layer 0 to 2 on one schedule, each by its own ranking; the log
-    names the pruned heads of both groups, and the main group's heads are what it alone would have kept for the
-    first pruned step's ranking (its importance is measured as without the extra group)."""
+    """head_prune_extra: layer 1 kept to 1 head and layer 0 to 2 on one schedule, each group to its own count (zero
+    parameters for the rest); the log names the pruned heads of both groups; the design reads back from its JSON."""
     monkeypatch.setattr(head_prune, "WINDOW", 2)
     design = replace(BASE, head_prune_layers=(1,), head_prune_keep=1, head_prune_steps=(2, 4),
                      head_prune_extra=(((0,), 2),))
