@@ -21,12 +21,12 @@ from loguru import logger
 from vrh_lmms.model_wrappers.results_hook import publish_record
 
 from vrh_lmms.ablation import Ablator, RowConfig, load_means, means_path_for
-from vrh_lmms.backbone import locate_decoder
+from vrh_lmms.backbone import dead_heads, locate_decoder
 from vrh_lmms.device import default_device, default_device_map
 from vrh_lmms.errors import VRHError
 from vrh_lmms.families import get_family
 from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file
-from vrh_lmms.heads.spec import HeadSet, resolve_spec
+from vrh_lmms.heads.spec import HeadSet, check_pool, resolve_spec
 from vrh_lmms.preload import check_pretrained
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -106,7 +106,7 @@ class VRHMixin:
     def __init__(self, *args, heads: str | None = None, heads_file: str | None = None, ablation: str = "zero",
                  seed: int = 0, allow_cross_model: Any = False, means_file: str | None = None,
                  ablation_method: str = "auto", heads_cell: str | None = None, dtype: str | None = None,
-                 box_convention: str | None = None, **kwargs) -> None:
+                 box_convention: str | None = None, control_pool: str = "live", **kwargs) -> None:
         family = get_family(self.vrh_family)
         torch_dtype = self._parse_dtype(dtype)
         kwargs = self._choose_device(kwargs)
@@ -121,10 +121,18 @@ class VRHMixin:
         model = self.model  # lmms-eval backends unwrap accelerate's wrapper here
         self._vrh_check_model_type(model, family)
         self.vrh_decoder = locate_decoder(model, family)
+        # read from the pristine weights, before any ablation folds zeros into o_proj (None: could not be read)
+        self.vrh_dead_heads = dead_heads(self.vrh_decoder)
+        self.vrh_control_pool = check_pool(str(control_pool), where="model arg control_pool=")
         self.vrh_heads_file: HeadsFile | None = load_heads_file(heads_file) if heads_file else None
         self.vrh_headset: HeadSet = resolve_spec(
             None if heads is None else str(heads), self.vrh_decoder.geometry, heads_file=self.vrh_heads_file,
-            seed=int(seed), allow_cross_model=_as_bool(allow_cross_model, "allow_cross_model"), cell=heads_cell)
+            seed=int(seed), allow_cross_model=_as_bool(allow_cross_model, "allow_cross_model"), cell=heads_cell,
+            dead=self.vrh_dead_heads or (), pool=self.vrh_control_pool)
+        if self.vrh_headset.kind in ("topk", "explicit") and self.vrh_headset.dead:
+            logger.warning(f"vrh: {len(self.vrh_headset.dead)} of the {self.vrh_headset.k} heads of "
+                           f"{self.vrh_headset.spec} write nothing (o_proj columns all zero): "
+                           f"{', '.join(map(str, self.vrh_headset.dead))}")
         self.vrh_mode = "none" if not self.vrh_headset.heads else ablation
         self.vrh_pretrained = kwargs.get("pretrained") or (args[0] if args else None)
         means = self._load_means(means_file, heads_file) if self.vrh_mode == "mean" else None
@@ -295,8 +303,11 @@ class VRHMixin:
             "family": self.vrh_family,
             "pretrained": str(self.vrh_pretrained) if self.vrh_pretrained is not None else None,
             "geometry": self.vrh_decoder.geometry.to_dict(),
+            # heads whose o_proj columns are all zero (they write nothing); None: the weights could not be read
+            "dead_heads": None if self.vrh_dead_heads is None else [str(h) for h in self.vrh_dead_heads],
             "ablation": {"spec": hs.spec, "heads": hs.names, "mode": self.vrh_mode, "seed": hs.seed,
-                         "method": self._vrh_method(), "heads_file": hs.heads_file},
+                         "method": self._vrh_method(), "heads_file": hs.heads_file, "pool": hs.pool,
+                         "dead_heads": [str(h) for h in hs.dead]},
             "config": config or {"id": hs.spec if hs.heads else "baseline", "kind": hs.kind, "k": hs.k,
                                  "seed": hs.seed},
         }

@@ -72,7 +72,7 @@ def test_summary_criteria_agree_with_the_rows(demo_run):
         checks = summary["criteria"][str(row["k"])]
         # Compared at the precision the summary prints (0.1 point): the checks must agree with what is shown.
         assert checks["top-k drop >= 40 points"] == (round(row["topk_drop"], 9) >= 0.40)
-        assert checks["random-k mean drop <= 10 points"] == (round(row["random_mean_drop"], 9) <= 0.10)
+        assert checks["live random-k mean drop <= 10 points"] == (round(row["random_mean_drop"], 9) <= 0.10)
         assert checks["baseline >= 80%"] == (round(acc["baseline_acc"], 9) >= 0.80)
 
 
@@ -116,23 +116,54 @@ def test_readme_dpo_command_works_on_the_demo_sweep(demo_run, tmp_path):
         assert np.array_equal(regenerated, original), row["meta"]
 
 
+def _meets_issue_11(row: dict) -> bool:
+    return (row["topk_drop"] >= 0.40 and row["topk_drop_ci"][0] > 0
+            and len(row["random_drops"]) >= 5 and len(row["layer_matched_drops"]) >= 5
+            and row["random_mean_drop"] <= 0.10 and row["layer_matched_mean_drop"] <= 0.10
+            and max(row["topk_parse_failure"], row["random_max_parse_failure"],
+                    row["layer_matched_max_parse_failure"]) <= 0.05)
+
+
+def test_the_demos_controls_are_live_and_its_verdict_says_which_targets_hold(demo_run):
+    """Issue 33: no random or layer-matched draw of the demo holds a head that writes nothing; the uniform draws over
+    all heads beside them name their dead heads; a layer-matched draw that live heads cannot fill is reported
+    unavailable with its reason; the summary's verdict is recomputed from the rows (live controls)."""
+    from vrh_lmms.backbone import dead_heads, locate_decoder
+
+    manifest = json.loads((demo_run / "sweep" / "sweep.json").read_text())
+    from transformers import AutoModelForImageTextToText
+
+    dead = {str(h) for h in dead_heads(locate_decoder(AutoModelForImageTextToText.from_pretrained(str(MODEL))))}
+    assert set(manifest["dead_heads"]) == dead and len(dead) == 54
+    configs = demo_run / "sweep" / "configs"
+    for cfg in manifest["configurations"]:
+        if cfg["status"] == "unavailable":
+            assert cfg["kind"] == "layer_matched" and "live head" in cfg["reason"]
+            assert not (configs / cfg["id"]).exists()
+            continue
+        ablation = json.loads((configs / cfg["id"] / "results.json").read_text())["vrh"]["ablation"]
+        if cfg["kind"] in ("random", "layer_matched"):
+            assert ablation["pool"] == "live" and not set(ablation["heads"]) & dead, cfg["id"]
+        if cfg["kind"] == "random_all":
+            assert ablation["dead_heads"] == [h for h in ablation["heads"] if h in dead]
+    summary = json.loads((demo_run / "demo_summary.json").read_text())
+    total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
+    met = [row["k"] for row in summary["acceptance"]["rows"] if row["k"] <= 0.10 * total and _meets_issue_11(row)]
+    assert summary["criteria_met_at"] == met  # what demo_summary.md's first lines state
+    first = (demo_run / "demo_summary.md").read_text().splitlines()[0]
+    assert first.startswith("**Design targets met at k" if met else "**Design targets not met at any k")
+
+
+@pytest.mark.xfail(strict=True, reason="issue 33: against live controls the shipped model misses issue 11's targets "
+                   "(live random-5 costs about 23 points; layers 3-5 hold too few live heads for a layer-matched "
+                   "draw); a new design is a separate decision. Strict: this fails loudly once a model meets them.")
 def test_demo_model_meets_the_acceptance_criteria(demo_run):
-    """Issue 11's criteria, from the demo's own sample files: baseline >= 80%, and for some k <= 10% of all heads
-    the top-k drop is >= 40 points with a CI above 0, random-k and layer-matched random-k drops average <= 10 points
-    over >= 5 draws each, and parse failures stay <= 5% (top-k and the worst control draw)."""
+    """Issue 11's criteria, from the demo's own sample files, against live controls: baseline >= 80%, and for some
+    k <= 10% of all heads the top-k drop is >= 40 points with a CI above 0, random-k and layer-matched random-k drops
+    average <= 10 points over >= 5 draws each, and parse failures stay <= 5% (top-k and the worst control draw)."""
     summary = json.loads((demo_run / "demo_summary.json").read_text())
     total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
     acc = summary["acceptance"]
     assert acc["baseline_acc"] >= 0.80
-
-    def meets(row: dict) -> bool:
-        return (row["topk_drop"] >= 0.40 and row["topk_drop_ci"][0] > 0
-                and len(row["random_drops"]) >= 5 and len(row["layer_matched_drops"]) >= 5
-                and row["random_mean_drop"] <= 0.10 and row["layer_matched_mean_drop"] <= 0.10
-                and max(row["topk_parse_failure"], row["random_max_parse_failure"],
-                        row["layer_matched_max_parse_failure"]) <= 0.05)
-
-    met = [row["k"] for row in acc["rows"] if row["k"] <= 0.10 * total and meets(row)]
+    met = [row["k"] for row in acc["rows"] if row["k"] <= 0.10 * total and _meets_issue_11(row)]
     assert met, acc["rows"]
-    assert summary["criteria_met_at"] == met  # what demo_summary.md's first lines state
-

@@ -125,3 +125,68 @@ def test_head_name_is_what_parse_head_reads_back():
 
     assert head_name(np.int64(4), 12) == "L4H12"
     assert all(parse_head(head_name(layer, head)) == HeadRef(layer, head) for layer in range(3) for head in range(20))
+
+
+# ---------------------------------------------------------------------------------- control pools and dead heads
+DEAD = tuple(HeadRef(l, h) for l in range(4) for h in range(8) if (l, h) not in {(0, 0), (1, 1), (1, 2), (2, 5)}
+             and h % 2 == 0)  # half of every layer's heads (but four) write nothing
+
+
+def _pre_pool_random(geometry, k, seed):
+    """The draw `random<K>` made before control pools existed (rng.choice over every head index)."""
+    idx = np.random.default_rng(seed).choice(geometry.total_heads, size=k, replace=False)
+    return tuple(sorted(HeadRef(int(i) // geometry.heads, int(i) % geometry.heads) for i in idx))
+
+
+def test_live_controls_never_hold_a_dead_head(tmp_path):
+    hf, _ = make_file(tmp_path)
+    for seed in range(200):
+        for spec in ("random6", "like:top6"):
+            hs = resolve_spec(spec, G, heads_file=hf, seed=seed, dead=DEAD)
+            assert not set(hs.heads) & set(DEAD) and hs.pool == "live" and hs.dead == ()
+    # uniform over the live heads: every live head drawn at a similar rate, no dead one ever
+    counts = Counter(h for s in range(3000) for h in resolve_spec("random4", G, seed=s, dead=DEAD).heads)
+    live = [h for h in G.all_heads() if h not in DEAD]
+    rate = np.array([counts[h] for h in live]) / 3000
+    assert set(counts) == set(live) and np.allclose(rate, 4 / len(live), atol=0.035)
+
+
+def test_pool_all_reproduces_the_uniform_draws_and_names_their_dead_heads(tmp_path):
+    for seed in range(50):
+        hs = resolve_spec("random6", G, seed=seed, dead=DEAD, pool="all")
+        assert hs.heads == _pre_pool_random(G, 6, seed) and hs.pool == "all"
+        assert hs.dead == tuple(h for h in hs.heads if h in DEAD)
+        assert resolve_spec("random6@all", G, seed=seed, dead=DEAD).heads == hs.heads  # the suffix, any default
+        assert resolve_spec("random6@live", G, seed=seed, dead=DEAD, pool="all").heads == \
+            resolve_spec("random6", G, seed=seed, dead=DEAD).heads
+    # a model without dead heads: both pools give today's draws
+    assert resolve_spec("random6", G, seed=7).heads == _pre_pool_random(G, 6, 7)
+    held = sum(bool(resolve_spec("random6", G, seed=s, dead=DEAD, pool="all").dead) for s in range(200))
+    assert held > 150  # the uniform draws this replaces held dead heads nearly always
+    assert resolve_spec("random6@all", G, seed=1, dead=DEAD).record()["dead_heads"]
+
+
+def test_a_layer_matched_draw_that_live_heads_cannot_fill_is_unavailable_not_padded(tmp_path):
+    from vrh_lmms.heads.spec import ControlUnavailable
+
+    g = Geometry(layers=2, heads=5, kv_heads=1, head_dim=4)
+    scores = np.zeros((2, 5))
+    scores[1, 0], scores[1, 1], scores[0, 0] = 3.0, 2.0, 1.0  # top3 = L1H0, L1H1, L0H0
+    hf = HeadsFile(model={"id": "tiny"}, geometry=g, scores=scores, ranking=ranking_from_scores(scores))
+    others = (HeadRef(1, 2), HeadRef(1, 3), HeadRef(1, 4))  # layer 1's other heads all write nothing
+    with pytest.raises(ControlUnavailable, match="layer 1: the top set holds 2 of its 5 heads, and only 0 other live "
+                                                 "heads are left \\(3 of its 3 others write nothing\\)"):
+        resolve_spec("like:top3", g, heads_file=hf, dead=others)
+    drawn = resolve_spec("like:top3", g, heads_file=hf, dead=others, pool="all")  # the paper's definition
+    assert len(drawn.dead) == 2 and set(drawn.dead) <= set(others)
+    assert not set(resolve_spec("like:top3", g, heads_file=hf, dead=(HeadRef(1, 2),)).heads) & {HeadRef(1, 2)}
+
+
+def test_top_k_keeps_its_ranking_and_names_its_dead_heads(tmp_path):
+    hf, _ = make_file(tmp_path)
+    top = resolve_spec("top8", G, heads_file=hf, dead=DEAD)
+    assert top.heads == tuple(sorted(hf.ranking[:8])) and top.pool is None
+    assert top.dead == tuple(h for h in top.heads if h in DEAD) and top.record()["dead_heads"] == \
+        [str(h) for h in top.dead]
+    with pytest.raises(VRHError, match="control pool 'some'"):
+        resolve_spec("random3", G, pool="some")

@@ -33,24 +33,24 @@ ABL = np.array([0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0])
 
 
 def test_wilson_matches_statsmodels_and_se_is_binomial():
-    res = accuracy(BASE)
+    res = accuracy(BASE, quantity="binary")
     low, high = proportion_confint(BASE.sum(), BASE.size, alpha=0.05, method="wilson")
     assert (res.ci_low, res.ci_high) == pytest.approx((low, high))
     assert res.mean == pytest.approx(BASE.mean())
     assert res.se == pytest.approx(math.sqrt(BASE.mean() * (1 - BASE.mean()) / BASE.size))
     assert res.method == "wilson" and res.n_correct == BASE.sum()
-    res90 = accuracy(BASE, alpha=0.1)
+    res90 = accuracy(BASE, alpha=0.1, quantity="binary")
     assert (res90.ci_low, res90.ci_high) == pytest.approx(proportion_confint(BASE.sum(), BASE.size, 0.1, "wilson"))
 
 
 def test_wilson_stays_inside_unit_interval_at_zero_accuracy():
-    res = accuracy(np.zeros(30))
+    res = accuracy(np.zeros(30), quantity="binary")
     assert res.ci_low == pytest.approx(0.0, abs=1e-12) and 0 < res.ci_high < 0.15
 
 
 def test_numeric_scores_get_a_t_interval():
     values = np.array([0.1, 0.5, 0.9, 0.7, 0.3])
-    res = accuracy(values)
+    res = accuracy(values, quantity="unbounded")
     se = values.std(ddof=1) / math.sqrt(values.size)
     assert res.method == "t" and res.se == pytest.approx(se)
     assert (res.ci_low, res.ci_high) == pytest.approx(student_t.interval(0.95, 4, loc=values.mean(), scale=se))
@@ -124,7 +124,7 @@ def _ratio_var(values, clusters):
 
 def test_clustered_accuracy_is_wilson_on_the_effective_sample_size():
     base, _, clusters = _clustered(1)
-    res = accuracy(base, clusters)
+    res = accuracy(base, clusters, quantity="binary")
     p, n = base.mean(), base.size
     deff = max(1.0, _ratio_var(base, clusters) / (p * (1 - p) / n))
     assert res.deff == pytest.approx(deff) and res.deff > 1.2 and res.deff_method == "estimated"
@@ -132,26 +132,27 @@ def test_clustered_accuracy_is_wilson_on_the_effective_sample_size():
     assert (res.ci_low, res.ci_high) == pytest.approx((low, high))
     assert res.n_clusters == 40 and res.n_eff == pytest.approx(n / deff)
     # One sample per image: exactly the plain Wilson interval.
-    alone = accuracy(base, np.arange(base.size))
+    alone = accuracy(base, np.arange(base.size), quantity="binary")
     assert (alone.ci_low, alone.ci_high) == pytest.approx(proportion_confint(base.sum(), n, method="wilson"))
     assert alone.deff == 1.0 and alone.deff_method == "none"
 
 
 def test_accuracy_of_zero_uses_the_worst_case_design_effect():
     _, _, clusters = _clustered(2)
-    res = accuracy(np.zeros(clusters.size), clusters)
+    res = accuracy(np.zeros(clusters.size), clusters, quantity="binary")
     sizes = np.bincount(clusters).astype(float)
     worst = np.sum(sizes**2) / np.sum(sizes)
     assert res.deff_method == "worst case" and res.deff == pytest.approx(worst)
     assert res.ci_high == pytest.approx(proportion_confint(0, clusters.size / worst, method="wilson")[1])
-    assert res.ci_high > accuracy(np.zeros(clusters.size)).ci_high  # wider than if the expressions were independent
+    # wider than if the expressions were independent
+    assert res.ci_high > accuracy(np.zeros(clusters.size), quantity="binary").ci_high
 
 
 def test_clustered_numeric_accuracy_uses_the_cluster_robust_t():
     rng = np.random.default_rng(4)
     clusters = np.repeat(np.arange(12), 3)
     values = rng.random(36)
-    res = accuracy(values, clusters)
+    res = accuracy(values, clusters, quantity="bounded")
     se = math.sqrt(_ratio_var(values, clusters))
     assert res.se == pytest.approx(se)
     assert (res.ci_low, res.ci_high) == pytest.approx(student_t.interval(0.95, 11, loc=values.mean(), scale=se))
@@ -255,3 +256,44 @@ def test_bca_bootstrap_is_scipys_on_image_totals():
         paired_bootstrap_drop(base, abl[:-1])
     with pytest.raises(ValueError, match="length"):
         paired_drop(base, abl[:-1])
+
+
+# ----------------------------------------------------------------------------- intervals chosen by the quantity
+def test_the_interval_follows_the_quantity_not_the_values_that_occurred():
+    """A patching recovery of exactly 0 in every pair is a continuous ratio that showed no spread, not 0/1 outcomes:
+    no Wilson interval (which would claim [0, 49]% on 7 pairs); a zero-width t interval flagged as degenerate."""
+    clusters = np.array([0, 0, 1, 2, 2, 3, 4])
+    zeros = np.zeros(7)
+    ratio = accuracy(zeros, clusters, quantity="unbounded")
+    assert ratio.method.startswith("t") and ratio.degenerate and ratio.quantity == "unbounded"
+    assert (ratio.ci_low, ratio.ci_high, ratio.se) == (0.0, 0.0, 0.0)
+    ones = accuracy(np.ones(7), clusters, quantity="unbounded")  # the noising direction's "everything survives"
+    assert (ones.ci_low, ones.ci_high) == (1.0, 1.0) and ones.degenerate
+    # the same zeros as 0/1 outcomes keep the binomial bound of 0 of n (worst-case design effect)
+    binary = accuracy(zeros, clusters, quantity="binary")
+    assert binary.method == "wilson" and binary.degenerate and binary.ci_high > 0.2
+
+
+def test_near_constant_and_ordinary_ratios_get_the_cluster_robust_t():
+    clusters = np.repeat(np.arange(6), 2)
+    near = np.zeros(12)
+    near[3] = 1e-6
+    res = accuracy(near, clusters, quantity="unbounded")
+    assert not res.degenerate and res.method == "t" and res.ci_low < near.mean() < res.ci_high
+    values = np.random.default_rng(5).normal(0.3, 0.4, 12)  # ratios outside [0, 1] are fine when unbounded
+    res = accuracy(values, clusters, quantity="unbounded")
+    se = math.sqrt(_ratio_var(values, clusters))
+    assert (res.ci_low, res.ci_high) == pytest.approx(student_t.interval(0.95, 5, loc=values.mean(), scale=se))
+
+
+def test_bounded_scores_are_clipped_to_the_unit_interval_and_checked():
+    values = np.array([0.0, 0.0, 0.0, 0.02, 0.9])
+    res = accuracy(values, quantity="bounded")
+    t_low = student_t.interval(0.95, 4, loc=values.mean(), scale=values.std(ddof=1) / math.sqrt(5))[0]
+    assert t_low < 0 and res.ci_low == 0.0  # clipped where the t interval leaves [0, 1]
+    with pytest.raises(ValueError, match="quantity 'bounded' needs scores in \\[0, 1\\], got 1.5"):
+        accuracy(np.array([0.2, 1.5]), quantity="bounded")
+    with pytest.raises(ValueError, match="quantity 'binary' needs 0/1 outcomes, got 0.5"):
+        accuracy(np.array([1.0, 0.5]), quantity="binary")
+    with pytest.raises(ValueError, match="quantity 'ratio'"):
+        accuracy(np.array([1.0]), quantity="ratio")

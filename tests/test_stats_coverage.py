@@ -194,7 +194,7 @@ def test_accuracy_interval_covers_under_clustering_and_plain_wilson_does_not(nam
         values = _baseline(rng, clusters, u)
         if kwargs is not None:
             values = _redraw(rng, clusters, u, values, **kwargs)
-        res = accuracy(values, clusters)
+        res = accuracy(values, clusters, quantity="binary")
         ours += res.ci_low <= truth <= res.ci_high
         low, high = proportion_confint(int(values.sum()), values.size, method="wilson")
         plain += low <= truth <= high

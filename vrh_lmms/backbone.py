@@ -9,7 +9,7 @@ from torch import nn
 
 from vrh_lmms.errors import VRHError
 from vrh_lmms.families import Family, family_for_config
-from vrh_lmms.heads.geometry import Geometry
+from vrh_lmms.heads.geometry import Geometry, HeadRef
 
 
 @dataclass
@@ -125,3 +125,24 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
     kv = getattr(text_config, "num_key_value_heads", None) or getattr(attns[0], "num_key_value_heads", None) or heads
     geometry = Geometry(layers=len(attns), heads=heads, kv_heads=int(kv), head_dim=head_dim)
     return Decoder(family, attns, outs, geometry, text_config, layers_path)
+
+
+def dead_heads(decoder: Decoder) -> tuple[HeadRef, ...] | None:
+    """Heads whose output projection columns are all exactly zero: whatever they attend to, they write nothing to
+    the residual stream (pruned heads, as in the shipped demo model). Read from the weights, so call it before any
+    weight-folding ablation. None when some o_proj weight cannot be read as a dense matrix (quantized, offloaded or
+    sharded), so the caller knows the check did not run. Real checkpoints have none."""
+    import torch
+
+    g = decoder.geometry
+    width = g.heads * g.head_dim
+    out: list[HeadRef] = []
+    for layer, proj in enumerate(decoder.out_projs):
+        weight = getattr(proj, "weight", None)
+        if (not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] != width
+                or not weight.dtype.is_floating_point or weight.device.type == "meta"):
+            return None
+        with torch.no_grad():
+            written = weight.detach().reshape(weight.shape[0], g.heads, g.head_dim).abs().amax(dim=(0, 2))
+        out.extend(HeadRef(layer, int(h)) for h in torch.nonzero(written == 0).flatten().tolist())
+    return tuple(out)

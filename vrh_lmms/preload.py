@@ -15,7 +15,8 @@ from vrh_lmms.heads.geometry import Geometry
 
 HUB_EXAMPLE = "Qwen/Qwen2.5-VL-7B-Instruct"
 # Model args that choose heads; commands that set the heads themselves (sweep, discover) refuse them.
-HEAD_ARGS = ("heads", "heads_file", "ablation", "seed", "allow_cross_model", "means_file", "heads_cell")
+HEAD_ARGS = ("heads", "heads_file", "ablation", "seed", "allow_cross_model", "means_file", "heads_cell",
+             "control_pool")
 
 
 def vrh_model_names() -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from vrh_lmms.commands.options import add_model_options
 from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
@@ -44,4 +45,22 @@ def run(args: argparse.Namespace) -> int:
     path = run_discovery(spec, force=args.force)
     if path is not None:
         print(path)
+        note = dead_heads_note(path)
+        if note:
+            print(f"vrh-lmms: note: {note}", file=sys.stderr)
     return 0
+
+
+def dead_heads_note(path) -> str | None:
+    """One line when the model has heads that write nothing: how many, and the best rank one of them reached."""
+    from vrh_lmms.heads.heads_file import load_heads_file
+
+    block = load_heads_file(path).extra.get("dead_heads") or {}
+    heads = block.get("heads") or []
+    if not heads:
+        return None
+    best = block.get("best_rank")
+    where = f"; the best-ranked is #{best}, so a top-k with k >= {best} ablates a head that writes nothing" \
+        if best else ""
+    return (f"{len(heads)} heads write nothing (o_proj columns all zero); controls draw from the other heads"
+            f"{where}")

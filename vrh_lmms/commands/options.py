@@ -21,3 +21,7 @@ def add_control_options(parser: argparse.ArgumentParser, what: str) -> None:
                         help=f"{what}: image-matched ({IMAGE_MATCHED_HELP})")
     parser.add_argument("--control-tolerance", type=float, default=None,
                         help="largest image-mass difference of an image-matched head (default 0.05)")
+    parser.add_argument("--control-pool", default="live", choices=("live", "all"),
+                        help="what control draws are drawn from: live (default; heads whose o_proj columns are all "
+                             "zero write nothing and are left out) or all (uniform over all heads, the paper's "
+                             "definition; the report then states each draw's dead heads)")

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
                      seed=args.seed, per_image=args.pairs_per_image, max_pairs=args.max_pairs,
                      direction=args.direction, min_gap=args.min_gap, allow_cross_model=args.allow_cross_model,
                      patch_batch=args.patch_batch, pairs=args.pairs, answers=args.answers, controls=tuple(args.control),
-                     control_tolerance=args.control_tolerance)
+                     control_tolerance=args.control_tolerance, control_pool=args.control_pool)
     path = run_patching(spec, args.output, force=args.force)
     print(path.parent / "report.md")
     return 0

@@ -19,6 +19,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--score-field", default=None, metavar="NAME",
                         help="numeric per-sample field to score instead of vrh_record.correct "
                              "(plain lmms-eval tasks; dotted for nesting, e.g. vrh_record.iou)")
+    parser.add_argument("--score-quantity", default=None, choices=("binary", "bounded", "unbounded"),
+                        help="what the score is, which chooses its interval: binary (0/1 outcomes, Wilson), bounded "
+                             "(in [0, 1], t clipped to [0, 1]) or unbounded (t). Default: binary for "
+                             "vrh_record.correct, unbounded for --score-field")
     parser.add_argument("--n-resamples", type=int, default=10_000,
                         help="bootstrap resamples and Monte Carlo sign flips for numeric scores (default 10000)")
     parser.add_argument("--alpha", type=float, default=0.05, help="1 - confidence level of CIs (default 0.05)")
@@ -41,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         n_resamples=args.n_resamples,
         seed=args.seed,
         score_field=args.score_field,
+        score_quantity=args.score_quantity,
         heads_files=tuple(args.heads_files),
         overlap_k=tuple(args.overlap_k),
         plots=not args.no_plots,

@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     spec = SteerSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, gen_kwargs=args.gen_kwargs,
                      seed=args.seed, distractor_seed=args.distractor_seed, allow_cross_model=args.allow_cross_model,
-                     batch_size=args.batch_size)
+                     batch_size=args.batch_size, control_pool=args.control_pool)
     out = run_steering(spec, args.output, force=args.force)
     print(out / "report.md")
     return 0

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,
-                     pack=parse_pack(args.pack))
+                     pack=parse_pack(args.pack), control_pool=args.control_pool)
     out = run_sweep(spec, args.output, force=args.force)
     print(out)
     return 0

@@ -107,8 +107,9 @@ def plot_k_curve(result: dict, path, title: str) -> None:
     ax.plot(ks, [r["top_drop"] for r in rows], "o-", color="C3", label="top-k (scorer)")
     if rows and "oracle_drop" in rows[0]:
         ax.plot(ks, [r["oracle_drop"] for r in rows], "s--", color="C1", label="oracle-k (single-head effect)")
-    for kind, colour, label in (("random", "C0", "random-k"), ("layer_matched", "C2", "layer-matched random-k")):
-        kept = [r for r in rows if r[f"{kind}_drops"]]
+    for kind, colour, label in (("random", "C0", "random-k"), ("layer_matched", "C2", "layer-matched random-k"),
+                                ("random_all", "C7", "uniform random-k, all heads")):
+        kept = [r for r in rows if r.get(f"{kind}_drops")]
         if not kept:
             continue
         d = np.array([r[f"{kind}_drops"] for r in kept])

@@ -204,6 +204,21 @@ def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
     return sorted(keys, key=lambda k: (k.rsplit("__", 2)[0], int(k.rsplit("__", 1)[1])))
 
 
+def dead_heads_block(dead, ranking) -> dict[str, Any]:
+    """Heads-file field `dead_heads`: the heads that write nothing (o_proj columns all zero), and where the ranking
+    puts them, so a top-k that holds one says so (controls draw from the other, live heads)."""
+    from vrh_lmms.heads.geometry import head_name
+
+    if dead is None:
+        return {"dead_heads": {"heads": None, "rule": "o_proj weights could not be read; not checked"}}
+    names = [str(h) for h in dead]
+    order = [head_name(l, h) for l, h in ranking]
+    ranks = {n: order.index(n) + 1 for n in names if n in order}
+    first = min(ranks.values(), default=None)
+    return {"dead_heads": {"heads": names, "rule": "o_proj input columns of the head all exactly zero",
+                           "ranks": ranks, "best_rank": first}}
+
+
 def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> Path:
     from vrh_lmms import __version__, lmms
     from vrh_lmms.ablation import save_means
@@ -246,7 +261,8 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
                    geometry=geometry, scores=primary_scores,
                    ranking=[HeadRef(l, h) for l, h in rank(scored[primary])],
                    scoring=scoring, cells=cell_block, baseline=baseline or None,
-                   extra=heads_file_extras(parts, primary_scores, primary, spec.null_query))
+                   extra=heads_file_extras(parts, primary_scores, primary, spec.null_query)
+                   | dead_heads_block(getattr(lm, "vrh_dead_heads", None), rank(scored[primary])))
     # Side outputs first, the heads file last: its presence means the run is complete.
     common = [name for name in parts[0].stats if all(name in p.stats for p in parts)]
     np.savez_compressed(paths["samples"], keys=np.array(keys),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -78,6 +78,7 @@ class Ready:
     heads_file: Any  # HeadsFile
     task_manager: Any
     folder: FolderState
+    unavailable: dict[str, str] = field(default_factory=dict)  # head sets that cannot be drawn from their pool
 
 
 def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout, identity: dict[str, Any],
@@ -87,7 +88,7 @@ def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout
     are the head sets the run will resolve."""
     from vrh_lmms import lmms, preload
     from vrh_lmms.heads.heads_file import load_heads_file
-    from vrh_lmms.sweep.checks import check_headsets
+    from vrh_lmms.sweep.checks import check_headsets, recorded_dead_heads
 
     if not spec.tasks:
         raise VRHError("--tasks names no task")
@@ -102,12 +103,15 @@ def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout
     if not spec.heads_file:
         raise VRHError(f"{command} needs --heads-file")
     hf = load_heads_file(spec.heads_file)
-    heads = SimpleNamespace(configurations=list(configurations), allow_cross_model=spec.allow_cross_model)
-    check_headsets(heads, hf.geometry, hf)  # k against the heads file, image_mass for image-matched sets
+    heads = SimpleNamespace(configurations=list(configurations), allow_cross_model=spec.allow_cross_model,
+                            control_pool=getattr(spec, "control_pool", "live"))
+    dead = tuple(getattr(lm, "vrh_dead_heads", None) or ()) if lm is not None else recorded_dead_heads(hf)
+    # k against the heads file, image_mass for image-matched sets
+    unavailable = check_headsets(heads, hf.geometry, hf, dead)
     folder = inspect_folder(out, manifest, layout, identity, force)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json (or the loaded model)
-        check_headsets(heads, geometry, hf)
-    return Ready(hf, tm, folder)
+        unavailable = check_headsets(heads, geometry, hf, dead)
+    return Ready(hf, tm, folder, unavailable)

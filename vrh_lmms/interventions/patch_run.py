@@ -10,8 +10,10 @@
    LD_clean - LD_corrupt is not above `--min-gap` are left out of the averages (identical answers give 0).
 3. Per pair: every head (and every head set: top-k, random-k, layer-matched random-k of the heads file) is patched
    on the answer rows (vrh_lmms.interventions.patching), one part file per pair (`parts/`, resumable).
-4. `patch.json` (written last: the run is complete when it exists): the per-head recovery map, the head sets, the
-   rank correlation of the map with discovery's scores; `report.md` and `patch_map.png`.
+4. `patch.json` (written last: the run is complete when it exists): the per-head effect map (recovery when
+   denoising, the share destroyed with `--direction noise`), the head sets, the rank correlation of the map with
+   discovery's scores; `report.md` and `patch_map.png`. Control sets are drawn from live heads by default
+   (`--control-pool`); sets that cannot be drawn are listed under `unavailable_sets`.
 
 A rerun of the same run resumes; a different run is refused unless --force, which removes the files of
 PATCH_LAYOUT (anything else in the folder is always refused). Everything that needs no forward pass is checked
@@ -35,12 +37,12 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import head_name
 from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
-from vrh_lmms.interventions.patching import DIRECTIONS, PairResult, patch_pair
+from vrh_lmms.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
 from vrh_lmms.sweep.checks import sha256_of
 
 MANIFEST = "patch_run.json"
 RESULT = "patch.json"
-SCHEMA = "vrh-patch/1"
+SCHEMA = "vrh-patch/2"  # 2: "effect" + "measure" (recovery or destroyed, by direction) replace "recovery"
 _MANIFEST_FILE = owned.json_with("identity")
 # What `vrh-lmms patch` writes into its folder (what --force may remove).
 PATCH_LAYOUT: dict[str, owned.Check | None] = {
@@ -74,6 +76,7 @@ class PatchSpec:
     direction: str = "denoise"
     min_gap: float = 1.0
     allow_cross_model: bool = False
+    control_pool: str = "live"  # what control head sets are drawn from (vrh_lmms.heads.spec.CONTROL_POOLS)
     controls: tuple[str, ...] = ()
     control_tolerance: float | None = None
     patch_batch: int = 8  # patched copies per forward (rows of one batch)
@@ -87,7 +90,7 @@ class PatchSpec:
                 "direction": self.direction, "ks": sorted(self.ks), "random_seeds": self.random_seeds,
                 "layer_matched": self.layer_matched, "controls": list(self.controls),
                 "control_tolerance": self.control_tolerance, "pairs": self.pairs,
-                "answers": self.answers}
+                "answers": self.answers, "control_pool": self.control_pool}
 
 
 class InputStore:
@@ -166,15 +169,22 @@ def set_configurations(spec: PatchSpec) -> list:
             if c.kind != "baseline"]
 
 
-def head_sets(spec: PatchSpec, hf, geometry) -> dict[str, list]:
-    """Named head sets (sweep configuration ids) patched together."""
-    from vrh_lmms.heads.spec import resolve_spec
+def head_sets(spec: PatchSpec, hf, geometry, dead: tuple = ()) -> tuple[dict[str, dict], dict[str, str]]:
+    """Named head sets (sweep configuration ids) patched together, controls drawn from `spec.control_pool` with
+    the model's `dead` heads; and the sets that cannot be drawn there, with the reason."""
+    from vrh_lmms.heads.spec import ControlUnavailable, resolve_spec
 
-    out = {}
+    out, unavailable = {}, {}
     for c in set_configurations(spec):
-        hs = resolve_spec(c.spec, geometry, heads_file=hf, seed=c.seed or 0, allow_cross_model=spec.allow_cross_model)
-        out[c.id] = {"kind": c.kind, "k": c.k, "seed": c.seed, "heads": list(hs.heads)}
-    return out
+        try:
+            hs = resolve_spec(c.spec, geometry, heads_file=hf, seed=c.seed or 0,
+                              allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool)
+        except ControlUnavailable as exc:
+            unavailable[c.id] = str(exc)
+            continue
+        out[c.id] = {"kind": c.kind, "k": c.k, "seed": c.seed, "heads": list(hs.heads), "pool": hs.pool,
+                     "dead_heads": [str(h) for h in hs.dead]}
+    return out, unavailable
 
 
 def _part_path(out: Path, task: str, a: int, b: int) -> Path:
@@ -234,7 +244,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
         lmms.write_run(out / "eval", results, lm.vrh_record(config={"id": "patch_eval", "kind": "baseline", "k": 0,
                                                                        "seed": None}))
     geometry = lm.vrh_decoder.geometry
-    sets = head_sets(spec, hf, geometry)
+    sets, unavailable = head_sets(spec, hf, geometry, tuple(getattr(lm, "vrh_dead_heads", None) or ()))
     model, decoder = lm.model, lm.vrh_decoder
     device = next(model.parameters()).device
     stops = stop_token_ids(lm, model)
@@ -288,6 +298,8 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                           "heads": res.heads.tolist(), "sets": res.sets})
     parts = [json.loads(_part_path(out, t, a, b).read_text()) for t, _, a, b in todo]
     result = aggregate(parts, sets, hf, geometry, spec)
+    result["unavailable_sets"] = unavailable
+    result["dead_heads"] = None if getattr(lm, "vrh_dead_heads", None) is None else [str(h) for h in lm.vrh_dead_heads]
     write_json(out / RESULT, result)
     from vrh_lmms.report.interventions import write_patching_report
 
@@ -296,8 +308,9 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
 
 
 def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: PatchSpec) -> dict[str, Any]:
-    """The recovery map (mean and standard error over pairs), head sets with image-clustered CIs, and the rank
-    correlation of the map with the heads file's scores."""
+    """The effect map (mean and standard error over pairs; the direction's measure, vrh_lmms.interventions.patching:
+    recovery when denoising, the share destroyed when noising, larger = the head carries more either way), head sets
+    with image-clustered CIs, and the rank correlation of the map with the heads file's scores."""
     from scipy.stats import kendalltau, spearmanr
 
     from vrh_lmms.report.interventions import cluster_ci
@@ -309,7 +322,8 @@ def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: Patc
         raise VRHError(f"no pair has LD_clean - LD_corrupt >= {spec.min_gap} (--min-gap); the model does not tell "
                        "the two objects apart on these pairs")
     clusters = np.array([parts[i]["image_id"] or f"pair{i}" for i in used])
-    per_pair = np.stack([results[i].recovery(results[i].heads) for i in used])  # (n, L, H)
+    direction = spec.direction
+    per_pair = np.stack([results[i].effect(results[i].heads, direction) for i in used])  # (n, L, H)
     mean = per_pair.mean(0)
     se = per_pair.std(0, ddof=1) / np.sqrt(len(used)) if len(used) > 1 else np.full_like(mean, np.nan)
     scores = np.asarray(hf.scores, dtype=float)
@@ -317,14 +331,15 @@ def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: Patc
     tau = kendalltau(mean.ravel(), scores.ravel())
     set_rows = []
     for name, s in sets.items():
-        values = np.array([results[i].recovery(results[i].sets[name]) for i in used])
-        low, high = cluster_ci(values, clusters)
+        values = np.array([results[i].effect(results[i].sets[name], direction) for i in used])
+        low, high = cluster_ci(values, clusters, "unbounded")  # a ratio, whatever values occur
         set_rows.append({"id": name, "kind": s["kind"], "k": s["k"], "seed": s["seed"],
-                         "heads": [str(h) for h in s["heads"]], "recovery": float(values.mean()),
-                         "ci": [low, high]})
+                         "heads": [str(h) for h in s["heads"]], "effect": float(values.mean()),
+                         "ci": [low, high], "degenerate": bool(np.all(values == values[0])),
+                         "pool": s.get("pool"), "dead_heads": s.get("dead_heads", [])})
     order = np.argsort(-mean.ravel(), kind="stable")
     disc_rank = {str(h): i for i, h in enumerate(hf.ranking)}
-    top_heads = [{"head": head_name(*divmod(int(i), geometry.heads)), "recovery": float(mean.ravel()[i]),
+    top_heads = [{"head": head_name(*divmod(int(i), geometry.heads)), "effect": float(mean.ravel()[i]),
                   "se": float(se.ravel()[i]),
                   "discovery_rank": disc_rank.get(head_name(*divmod(int(i), geometry.heads)))}
                  for i in order[:min(20, order.size)]]
@@ -336,11 +351,12 @@ def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: Patc
     return {
         "schema": SCHEMA, "model": {"name": spec.model, "model_args": spec.model_args},
         "geometry": geometry.to_dict(), "tasks": spec.tasks, "direction": spec.direction, "metric": METRIC,
+        "measure": MEASURES[direction],
         "rows": "answer rows (positions emitting the answer tokens), aligned by offset from the prompt end",
         "n_pairs": len(parts), "n_pairs_used": len(used), "min_gap": spec.min_gap,
         "ld_clean_mean": float(np.mean([results[i].ld_clean for i in used])),
         "ld_corrupt_mean": float(np.mean([results[i].ld_corrupt for i in used])),
-        "recovery": {"mean": mean.round(6).tolist(), "se": np.nan_to_num(se, nan=0.0).round(6).tolist()},
+        "effect": {"mean": mean.round(6).tolist(), "se": np.nan_to_num(se, nan=0.0).round(6).tolist()},
         "top_heads": top_heads, "sets": set_rows,
         "discovery": {"cell": hf.scoring.get("cell"), "spearman": {"rho": float(rho.statistic),
                                                                     "p": float(rho.pvalue)},

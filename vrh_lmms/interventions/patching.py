@@ -11,7 +11,14 @@ copied from one run into the other and the normalised recovery
 
     (LD_patched - LD_corrupt) / (LD_clean - LD_corrupt)
 
-says how much of the clean behaviour that head alone restores (1 = all of it, 0 = none). Answer rows of the two
+says how much of the clean behaviour that head alone restores (1 = all of it, 0 = none). That is the denoising
+direction (clean activations into the corrupted run). In the noising direction (corrupted activations into the clean
+run) the same ratio is 1 for a head that carries nothing, so its effect is measured as the share destroyed
+
+    (LD_clean - LD_patched) / (LD_clean - LD_corrupt)
+
+(1 = patching that head alone wipes out the clean behaviour, 0 = it changes nothing). In both directions a larger
+effect means the head carries more of the difference (`MEASURES`, `PairResult.effect`). Answer rows of the two
 runs are aligned by their offset from the end of the prompt, so the prompts may differ in length. Patching every head
 of every layer restores the clean answer rows exactly (recovery 1; tests/test_interventions_patching.py), patching a
 run's own activations into itself changes nothing (bit for bit).
@@ -34,6 +41,7 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import HeadRef
 
 DIRECTIONS = ("denoise", "noise")  # clean -> corrupted (does the head restore A?) or corrupted -> clean
+MEASURES = {"denoise": "recovery", "noise": "destroyed"}  # what a direction's effect is called (module docstring)
 
 
 @dataclass
@@ -212,6 +220,13 @@ class PairResult:
     def recovery(self, ld_patched):
         return (np.asarray(ld_patched, dtype=float) - self.ld_corrupt) / self.gap
 
+    def destroyed(self, ld_patched):
+        return (self.ld_clean - np.asarray(ld_patched, dtype=float)) / self.gap
+
+    def effect(self, ld_patched, direction: str):
+        """The direction's effect (MEASURES): recovery when denoising, the share destroyed when noising."""
+        return self.recovery(ld_patched) if direction == "denoise" else self.destroyed(ld_patched)
+
 
 def patch_pair(model: nn.Module, decoder: Decoder, clean: Mapping[str, torch.Tensor],
                corrupt: Mapping[str, torch.Tensor], answer_a: torch.Tensor, answer_b: torch.Tensor,
@@ -222,7 +237,7 @@ def patch_pair(model: nn.Module, decoder: Decoder, clean: Mapping[str, torch.Ten
 
     clean / corrupt: generate inputs (batch 1) of the expressions naming A / B; answer_a / answer_b: the answers
     (ids without the stop token) the model gives to them. direction: "denoise" copies clean activations into the
-    corrupted run, "noise" corrupted ones into the clean run; recovery is measured on the same scale either way.
+    corrupted run, "noise" corrupted ones into the clean run (`PairResult.effect` reads either on its own scale).
     """
     if direction not in DIRECTIONS:
         raise VRHError(f"patching direction {direction!r}: use one of {', '.join(DIRECTIONS)}")

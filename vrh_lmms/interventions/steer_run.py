@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -96,12 +97,14 @@ class SteerSpec:
     rule: str = "overlap"
     allow_cross_model: bool = False
     batch_size: int = 1
+    control_pool: str = "live"  # what control head sets are drawn from (vrh_lmms.heads.spec.CONTROL_POOLS)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
                 "heads_file_sha256": sha256_of(self.heads_file), "limit": self.limit, "gen_kwargs": self.gen_kwargs,
-                "seed": self.seed, "distractor_seed": self.distractor_seed, "rule": self.rule}
+                "seed": self.seed, "distractor_seed": self.distractor_seed, "rule": self.rule,
+                "control_pool": self.control_pool}
 
 
 class Steerer:
@@ -226,9 +229,12 @@ class SteeringInterceptor(GenerateWrapper):
             return self._original(**kwargs)
 
 
-def _write_manifest(out: Path, spec: SteerSpec, done: set[str]) -> None:
+def _write_manifest(out: Path, spec: SteerSpec, done: set[str], unavailable: dict[str, str] | None = None) -> None:
+    from vrh_lmms.sweep.plan import status_of
+
     write_json(out / MANIFEST, {"identity": spec.identity(), "heads_file": spec.heads_file,
-                                "configurations": [dict(c.to_dict(), status="done" if c.id in done else "pending")
+                                "control_pool": spec.control_pool,
+                                "configurations": [dict(c.to_dict(), **status_of(c, done, unavailable or {}))
                                                    for c in spec.configurations], **spec.extra})
 
 
@@ -239,6 +245,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     from vrh_lmms import lmms
     from vrh_lmms.heads.spec import resolve_spec
     from vrh_lmms.report.interventions import write_steering_report
+    from vrh_lmms.sweep.checks import check_headsets
 
     out = Path(output)
     if spec.batch_size < 1:
@@ -251,8 +258,9 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     configs_dir = out / "configs"
     configs_dir.mkdir(exist_ok=True)
     done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
-    _write_manifest(out, spec, done)
-    todo = [c for c in spec.configurations if c.id not in done]
+    unavailable = dict(ready.unavailable)
+    _write_manifest(out, spec, done, unavailable)
+    todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
     if todo:
         for partial in configs_dir.iterdir():  # leftovers of a killed run
             if partial.name.startswith(".") or not (partial / "results.json").is_file():
@@ -262,6 +270,11 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         if lm.vrh_headset.heads:
             raise VRHError(f"steering runs on the intact model, but model_args ablate {lm.vrh_headset.spec}")
         geometry = lm.vrh_decoder.geometry
+        dead = tuple(getattr(lm, "vrh_dead_heads", None) or ())
+        unavailable = check_headsets(SimpleNamespace(configurations=spec.configurations, control_pool=spec.control_pool,
+                                                     allow_cross_model=spec.allow_cross_model), geometry, hf, dead)
+        todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
+        _write_manifest(out, spec, done, unavailable)
         tracker = BatchDocTracker(lm.task_dict)
         lm.task_dict = tracker
         steerer = Steerer(lm, tracker, spec.distractor_seed, spec.rule)
@@ -270,7 +283,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         try:
             for cfg in todo:
                 headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed or 0,
-                                       allow_cross_model=spec.allow_cross_model)
+                                       allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool)
                 steerer.heads, steerer.bias = list(headset.heads), cfg.bias
                 bar.set_description(cfg.id)
                 results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs,
@@ -285,7 +298,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
                                       "distractor_seed": spec.distractor_seed}
                 lmms.write_run(configs_dir / cfg.id, results, record)
                 done.add(cfg.id)
-                _write_manifest(out, spec, done)
+                _write_manifest(out, spec, done, unavailable)
                 bar.update(1)
         finally:
             bar.close()

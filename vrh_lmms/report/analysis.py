@@ -14,8 +14,13 @@ from vrh_lmms.report.runs import RunMeta
 from vrh_lmms.report.samples import STATUSES, SampleTable
 from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
 
-_KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "layer_matched": 4, "image_matched": 5}
-CONTROL_KINDS = ("random", "layer_matched", "image_matched")
+_KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "random_all": 4, "layer_matched": 5,
+               "image_matched": 6}
+# control kinds and how the report names them; `random_all`: uniform draws over all heads (dead ones included)
+# beside live-pool random draws (vrh_lmms.heads.spec, control pools)
+CONTROL_NAMES = {"random": "random", "random_all": "uniform random (all heads)",
+                 "layer_matched": "layer-matched random", "image_matched": "image-matched"}
+CONTROL_KINDS = tuple(CONTROL_NAMES)
 
 
 @dataclass
@@ -32,6 +37,12 @@ class Settings:
     seed: int = 0
     score_field: str | None = None
     intersection: bool = False
+    score_quantity: str | None = None  # None: "binary" for vrh_record.correct, "unbounded" for a --score-field
+
+    @property
+    def quantity(self) -> str:
+        """What a run's per-sample score is (vrh_lmms.stats.accuracy): the caller's word, not the values seen."""
+        return self.score_quantity or ("binary" if self.score_field is None else "unbounded")
 
 
 def sort_key(run: LoadedRun) -> tuple:
@@ -73,9 +84,12 @@ def _run_block(run: LoadedRun, table: SampleTable, settings: Settings) -> dict:
         "heads_file": m.heads_file,
         "heads": None if m.heads is None else list(m.heads),
         "heads_label": None,
+        "pool": m.pool,
+        "dead_heads": None if m.dead_in_set is None else list(m.dead_in_set),
         "results": str(m.results_path),
         "samples": str(table.path),
-        "accuracy": accuracy(table.scores, table.image_ids, alpha=settings.alpha).to_dict(),
+        "accuracy": accuracy(table.scores, table.image_ids, alpha=settings.alpha,
+                             quantity=settings.quantity).to_dict(),
         "official": official_metrics.from_samples(table.path),  # the benchmark's own headline, or None
         "taxonomy": taxonomy(table.statuses, table.kind),
         "paired": None,
@@ -152,5 +166,7 @@ def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settin
         "configs": configs,
         "null_comparisons": [],
         "summary": [],
+        # the model's heads that write nothing, as its runs recorded them (None: not recorded or not readable)
+        "dead_heads": next((list(r.meta.model_dead) for r in runs if r.meta.model_dead is not None), None),
     }
     return group, warnings

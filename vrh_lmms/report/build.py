@@ -24,6 +24,7 @@ from vrh_lmms.report.discover import discover
 from vrh_lmms.report.heads_files import ScoringLookup, heads_label, overlap_block, read_heads_file
 from vrh_lmms.report.jsonable import jsonable
 from vrh_lmms.report.markdown import render
+from vrh_lmms.report.pools import control_dead_shares, unavailable_configurations
 from vrh_lmms.report.runs import read_run_meta
 from vrh_lmms.report.samples import SampleTable, read_samples
 
@@ -36,6 +37,7 @@ class ReportSettings:
     n_resamples: int = 10_000
     seed: int = 0
     score_field: str | None = None
+    score_quantity: str | None = None  # what the score is (vrh_lmms.stats.QUANTITIES); None: from score_field
     heads_files: tuple[str, ...] = ()
     overlap_k: tuple[int, ...] = ()
     plots: bool = True
@@ -144,7 +146,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     heads = [read_heads_file(p) for p in settings.heads_files]
     runs, warnings = load_runs(dirs, settings.score_field)
     stats_settings = Settings(settings.alpha, settings.n_resamples, settings.seed, settings.score_field,
-                              settings.intersection)
+                              settings.intersection, settings.score_quantity)
     scoring = ScoringLookup(heads)
 
     by_group: dict[tuple[str, str], list[LoadedRun]] = {}
@@ -170,7 +172,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "arguments": dict(settings.arguments),
         "inputs": [str(d) for d in dirs],
         "settings": {"alpha": settings.alpha, "n_resamples": settings.n_resamples, "seed": settings.seed,
-                     "score_field": settings.score_field, "intersection": settings.intersection,
+                     "score_field": settings.score_field,
+                     "score_quantity": stats_settings.quantity, "intersection": settings.intersection,
                      "accuracy_ci": "Wilson on n / design effect (binary); cluster-robust t (numeric)",
                      "drop_ci": "Tango score interval on counts / design effect (binary); cluster-robust t "
                                 "(numeric); BCa bootstrap over images beside both",
@@ -178,6 +181,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "claims": build_claims(groups, settings.alpha, multiple["families"]),
         "groups": groups,
         "transfer": transfer_rows(groups),
+        "pools": {"unavailable": unavailable_configurations(dirs),
+                  "dead_shares": {f"{g['model']} / {g['task']}": control_dead_shares(g) for g in groups}},
         "overlap": overlap_block(heads, ks),
         "overlap_k": ks,
         "heads_files": [{"path": str(h.path), "model": h.model, "layers": int(h.scores.shape[0]),

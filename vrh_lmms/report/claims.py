@@ -8,10 +8,10 @@ is above alpha (too few draws to support a claim at that level).
 
 from __future__ import annotations
 
-from vrh_lmms.report.analysis import CONTROL_KINDS
+from vrh_lmms.report.analysis import CONTROL_KINDS, CONTROL_NAMES
 from vrh_lmms.report.fmt import pct, pval, short
 
-_KIND_NAMES = {"random": "random", "layer_matched": "layer-matched random", "image_matched": "image-matched"}
+_KIND_NAMES = CONTROL_NAMES
 _LISTED_HEADS = 8
 
 

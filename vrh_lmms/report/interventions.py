@@ -19,15 +19,18 @@ from vrh_lmms.interventions.folder import write_json
 from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
 from vrh_lmms.report.fmt import pct, pct_ci, pval
 
-NULL_LABELS = {"random": "random-k", "layer_matched": "layer-matched random-k", "image_matched": "image-matched"}
+NULL_LABELS = {"random": "random-k", "random_all": "uniform random-k (all heads)",
+               "layer_matched": "layer-matched random-k", "image_matched": "image-matched"}
 
 
-def cluster_ci(values: np.ndarray, clusters: np.ndarray, alpha: float = 0.05) -> tuple[float | None, float | None]:
-    """(1 - alpha) CI of the pooled mean with images as clusters (vrh_lmms.stats.accuracy); None where it is
-    undefined (a numeric mean over a single image)."""
+def cluster_ci(values: np.ndarray, clusters: np.ndarray, quantity: str,
+               alpha: float = 0.05) -> tuple[float | None, float | None]:
+    """(1 - alpha) CI of the pooled mean with images as clusters (vrh_lmms.stats.accuracy), chosen by what the values
+    are (`quantity`: "binary" for moved-or-not, "unbounded" for recoveries); None where it is undefined (a numeric
+    mean over a single image)."""
     from vrh_lmms.stats import accuracy
 
-    result = accuracy(values, clusters, alpha)
+    result = accuracy(values, clusters, alpha, quantity=quantity)
     if not (np.isfinite(result.ci_low) and np.isfinite(result.ci_high)):
         return None, None
     return float(result.ci_low), float(result.ci_high)
@@ -48,7 +51,7 @@ def steering_summary(folder: str | Path) -> dict[str, Any]:
         if recs:
             moved = np.array([float(r["moved"]) for r in recs])
             clusters = np.array([r["image_id"] or f"doc{r['doc_id']}" for r in recs])
-            row.update(moved=float(moved.mean()), moved_ci=cluster_ci(moved, clusters),
+            row.update(moved=float(moved.mean()), moved_ci=cluster_ci(moved, clusters, "binary"),
                        on_target=float(np.mean([r["correct"] for r in recs])),
                        parse_failure=float(np.mean([r["status"] == "parse_failure" for r in recs])),
                        n_images=int(np.unique(clusters).size))
@@ -118,48 +121,98 @@ def write_steering_report(folder: str | Path) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------------- patching
+# What a patching direction measures and how the report words it: larger = the head carries more, in both.
+_MEASURE_WORDS = {
+    "recovery": {"verb": "restores", "title": "patching recovery",
+                 "what": "of the logit difference between A's and B's box answers"},
+    "destroyed": {"verb": "destroys", "title": "share destroyed by patching",
+                  "what": "of the clean run's logit difference between A's and B's box answers"},
+}
+
+
+def upgrade_patch_result(result: dict[str, Any]) -> dict[str, Any]:
+    """A `vrh-patch/1` result (one "recovery" field in both directions) in the `vrh-patch/2` form: the noising
+    direction's recovery r becomes the share destroyed 1 - r, so its numbers read the right way round."""
+    if "effect" in result:
+        return result
+    noise = result.get("direction") == "noise"
+
+    def conv(v):
+        return None if v is None else (1.0 - v if noise else v)
+
+    out = dict(result, measure="destroyed" if noise else "recovery")
+    mean = np.asarray(result["recovery"]["mean"], dtype=float)
+    out["effect"] = {"mean": (1.0 - mean if noise else mean).tolist(), "se": result["recovery"]["se"]}
+    out["sets"] = [dict(s, effect=conv(s["recovery"]), ci=sorted(conv(c) for c in s["ci"]) if None not in s["ci"]
+                        else s["ci"]) for s in result["sets"]]
+    heads = [dict(h, effect=conv(h["recovery"])) for h in result["top_heads"]]
+    out["top_heads"] = sorted(heads, key=lambda h: -h["effect"]) if noise else heads
+    if noise:  # the correlation with discovery flips sign with the measure
+        disc = dict(result["discovery"])
+        disc["spearman"] = dict(disc["spearman"], rho=-disc["spearman"]["rho"])
+        disc["kendall"] = dict(disc["kendall"], tau=-disc["kendall"]["tau"])
+        out["discovery"] = disc
+    return out
+
+
 def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
+    result = upgrade_patch_result(result)
     g = result["geometry"]
-    mean = np.asarray(result["recovery"]["mean"])
+    mean = np.asarray(result["effect"]["mean"])
+    words = _MEASURE_WORDS[result["measure"]]
+    verb = words["verb"]
     best = result["top_heads"][0]
     disc = result["discovery"]
     direction = ("from the clean run (expression naming A) into the corrupted run (naming B)"
                  if result["direction"] == "denoise" else "from the corrupted run (naming B) into the clean run")
     lines = ["## Activation patching: what do the heads carry?", "",
-             f"Patching one head's answer-row output {direction} restores at most **{pct(best['recovery'])}%** of "
-             f"the logit difference between A's and B's box answers ({best['head']}, discovery rank "
-             f"{'-' if best['discovery_rank'] is None else best['discovery_rank'] + 1}); the median head restores "
-             f"{pct(float(np.median(mean)))}%. The recovery map and discovery's scores ({disc['cell']}) agree with "
+             f"Patching one head's answer-row output {direction} {verb} at most **{pct(best['effect'])}%** "
+             f"{words['what']} ({best['head']}, discovery rank "
+             f"{'-' if best['discovery_rank'] is None else best['discovery_rank'] + 1}); the median head {verb} "
+             f"{pct(float(np.median(mean)))}%. The map of what each head {verb} and discovery's scores "
+             f"({disc['cell']}) agree with "
              f"Spearman rho = {disc['spearman']['rho']:.2f} (p = {pval(disc['spearman']['p'])}) and Kendall tau = "
              f"{disc['kendall']['tau']:.2f} (p = {pval(disc['kendall']['p'])}) over {g['layers'] * g['heads']} "
-             f"heads, on {result['n_pairs_used']} pairs ({result['n_pairs']} formed; pairs whose clean and "
-             f"corrupted logit differences are less than {result['min_gap']:g} apart are left out).", ""]
+             f"heads (positive: heads discovery ranks higher carry more), on {result['n_pairs_used']} pairs "
+             f"({result['n_pairs']} formed; pairs whose clean and corrupted logit differences are less than "
+             f"{result['min_gap']:g} apart are left out).", ""]
     sets = result["sets"]
     tops = [s for s in sets if s["kind"] == "topk"]
     if tops:
         parts = []
         for t in tops:
-            text = f"top-{t['k']} {pct_ci(t['recovery'], *t['ci'])}%"
+            text = f"top-{t['k']} {pct_ci(t['effect'], *t['ci'])}%"
             for kind in NULL_KINDS:
-                pool = [s["recovery"] for s in sets if s["kind"] == kind and s["k"] == t["k"]]
+                pool = [s["effect"] for s in sets if s["kind"] == kind and s["k"] == t["k"]]
                 if pool:
                     text += f" vs {NULL_LABELS[kind]} {pct(float(np.mean(pool)))}%"
             parts.append(text)
-        lines += ["Patching head sets together restores: " + "; ".join(parts) + ".", ""]
-    lines += [f"Metric: {result['metric']}; {result['rows']}. Mean over pairs; CIs: cluster-robust t over images.", ""]
+        lines += [f"Patching head sets together {verb}: " + "; ".join(parts) + ".", ""]
+    unavailable = result.get("unavailable_sets") or {}
+    if unavailable:
+        lines += ["Head sets that could not be drawn (not padded with heads that write nothing): "
+                  + "; ".join(f"{k}: {v}" for k, v in unavailable.items()) + ".", ""]
+    if result["measure"] == "recovery":
+        formula = "recovery = (LD_patched - LD_corrupt) / (LD_clean - LD_corrupt)"
+    else:
+        formula = "destroyed = (LD_clean - LD_patched) / (LD_clean - LD_corrupt)"
+    lines += [f"Metric: {result['metric']}; {result['rows']}; {formula}. Mean over pairs; CIs: cluster-robust t "
+              "over images (a zero-width interval marked * means every pair gave the same value).", ""]
     if figure:
-        lines += [f"![recovery map beside discovery scores]({figure})", ""]
-    lines += ["| head set | heads | recovery % [95% CI] |", "|---|---|---|"]
+        lines += [f"![{words['title']} beside discovery scores]({figure})", ""]
+    lines += [f"| head set | heads | {result['measure']} % [95% CI] |", "|---|---|---|"]
     for s in sets:
-        lines.append(f"| {s['id']} | {len(s['heads'])} | {pct_ci(s['recovery'], *s['ci'])} |")
-    lines += ["", "Heads restoring the most (recovery %, standard error over pairs, rank in discovery):", "",
-              "| head | recovery % | se | discovery rank |", "|---|---|---|---|"]
+        flag = " *" if s.get("degenerate") else ""
+        lines.append(f"| {s['id']} | {len(s['heads'])} | {pct_ci(s['effect'], *s['ci'])}{flag} |")
+    lines += ["", f"Heads that {verb.rstrip('s')} the most ({result['measure']} %, standard error over pairs, rank in "
+                  "discovery):", "",
+              f"| head | {result['measure']} % | se | discovery rank |", "|---|---|---|---|"]
     for h in result["top_heads"][:10]:
         rank = "-" if h["discovery_rank"] is None else h["discovery_rank"] + 1
-        lines.append(f"| {h['head']} | {pct(h['recovery'])} | {pct(h['se'])} | {rank} |")
+        lines.append(f"| {h['head']} | {pct(h['effect'])} | {pct(h['se'])} | {rank} |")
     overlap = disc.get("topk_overlap") or {}
     if overlap:
-        lines += ["", "Top-k overlap of the recovery ranking with discovery's ranking: "
+        lines += ["", f"Top-k overlap of the {result['measure']} ranking with discovery's ranking: "
                   + ", ".join(f"k={k}: {pct(v)}%" for k, v in overlap.items()) + "."]
     return "\n".join(lines) + "\n"
 
@@ -170,10 +223,12 @@ def patching_plot(result: dict[str, Any], scores: np.ndarray, path: Path) -> Pat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    mean = np.asarray(result["recovery"]["mean"])
+    result = upgrade_patch_result(result)
+    mean = np.asarray(result["effect"]["mean"])
     layers, heads = mean.shape
     fig, axes = plt.subplots(1, 2, figsize=(2.2 + 0.35 * heads * 2, 1.6 + 0.3 * layers), squeeze=False)
-    for ax, data, title in ((axes[0, 0], scores, "discovery score"), (axes[0, 1], mean, "patching recovery")):
+    for ax, data, title in ((axes[0, 0], scores, "discovery score"),
+                            (axes[0, 1], mean, _MEASURE_WORDS[result["measure"]]["title"])):
         im = ax.imshow(data, aspect="auto", cmap="viridis", origin="lower")
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("head")

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.fmt import pct, pct_ci, pval, short
+from vrh_lmms.report.pools import pools_section
 
 _FAMILY_NAMES = {"claims": "claims", "claims_vs_controls": "claims vs controls", "controls": "controls"}
 
@@ -74,13 +75,15 @@ def doc_set_lines(groups: list[dict]) -> list[str]:
     return out
 
 
-_CONTROL_COLUMNS = {"random": "Random", "layer_matched": "Layer-matched", "image_matched": "Image-matched"}
+_CONTROL_COLUMNS = {"random": "Random", "random_all": "Uniform random (all heads)", "layer_matched": "Layer-matched",
+                    "image_matched": "Image-matched"}
+_OPTIONAL_COLUMNS = ("random_all", "image_matched")  # shown only when some row has such draws
 
 
 def summary_section(groups: list[dict]) -> list[str]:
     """One row per own top-k; a column pair per control kind, image-matched only when some row has such draws."""
     summaries = [r for g in groups for r in g["summary"]]
-    kinds = [k for k in _CONTROL_COLUMNS if k != "image_matched" or any(r.get(k) for r in summaries)]
+    kinds = [k for k in _CONTROL_COLUMNS if k not in _OPTIONAL_COLUMNS or any(r.get(k) for r in summaries)]
     header = ["Model", "Task", "Heads", "Mode", "Baseline", "Top-k acc", "Top-k drop [CI]", "Sign-flip p"]
     for kind in kinds:
         header += [f"{_CONTROL_COLUMNS[kind]} draws: drop (mean ± sd)", f"p vs {kind.replace('_', '-')}"]
@@ -180,6 +183,14 @@ def overlap_section(overlap: dict) -> list[str]:
     return lines
 
 
+def _pools(report: dict) -> list[str]:
+    """The control-pool section, only where some model has heads that write nothing or a draw was unavailable."""
+    unavailable = (report.get("pools") or {}).get("unavailable") or []
+    if not unavailable and not any(g.get("dead_heads") for g in report["groups"]):
+        return []
+    return ["## Control pools: heads that write nothing", "", *pools_section(report["groups"], unavailable), ""]
+
+
 def render(report: dict) -> str:
     groups = report["groups"]
     out = [
@@ -193,6 +204,7 @@ def render(report: dict) -> str:
         "",
         *doc_set_lines(groups),
         "",
+        *_pools(report),
         "## Top-k against its baseline and its control draws",
         "",
         *summary_section(groups),

@@ -15,8 +15,8 @@ from typing import Any
 
 from vrh_lmms.errors import VRHError
 
-CONFIG_KINDS = ("baseline", "topk", "random", "layer_matched", "image_matched", "explicit")
-_ID_PATTERN = re.compile(r"^(?P<kind>top|random|layer_matched|image_matched)(?P<k>\d+)(?:_s(?P<seed>\d+))?"
+CONFIG_KINDS = ("baseline", "topk", "random", "random_all", "layer_matched", "image_matched", "explicit")
+_ID_PATTERN = re.compile(r"^(?P<kind>top|random_all|random|layer_matched|image_matched)(?P<k>\d+)(?:_s(?P<seed>\d+))?"
                          r"(?:_(?P<mode>[a-z_]+))?$")
 
 
@@ -34,6 +34,9 @@ class RunMeta:
     heads_file: dict | None
     results_path: Path
     heads: tuple[str, ...] | None = None  # the resolved heads the run ablated (vrh.ablation.heads)
+    pool: str | None = None  # controls: what the draw came from, "live" or "all" (vrh.ablation.pool)
+    dead_in_set: tuple[str, ...] | None = None  # the ablated heads that write nothing (vrh.ablation.dead_heads)
+    model_dead: tuple[str, ...] | None = None  # the model's heads that write nothing (vrh.dead_heads)
 
     @property
     def label(self) -> str:
@@ -90,11 +93,11 @@ def _int_or_none(value: Any, path: Path, field: str) -> int | None:
     return value
 
 
-def _heads(value: Any, path: Path) -> tuple[str, ...] | None:
+def _heads(value: Any, path: Path, name: str = "vrh.ablation.heads") -> tuple[str, ...] | None:
     if value is None:
         return None
     if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
-        raise VRHError(f"{path}: field vrh.ablation.heads must be a list of head names like \"L12H3\"")
+        raise VRHError(f"{path}: field {name} must be a list of head names like \"L12H3\"")
     return tuple(value)
 
 
@@ -141,6 +144,9 @@ def _from_vrh(block: dict, path: Path, fallback_model: str | None) -> RunMeta:
         heads_file=heads_file if isinstance(heads_file, dict) else None,
         results_path=path,
         heads=_heads(ablation.get("heads"), path),
+        pool=ablation.get("pool") if isinstance(ablation.get("pool"), str) else None,
+        dead_in_set=_heads(ablation.get("dead_heads"), path, "vrh.ablation.dead_heads"),
+        model_dead=_heads(block.get("dead_heads"), path, "vrh.dead_heads"),
     )
 
 

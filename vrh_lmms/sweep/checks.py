@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -119,21 +119,37 @@ class Preflight:
     means: Any  # torch.Tensor | None
     task_manager: Any
     folder: FolderState
+    unavailable: dict[str, str] = field(default_factory=dict)  # configuration id -> why it cannot be drawn
 
 
-def check_headsets(spec, geometry, heads_file) -> None:
-    """Resolve every configuration's head set against `geometry` (k too large, impossible layer-matched
-    controls, a heads file of another model), so no configuration fails after others have run."""
-    from vrh_lmms.heads.spec import check_heads_file_fits, resolve_spec
+def recorded_dead_heads(heads_file) -> tuple:
+    """The dead heads a heads file recorded at discovery (the model's own are read again once it loads)."""
+    from vrh_lmms.heads.geometry import parse_head
+
+    names = (heads_file.extra.get("dead_heads") or {}).get("heads") if heads_file is not None else None
+    return tuple(parse_head(n) for n in names) if isinstance(names, list) else ()
+
+
+def check_headsets(spec, geometry, heads_file, dead: tuple = ()) -> dict[str, str]:
+    """Resolve every configuration's head set against `geometry` and the model's `dead` heads (k too large, a
+    heads file of another model), so no configuration fails after others have run. Returns the configurations
+    whose control cannot be drawn from its pool (a layer without enough live heads), with the reason: they are
+    reported as unavailable, never padded with dead heads."""
+    from vrh_lmms.heads.spec import ControlUnavailable, check_heads_file_fits, resolve_spec
 
     if heads_file is not None:
         check_heads_file_fits(heads_file, geometry, allow_cross_model=spec.allow_cross_model)
+    unavailable: dict[str, str] = {}
     for cfg in spec.configurations:
         try:
             resolve_spec(cfg.spec, geometry, heads_file=heads_file, seed=cfg.seed if cfg.seed is not None else 0,
-                         allow_cross_model=spec.allow_cross_model)
+                         allow_cross_model=spec.allow_cross_model, dead=dead,
+                         pool=getattr(spec, "control_pool", "live"))
+        except ControlUnavailable as exc:
+            unavailable[cfg.id] = str(exc)
         except VRHError as exc:
             raise VRHError(f"configuration {cfg.id} (--k {cfg.k}): {exc}") from None
+    return unavailable
 
 
 def check_modes(spec, model) -> None:
@@ -172,13 +188,15 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
         if hf is None:
             raise VRHError("--ablation mean needs --heads-file (its means file is written beside it)")
         means = load_means(means_path_for(spec.heads_file))
+    dead = tuple(getattr(lm, "vrh_dead_heads", None) or ()) if lm is not None else recorded_dead_heads(hf)
+    unavailable: dict[str, str] = {}
     if hf is not None:  # k against the heads file (the model's own geometry follows)
-        check_headsets(spec, hf.geometry, hf)
+        unavailable = check_headsets(spec, hf.geometry, hf, dead)
     identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks))
     folder = inspect_folder(out, identity, force)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
-        check_headsets(spec, geometry, hf)
-    return Preflight(identity, hf, means, tm, folder)
+        unavailable = check_headsets(spec, geometry, hf, dead)
+    return Preflight(identity, hf, means, tm, folder, unavailable)

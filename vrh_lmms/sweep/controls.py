@@ -20,9 +20,10 @@ CONTROL_KINDS = {"image-matched": "image_matched"}  # --control value -> configu
 
 
 def image_matched_heads(ranking: Sequence[HeadRef], image_mass: np.ndarray, geometry: Geometry, k: int, seed: int,
-                        tolerance: float) -> list[HeadRef]:
-    """One head per top-k head (in rank order), drawn uniformly among the heads outside the top 2k whose image mass
-    is within `tolerance` of it and that are not drawn yet. Refuses, naming the head, when none is left."""
+                        tolerance: float, exclude: frozenset[HeadRef] = frozenset()) -> list[HeadRef]:
+    """One head per top-k head (in rank order), drawn uniformly among the heads outside the top 2k (and outside
+    `exclude`, the dead heads of a live pool) whose image mass is within `tolerance` of it and that are not drawn
+    yet. Refuses, naming the head, when none is left."""
     if tolerance < 0:
         raise VRHError(f"image-matched tolerance must be >= 0, got {tolerance}")
     mass = np.asarray(image_mass, dtype=float)
@@ -30,7 +31,7 @@ def image_matched_heads(ranking: Sequence[HeadRef], image_mass: np.ndarray, geom
         raise VRHError(f"image mass has shape {mass.shape}, the model {geometry.layers} x {geometry.heads}")
     top = list(ranking[:k])
     excluded = set(ranking[:2 * k])
-    pool = [h for h in geometry.all_heads() if h not in excluded]
+    pool = [h for h in geometry.all_heads() if h not in excluded and h not in exclude]
     rng = np.random.default_rng(seed)
     chosen: list[HeadRef] = []
     for head in top:

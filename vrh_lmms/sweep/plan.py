@@ -11,7 +11,7 @@ from vrh_lmms.errors import VRHError
 @dataclass(frozen=True)
 class Configuration:
     id: str
-    kind: str  # baseline | topk | random | layer_matched | image_matched
+    kind: str  # baseline | topk | random | random_all | layer_matched | image_matched
     k: int
     seed: int | None
     mode: str  # none | zero | mean | uniform | uniform_image
@@ -27,9 +27,11 @@ def _suffix(mode: str) -> str:
 
 def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: bool, modes: Sequence[str],
                         random: bool = True, controls: Sequence[str] = (),
-                        control_tolerance: float | None = None) -> list[Configuration]:
+                        control_tolerance: float | None = None, uniform_random: bool = False) -> list[Configuration]:
     """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed, and each extra
-    control per seed (`image-matched`: vrh_lmms.sweep.controls; `control_tolerance` overrides its tolerance)."""
+    control per seed (`image-matched`: vrh_lmms.sweep.controls; `control_tolerance` overrides its tolerance).
+    `uniform_random` adds `random_all` draws over all heads, dead ones included (spec random<K>@all), beside the
+    run's control pool: the paper's random control next to the live one."""
     from vrh_lmms.sweep.controls import CONTROL_KINDS
 
     unknown = [c for c in controls if c not in CONTROL_KINDS]
@@ -54,6 +56,10 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
             if random:
                 for s in range(random_seeds):
                     out.append(Configuration(f"random{k}_s{s}{sfx}", "random", k, s, mode, f"random{k}"))
+            if uniform_random:
+                for s in range(random_seeds):
+                    out.append(Configuration(f"random_all{k}_s{s}{sfx}", "random_all", k, s, mode,
+                                             f"random{k}@all"))
             if layer_matched:
                 for s in range(random_seeds):
                     out.append(Configuration(f"layer_matched{k}_s{s}{sfx}", "layer_matched", k, s, mode,
@@ -64,6 +70,14 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
                 for s in range(random_seeds):
                     out.append(Configuration(f"{kind}{k}_s{s}{sfx}", kind, k, s, mode, f"{kind}:top{k}{tol}"))
     return out
+
+
+def status_of(cfg, done: set[str], unavailable: dict[str, str]) -> dict[str, str]:
+    """A configuration's manifest status: done, pending, or unavailable with the reason (a control that cannot be
+    drawn from its pool)."""
+    if cfg.id in unavailable:
+        return {"status": "unavailable", "reason": unavailable[cfg.id]}
+    return {"status": "done" if cfg.id in done else "pending"}
 
 
 def unpackable_reason(cfg: Configuration) -> str | None:

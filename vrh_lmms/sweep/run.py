@@ -24,7 +24,7 @@ from typing import Any
 
 from vrh_lmms.errors import VRHError
 from vrh_lmms.sweep import checks
-from vrh_lmms.sweep.plan import Configuration, pack_groups, unpackable_reason
+from vrh_lmms.sweep.plan import Configuration, pack_groups, status_of, unpackable_reason
 
 MANIFEST = checks.MANIFEST
 # automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per
@@ -47,20 +47,23 @@ class SweepSpec:
     seed: int = 0
     allow_cross_model: bool = False
     pack: int | None = None  # configurations per pack; None = automatic. Not part of the identity: same files.
+    control_pool: str = "live"  # what control draws come from (vrh_lmms.heads.spec.CONTROL_POOLS)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def identity(self, heads_sha: str | None) -> dict[str, Any]:
         """What must match for a folder to be resumed rather than refused."""
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
                 "heads_file_sha256": heads_sha, "limit": self.limit, "gen_kwargs": self.gen_kwargs,
-                "seed": self.seed}
+                "seed": self.seed, "control_pool": self.control_pool}
 
 
 def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: set[str], started: float,
-                    pack: int | None = None) -> None:
+                    pack: int | None = None, unavailable: dict[str, str] | None = None,
+                    dead: list[str] | None = None) -> None:
     data = {"identity": identity, "heads_file": spec.heads_file, "batch_size": spec.batch_size, "pack": pack,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-            "configurations": [dict(c.to_dict(), status="done" if c.id in done else "pending")
+            "control_pool": spec.control_pool, "dead_heads": dead,
+            "configurations": [dict(c.to_dict(), **status_of(c, done, unavailable or {}))
                                for c in spec.configurations], **spec.extra}
     tmp = out / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(data, indent=1))
@@ -81,8 +84,9 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     configs_dir.mkdir(exist_ok=True)
     done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
     started = time.time()
-    _write_manifest(out, spec, identity, done, started, spec.pack)
-    todo = [c for c in spec.configurations if c.id not in done]
+    unavailable = dict(ready.unavailable)
+    _write_manifest(out, spec, identity, done, started, spec.pack, unavailable)
+    todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
     if not todo:
         return out
     for partial in configs_dir.iterdir():  # leftovers of a killed run: redo them
@@ -91,12 +95,20 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
     geometry = lm.vrh_decoder.geometry
-    checks.check_headsets(spec, geometry, hf)  # the loaded model's own geometry, before the first evaluation
+    dead = getattr(lm, "vrh_dead_heads", None) or ()
+    # the loaded model's own geometry and dead heads, before the first evaluation
+    unavailable = checks.check_headsets(spec, geometry, hf, dead)
+    todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
     checks.check_modes(spec, lm.model)
     packable = [c for c in todo if unpackable_reason(c) is None]
     pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
-    _write_manifest(out, spec, identity, done, started, pack)
-    rank = getattr(lm, "rank", 0)
+    dead_names = None if getattr(lm, "vrh_dead_heads", None) is None else [str(h) for h in dead]
+    _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names)
+    if unavailable and rank_of(lm) == 0:
+        first = next(iter(unavailable))
+        more = f" and {len(unavailable) - 1} more" if len(unavailable) > 1 else ""
+        print(f"vrh-lmms: note: {first}{more} unavailable: {unavailable[first]}", file=sys.stderr)
+    rank = rank_of(lm)
     alone = [c for c in todo if unpackable_reason(c) is not None]
     if pack > 1 and alone and rank == 0:
         ids = ", ".join(c.id for c in alone[:4]) + (f" and {len(alone) - 4} more" if len(alone) > 4 else "")
@@ -105,7 +117,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
 
     def headset_of(cfg: Configuration):
         return resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed if cfg.seed is not None else 0,
-                            allow_cross_model=spec.allow_cross_model)
+                            allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool)
 
     def evaluate_and_write(cfg: Configuration) -> None:
         bar.set_description(cfg.id)
@@ -114,7 +126,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
             record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed})
             lmms.write_run(configs_dir / cfg.id, results, record)
             done.add(cfg.id)
-            _write_manifest(out, spec, identity, done, started, pack)
+            _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names)
         _barrier(lm)
         bar.update(1)
 
@@ -136,6 +148,10 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
 
         lm.vrh_apply(HeadSet((), "none", "baseline", 0))
     return out
+
+
+def rank_of(lm) -> int:
+    return getattr(lm, "rank", 0)
 
 
 def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:

@@ -1,0 +1,92 @@
+"""The report's account of control pools: which heads write nothing, what the control draws were drawn from, how many
+dead heads each kind of draw held, and which configurations could not be drawn at all.
+
+A head whose o_proj columns are all zero writes nothing, so ablating it costs nothing by construction; a control
+draw made of such heads measures nothing (vrh_lmms.heads.spec, control pools). Sweeps draw controls from live heads
+by default; with `--control-pool all` (the paper's uniform draws), or beside live draws as `random_all`, the report
+says how many of each draw's heads were dead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.report.analysis import CONTROL_KINDS, CONTROL_NAMES
+
+
+def unavailable_configurations(dirs: list[str | Path]) -> list[dict[str, str]]:
+    """Configurations a sweep manifest (sweep.json) marked unavailable, with the folder and the reason."""
+    out = []
+    for d in dirs:
+        manifest = Path(d) / "sweep.json"
+        if not manifest.is_file():
+            continue
+        try:
+            data = json.loads(manifest.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        for cfg in data.get("configurations") or []:
+            if isinstance(cfg, dict) and cfg.get("status") == "unavailable":
+                out.append({"folder": str(d), "id": str(cfg.get("id")), "reason": str(cfg.get("reason", ""))})
+    return out
+
+
+def control_dead_shares(group: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per control kind and k: draws, the pools they came from, draws holding a dead head, mean dead heads a draw."""
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for cfg in group["configs"]:
+        if cfg["kind"] not in CONTROL_KINDS or cfg.get("heads_source") is not None:
+            continue
+        row = rows.setdefault((cfg["kind"], cfg["k"]), {"kind": cfg["kind"], "k": cfg["k"], "draws": 0,
+                                                        "pools": set(), "with_dead": 0, "dead": 0, "known": True})
+        row["draws"] += 1
+        row["pools"].add(cfg.get("pool") or "all (before pools)")
+        dead = cfg.get("dead_heads")
+        if dead is None:
+            row["known"] = False
+            continue
+        row["with_dead"] += bool(dead)
+        row["dead"] += len(dead)
+    out = []
+    for (kind, k), row in sorted(rows.items(), key=lambda kv: (CONTROL_KINDS.index(kv[0][0]), kv[0][1])):
+        out.append({"kind": kind, "k": k, "draws": row["draws"], "pools": sorted(row["pools"]),
+                    "draws_with_dead": row["with_dead"] if row["known"] else None,
+                    "mean_dead_per_draw": row["dead"] / row["draws"] if row["known"] and row["draws"] else None})
+    return out
+
+
+def pools_section(groups: list[dict[str, Any]], unavailable: list[dict[str, str]]) -> list[str]:
+    """Markdown lines: one sentence per model on its dead heads, a table of dead shares in control draws, and the
+    configurations that could not be drawn."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for g in groups:
+        if g["model"] in seen:
+            continue
+        seen.add(g["model"])
+        dead = g.get("dead_heads")
+        if dead is None:
+            continue
+        if not dead:
+            lines.append(f"- {g['model']}: every head writes to the residual stream (no o_proj columns all zero), "
+                         "so live and uniform control pools give the same draws.")
+            continue
+        listed = ", ".join(dead[:12]) + (", ..." if len(dead) > 12 else "")
+        lines.append(f"- {g['model']}: **{len(dead)} heads write nothing** (o_proj columns all zero: {listed}); "
+                     "ablating them costs nothing by construction, so a control draw holding them controls for less.")
+    table = []
+    for g in groups:
+        for row in control_dead_shares(g):
+            share = "n/a" if row["draws_with_dead"] is None else f"{row['draws_with_dead']} of {row['draws']}"
+            mean = "n/a" if row["mean_dead_per_draw"] is None else f"{row['mean_dead_per_draw']:.1f} of {row['k']}"
+            table.append(f"| {g['model'].split('/')[-1]} | {g['task']} | {CONTROL_NAMES[row['kind']]} | {row['k']} | "
+                         f"{', '.join(row['pools'])} | {share} | {mean} |")
+    if table and any(g.get("dead_heads") for g in groups):
+        lines += ["", "| Model | Task | Control | k | Pool | Draws holding a dead head | Dead heads per draw (mean) |",
+                  "|---|---|---|---|---|---|---|", *table]
+    if unavailable:
+        lines += ["", "Configurations that could not be drawn (reported, not padded with dead heads):", ""]
+        lines += [f"- {u['id']} ({u['folder']}): {u['reason']}" for u in unavailable]
+    return lines
