@@ -136,3 +136,15 @@ def test_answer_logprob_is_the_causal_lm_log_likelihood(setup):
     p = clean["input_ids"].shape[1]
     ref = -F.cross_entropy(logits[0, :-1].double()[p - 1:], ids[1:][p - 1:], reduction="sum")
     assert answer_logprob(logits, tf) == pytest.approx(float(ref), abs=1e-9)
+
+
+def test_noising_measures_the_share_destroyed(setup):
+    """Noising every head wipes out the clean behaviour (destroyed 1), noising none keeps it (0): the noising
+    direction's effect reads the same way round as the denoising recovery."""
+    model, dec, clean, corrupt, answer_a, answer_b = setup
+    every = dec.geometry.all_heads()
+    noised = patch_pair(model, dec, clean, corrupt, answer_a, answer_b, head_sets={"all": every, "none": []},
+                        per_head=False, direction="noise")
+    assert noised.effect(noised.sets["all"], "noise") == pytest.approx(1.0, abs=1e-4)
+    assert noised.effect(noised.sets["none"], "noise") == 0.0
+    assert noised.recovery(noised.sets["none"]) == 1.0  # the old reading: a head that does nothing scored 100%

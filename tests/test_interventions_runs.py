@@ -114,8 +114,8 @@ def test_patch_end_to_end(family_run, patched):
     g = family_run[2].vrh_decoder.geometry
     path = patched
     result = json.loads(path.read_text())
-    assert result["schema"] == "vrh-patch/1" and result["n_pairs_used"] >= 1
-    assert np.asarray(result["recovery"]["mean"]).shape == (g.layers, g.heads)
+    assert result["schema"] == "vrh-patch/2" and result["n_pairs_used"] >= 1 and result["measure"] == "recovery"
+    assert np.asarray(result["effect"]["mean"]).shape == (g.layers, g.heads)
     assert {s["id"] for s in result["sets"]} == {"top1", "random1_s0", "layer_matched1_s0"}
     assert -1 <= result["discovery"]["spearman"]["rho"] <= 1
     assert (path.parent / "patch_map.png").is_file() and "Spearman" in (path.parent / "report.md").read_text()
@@ -173,4 +173,19 @@ def test_commands_on_the_demo_model(tmp_path, monkeypatch):
     assert result["n_pairs_used"] >= 3
     top = next(s for s in result["sets"] if s["id"] == "top3")
     rand = next(s for s in result["sets"] if s["id"] == "random3_s0")
-    assert top["recovery"] > rand["recovery"]
+    assert top["effect"] > rand["effect"]
+    # issue 33: no default control set of steer or patch holds a head that writes nothing (the model has 54)
+    recorded = load_heads_file(heads).extra["dead_heads"]["heads"]
+    dead = set(recorded)
+    assert len(dead) == 54 and result["dead_heads"] == recorded
+    for s in result["sets"]:
+        if s["kind"] != "topk":
+            assert s["pool"] == "live" and not set(s["heads"]) & dead, s["id"]
+    manifest = json.loads((tmp_path / "steer" / "steer.json").read_text())
+    for cfg in manifest["configurations"]:
+        if cfg["kind"] in ("random", "layer_matched") and cfg["status"] != "unavailable":
+            record = json.loads((tmp_path / "steer" / "configs" / cfg["id"] / "results.json").read_text())["vrh"]
+            assert not set(record["steering"]["heads"]) & dead, cfg["id"]
+    unavailable = set(result["unavailable_sets"]) | {c["id"].rsplit("_b", 1)[0] for c in manifest["configurations"]
+                                                      if c["status"] == "unavailable"}
+    assert unavailable <= {"layer_matched3_s0"}  # reported, never padded

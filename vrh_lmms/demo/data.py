@@ -1,12 +1,18 @@
-"""Model inputs exactly as lmms-eval's `qwen2_5_vl` backend builds them, plus a fast path for training.
+"""Model inputs exactly as `vrh_qwen25` (lmms-eval's chat `qwen2_5_vl` backend) builds them, plus a fast path for
+training.
 
-The backend (`lmms_eval/models/simple/qwen2_5_vl.py`, `generate_until`) re-encodes the PIL image as a JPEG
-(quality 85) data URL, builds system + user messages, renders them with the processor's chat template, loads the
-image with `qwen_vl_utils.process_vision_info` (smart resize between min/max pixels, factor 28) and calls the
-processor. `backend_inputs` does literally that. `FastEncoder` produces the same tensors without the per-sample
-processor call: the prompt differs between scenes only in the expression's words, and pixel values are the
-processor's affine rescale + normalise + patchify of the decoded JPEG (checked against the processor by
-`FastEncoder.check`).
+The chat backend (`lmms_eval/models/chat/qwen2_5_vl.py`, `generate_until`) turns the task's messages into HF messages
+whose image part is the PIL image the task returned, unchanged (`ChatMessages.to_hf_messages`: no re-encoding, no
+pixel limits of its own), renders them with the processor's chat template, loads the image with
+`qwen_vl_utils.process_vision_info` (`fetch_image`: RGB, smart resize with factor 28 between qwen_vl_utils' default
+pixel limits) and calls the processor. `backend_inputs` does literally that, so the trainer sees the pixels the
+evaluation feeds (tests/test_demo_input_path.py compares both, bit for bit, through the real backend).
+`FastEncoder` produces the same tensors without the per-sample processor call: the prompt differs between scenes only
+in the expression's words, and pixel values are the processor's affine rescale + normalise + patchify of the fetched
+image (checked against the processor by `FastEncoder.check`).
+
+Until issue 33 the trainer followed the *simple* backend instead (a JPEG quality-85 data URL): the shipped demo model
+was trained on those pixels; its model card states the difference and its measured effect.
 """
 
 from __future__ import annotations
@@ -21,24 +27,21 @@ from vrh_lmms.demo.spec import SYSTEM_PROMPT, DemoSpec, prompt_for
 from vrh_lmms.synth.scenes import Scene
 
 
-def jpeg_data_url(image: Image.Image) -> str:
-    """The backend's `_encode_image_data_url`: JPEG quality 85, RGB."""
-    from lmms_eval.models.model_utils.media_encoder import encode_image_to_data_url
-
-    return encode_image_to_data_url(image, image_format="JPEG", mime_type="image/jpeg", convert_rgb=True, quality=85)
+def image_part(image: Image.Image) -> dict:
+    """The chat backend's HF message part for an image: the task's PIL image itself."""
+    return {"type": "image", "image": image}
 
 
 def backend_messages(image: Image.Image, expression: str, spec: DemoSpec) -> list[dict]:
     """System + user messages; with `spec.prompt_first` the text part comes before the image, as `vrh_qwen25 ...
-    image_position=after_prompt` sends it (same token ids as the simple backend's interleaved placeholder)."""
-    picture = {"type": "image", "image": jpeg_data_url(image), "max_pixels": spec.pixels, "min_pixels": spec.pixels}
+    image_position=after_prompt` sends it."""
     text = {"type": "text", "text": prompt_for(expression)}
-    content = [text, picture] if spec.prompt_first else [picture, text]
+    content = [text, image_part(image)] if spec.prompt_first else [image_part(image), text]
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}]
 
 
 def backend_inputs(processor, scenes: Sequence[Scene], spec: DemoSpec):
-    """Processor outputs for a batch of scenes, built the way `generate_until` builds them."""
+    """Processor outputs for a batch of scenes, built the way the chat backend's `generate_until` builds them."""
     from qwen_vl_utils import process_vision_info
 
     batched = [backend_messages(s.image, s.expression, spec) for s in scenes]
@@ -49,11 +52,10 @@ def backend_inputs(processor, scenes: Sequence[Scene], spec: DemoSpec):
 
 
 def decoded_image(scene: Scene, spec: DemoSpec) -> np.ndarray:
-    """The uint8 image the processor receives: JPEG q85 round trip, then qwen_vl_utils' fetch_image (resize)."""
+    """The uint8 image the processor receives: qwen_vl_utils' fetch_image of the scene's own pixels."""
     from qwen_vl_utils.vision_process import fetch_image
 
-    ele = {"type": "image", "image": jpeg_data_url(scene.image), "max_pixels": spec.pixels, "min_pixels": spec.pixels}
-    return np.asarray(fetch_image(ele), dtype=np.uint8)
+    return np.asarray(fetch_image(image_part(scene.image)), dtype=np.uint8)
 
 
 class FastEncoder:

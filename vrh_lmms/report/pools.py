@@ -86,6 +86,11 @@ def pools_section(groups: list[dict[str, Any]], unavailable: list[dict[str, str]
     if table and any(g.get("dead_heads") for g in groups):
         lines += ["", "| Model | Task | Control | k | Pool | Draws holding a dead head | Dead heads per draw (mean) |",
                   "|---|---|---|---|---|---|---|", *table]
+    dead_tops = [f"{c['label']} ({g['task']}): {', '.join(c['dead_heads'])}" for g in groups for c in g["configs"]
+                 if c["kind"] in ("topk", "explicit") and c.get("dead_heads")]
+    if dead_tops:
+        lines += ["", "Ranked head sets holding heads that write nothing (the ranking is discovery's; ablating these "
+                      "heads costs nothing): " + "; ".join(dead_tops) + "."]
     if unavailable:
         lines += ["", "Configurations that could not be drawn (reported, not padded with dead heads):", ""]
         lines += [f"- {u['id']} ({u['folder']}): {u['reason']}" for u in unavailable]
