@@ -297,3 +297,53 @@ def test_bounded_scores_are_clipped_to_the_unit_interval_and_checked():
         accuracy(np.array([1.0, 0.5]), quantity="binary")
     with pytest.raises(ValueError, match="quantity 'ratio'"):
         accuracy(np.array([1.0]), quantity="ratio")
+
+
+# ----------------------------------------------------------------------------------- scipy's result contract
+def test_every_interval_is_one_confidence_interval_type():
+    """Accuracy, drop, bootstrap and Tango results give their interval as `ConfidenceInterval(low, high)`, the
+    named tuple scipy.stats returns (same fields as `scipy.stats.bootstrap(...).confidence_interval`)."""
+    from scipy.stats import bootstrap as scipy_bootstrap
+
+    from vrh_lmms.stats import ConfidenceInterval, paired_bootstrap_drop, paired_drop, tango_interval
+
+    scipy_ci = scipy_bootstrap((BASE.astype(float),), np.mean, n_resamples=99, random_state=0).confidence_interval
+    assert type(scipy_ci)._fields == ConfidenceInterval._fields == ("low", "high")
+    acc = accuracy(BASE, quantity="binary")
+    drop = paired_drop(BASE, ABL, n_resamples=200)
+    boot = paired_bootstrap_drop(BASE, ABL, n_resamples=200)
+    tango = tango_interval(8, 2, 20)
+    for result, ci in ((acc, acc.confidence_interval), (drop, drop.confidence_interval),
+                       (boot, boot.confidence_interval)):
+        assert isinstance(ci, ConfidenceInterval) and ci == (result.ci_low, result.ci_high)
+    assert isinstance(tango, ConfidenceInterval) and tango.low < 0.3 < tango.high
+
+
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_one_and_two_sided_tests_match_scipy(alternative):
+    """With one pair per image the sign-flip test is the exact McNemar test, which is a binomial test of the lost
+    pairs among the discordant ones: both agree with scipy.stats.binomtest for every `alternative`."""
+    from scipy.stats import binomtest
+
+    lost, gained = int(np.sum((BASE == 1) & (ABL == 0))), int(np.sum((BASE == 0) & (ABL == 1)))
+    expected = binomtest(lost, lost + gained, 0.5, alternative=alternative).pvalue
+    flip = sign_flip_test(BASE, ABL, alternative=alternative)
+    mc = exact_mcnemar(BASE, ABL, alternative=alternative)
+    assert flip.pvalue == pytest.approx(expected) and flip.alternative == alternative
+    assert mc.pvalue == pytest.approx(expected) and mc.alternative == alternative
+    numeric = sign_flip_test(BASE * 0.5 + 0.01, ABL * 0.5, alternative=alternative, n_resamples=4000, seed=1)
+    assert numeric.method == "monte carlo" and numeric.alternative == alternative
+    with pytest.raises(ValueError, match="alternative 'larger'"):
+        sign_flip_test(BASE, ABL, alternative="larger")
+
+
+def test_one_sided_tails_add_up():
+    """For an exact null the two one-sided p-values add up to 1 + P(T = t_obs)."""
+    rng = np.random.default_rng(3)
+    clusters = np.repeat(np.arange(15), 3)
+    base = (rng.random(45) < 0.8).astype(float)
+    abl = np.where(rng.random(45) < 0.3, 0.0, base)
+    greater = sign_flip_test(base, abl, clusters, alternative="greater").pvalue
+    less = sign_flip_test(base, abl, clusters, alternative="less").pvalue
+    two = sign_flip_test(base, abl, clusters).pvalue
+    assert greater < 0.05 < less and greater <= two and greater + less > 1.0

@@ -9,6 +9,7 @@ from vrh_lmms.stats.accuracy import AccuracyResult, accuracy, is_binary
 from vrh_lmms.stats.bootstrap import BootstrapResult, paired_bootstrap_drop
 from vrh_lmms.stats.clusters import DesignEffect, cluster_totals, design_effect
 from vrh_lmms.stats.drop import DropResult, paired_drop
+from vrh_lmms.stats.interval import ALTERNATIVES, ConfidenceInterval
 from vrh_lmms.stats.mcnemar import McNemarResult, exact_mcnemar
 from vrh_lmms.stats.multiple import adjust_pvalues, benjamini_hochberg, holm
 from vrh_lmms.stats.null import NullComparison, topk_vs_random
@@ -17,7 +18,9 @@ from vrh_lmms.stats.signflip import SignFlipResult, sign_flip_test
 from vrh_lmms.stats.tango import tango_interval
 
 __all__ = [
+    "ALTERNATIVES",
     "AccuracyResult",
+    "ConfidenceInterval",
     "BootstrapResult",
     "DesignEffect",
     "DropResult",

@@ -28,10 +28,11 @@ from numpy.typing import ArrayLike
 from statsmodels.stats.proportion import proportion_confint
 
 from vrh_lmms.stats.clusters import cluster_t_interval, cluster_totals, design_effect
+from vrh_lmms.stats.interval import HasInterval
 
 
 @dataclass(frozen=True)
-class AccuracyResult:
+class AccuracyResult(HasInterval):
     """Mean outcome of n samples; `method` names how the CI was made ("wilson" or "t"); `deff` the design effect
     used (1 without clusters), `deff_method` how it was obtained, `n_eff` = n / deff."""
 

@@ -18,6 +18,7 @@ from numpy.typing import ArrayLike
 from scipy.stats import bootstrap
 
 from vrh_lmms.stats.clusters import cluster_totals
+from vrh_lmms.stats.interval import HasInterval
 
 # Cells (resamples x clusters) per vectorised batch: bounds scipy's resample matrices to ~16 MB each.
 _BATCH_CELLS = 2_000_000
@@ -25,7 +26,7 @@ METHODS = {"bca": "BCa", "percentile": "percentile"}
 
 
 @dataclass(frozen=True)
-class BootstrapResult:
+class BootstrapResult(HasInterval):
     """Drop = mean(baseline) - mean(ablated) with a bootstrap CI over clusters (samples if `clustered` is False)."""
 
     drop: float

@@ -19,11 +19,12 @@ from numpy.typing import ArrayLike
 from vrh_lmms.stats.accuracy import is_binary
 from vrh_lmms.stats.bootstrap import paired_bootstrap_drop
 from vrh_lmms.stats.clusters import cluster_t_interval, cluster_totals, design_effect
+from vrh_lmms.stats.interval import HasInterval
 from vrh_lmms.stats.tango import tango_interval
 
 
 @dataclass(frozen=True)
-class DropResult:
+class DropResult(HasInterval):
     """Drop = mean(baseline) - mean(ablated) on paired samples and its (1 - alpha) CI made by `method`
     ("tango score, design-effect adjusted" or "cluster-robust t"); `bootstrap` holds the BCa cluster bootstrap
     interval (None when it was not asked for)."""

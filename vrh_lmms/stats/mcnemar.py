@@ -10,9 +10,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy.stats import binomtest
 from statsmodels.stats.contingency_tables import mcnemar
 
 from vrh_lmms.stats.accuracy import is_binary
+from vrh_lmms.stats.interval import check_alternative
 
 
 @dataclass(frozen=True)
@@ -25,13 +27,16 @@ class McNemarResult:
     gained: int
     both_wrong: int
     pvalue: float
+    alternative: str = "two-sided"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def exact_mcnemar(baseline: ArrayLike, ablated: ArrayLike) -> McNemarResult:
-    """Two-sided exact McNemar p-value for paired 0/1 outcomes."""
+def exact_mcnemar(baseline: ArrayLike, ablated: ArrayLike, alternative: str = "two-sided") -> McNemarResult:
+    """Exact McNemar p-value for paired 0/1 outcomes: two-sided (statsmodels), or one-sided as scipy's binomtest of
+    `lost` among the discordant pairs ("greater": the ablation loses more than it gains)."""
+    check_alternative(alternative)
     b = np.asarray(baseline, dtype=float).ravel()
     a = np.asarray(ablated, dtype=float).ravel()
     if b.size != a.size:
@@ -44,5 +49,10 @@ def exact_mcnemar(baseline: ArrayLike, ablated: ArrayLike) -> McNemarResult:
     )
     lost, gained = int(table[0, 1]), int(table[1, 0])
     # statsmodels returns p = min(1, 2 * binom.cdf(min(b, c), b + c, 0.5)); with no discordant pairs that is 1.
-    pvalue = 1.0 if lost + gained == 0 else float(mcnemar(table, exact=True).pvalue)
-    return McNemarResult(int(b.size), int(table[0, 0]), lost, gained, int(table[1, 1]), pvalue)
+    if lost + gained == 0:
+        pvalue = 1.0
+    elif alternative == "two-sided":
+        pvalue = float(mcnemar(table, exact=True).pvalue)
+    else:
+        pvalue = float(binomtest(lost, lost + gained, 0.5, alternative=alternative).pvalue)
+    return McNemarResult(int(b.size), int(table[0, 0]), lost, gained, int(table[1, 1]), pvalue, alternative)

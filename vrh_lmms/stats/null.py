@@ -24,6 +24,7 @@ class NullComparison:
     n_null_ge_observed: int
     pvalue: float
     p_floor: float
+    alternative: str = "greater"  # one-sided by construction: is the observed drop larger than the draws'?
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -15,6 +15,8 @@ import math
 from scipy.optimize import brentq
 from scipy.stats import norm
 
+from vrh_lmms.stats.interval import ConfidenceInterval
+
 _EDGE = 1e-12
 
 
@@ -31,7 +33,7 @@ def tango_statistic(lost: float, gained: float, n: float, delta: float) -> float
     return diff / math.sqrt(var)
 
 
-def tango_interval(lost: float, gained: float, n: float, alpha: float = 0.05) -> tuple[float, float]:
+def tango_interval(lost: float, gained: float, n: float, alpha: float = 0.05) -> ConfidenceInterval:
     """(1 - alpha) score interval for (lost - gained) / n; `lost`, `gained` and `n` may be fractional (n > 0)."""
     if n <= 0 or lost < 0 or gained < 0 or lost + gained > n * (1 + 1e-12):
         raise ValueError(f"need 0 <= lost, gained and lost + gained <= n, got lost={lost}, gained={gained}, n={n}")
@@ -46,4 +48,4 @@ def tango_interval(lost: float, gained: float, n: float, alpha: float = 0.05) ->
         high = 1.0
     else:
         high = brentq(lambda d: tango_statistic(lost, gained, n, d) + z, max(estimate, lo_edge), hi_edge, xtol=1e-12)
-    return float(low), float(high)
+    return ConfidenceInterval(float(low), float(high))
