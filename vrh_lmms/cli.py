@@ -6,8 +6,11 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from vrh_lmms import runfile
 from vrh_lmms.errors import VRHError
+from vrh_lmms.runfile import CONFIG_COMMANDS
 
 # name -> (module under vrh_lmms.commands, one-line help). Modules expose `configure(parser)` and `run(args) -> int`.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -40,7 +43,15 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or only == name:
             _load(module).configure(p)
+            if name in CONFIG_COMMANDS:
+                p.add_argument("--config", metavar="RUN.yaml",
+                               help="take the options from a run file (docs/runs.md; every finished run writes one "
+                                    "into its output); flags given beside it override it")
     return parser
+
+
+def subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[name]
 
 
 def _load(module: str):
@@ -55,12 +66,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Configure only the chosen subcommand, so `vrh-lmms tasks-path` does not import torch-heavy modules.
     chosen = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(only=chosen if chosen in COMMANDS else "__none__")
+    if chosen in CONFIG_COMMANDS and argv and argv[0] == chosen:
+        try:
+            argv = runfile.expand(argv, subparser(parser, chosen))
+        except VRHError as exc:
+            print(f"vrh-lmms: error: {exc}", file=sys.stderr)
+            return 2
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 0
     run = lambda: _load(COMMANDS[args.command][0]).run(args)  # noqa: E731
-    return _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
+    code = _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
+    if code == 0 and args.command in CONFIG_COMMANDS:
+        _write_run_file(args, subparser(parser, args.command))
+    return code
+
+
+def _write_run_file(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
+    """A finished run keeps its run file beside its outputs (rank 0 only; nothing when there is no output)."""
+    import os
+
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    target = runfile.run_file_path(args.command, args.output)
+    if target.parent.is_dir() and (args.command != "discover" or Path(args.output).is_file()):
+        runfile.write(args.command, args, parser)
 
 
 def _with_threads(call):

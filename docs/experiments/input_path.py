@@ -50,7 +50,8 @@ def main() -> None:
              [int(np.sum(~jpeg.correct & png.correct)), int(np.sum(~jpeg.correct & ~png.correct))]]
     pixel_diff = [float(np.abs(decoded_image(s, spec).astype(int) - jpeg_decoded_image(s, spec).astype(int)).mean())
                   for s in scenes[:50]]
-    out = {"n": args.n, "start": args.start, "acc_png": float(png.correct.mean()), "acc_jpeg": float(jpeg.correct.mean()),
+    out = {"n": args.n, "start": args.start, "acc_png": float(png.correct.mean()),
+           "acc_jpeg": float(jpeg.correct.mean()),
            "answers_changed": int(sum(a != b for a, b in zip(png.texts, jpeg.texts))),
            "table_jpeg_rows_png_cols": table, "mcnemar_exact_p": float(mcnemar(table, exact=True).pvalue),
            "parse_fail_png": float(png.parse_rate), "parse_fail_jpeg": float(jpeg.parse_rate),

@@ -21,6 +21,7 @@ import torch
 
 from vrh_lmms import atomic, owned
 from vrh_lmms.errors import VRHError
+from vrh_lmms.runfile import run_file_path
 
 IDENTITY = "identity.json"
 
@@ -52,7 +53,7 @@ def sidecars(output: str | Path) -> dict[str, Path]:
     from vrh_lmms.ablation import means_path_for
 
     return {"parts": Path(f"{stem}.parts"), "eval": Path(f"{stem}.eval"), "samples": Path(f"{stem}.samples.npz"),
-            "means": means_path_for(out)}
+            "means": means_path_for(out), "run": run_file_path("discover", out)}
 
 
 HEADS_FILE = owned.json_with("schema", "geometry", schema_prefix="vrh-heads/")
@@ -63,6 +64,7 @@ SIDECAR_CHECKS: dict[str, owned.Check] = {
     "eval": owned.RUN_FOLDER,
     "samples": owned.npz_with("keys"),
     "means": owned.safetensors_with("means"),
+    "run": owned.is_file,  # the run file a finished `vrh-lmms discover` writes (vrh_lmms.runfile)
 }
 
 
@@ -73,7 +75,8 @@ def discovery_layout(output: str | Path) -> dict[str, owned.Check | None]:
     layout: dict[str, owned.Check | None] = {name: HEADS_FILE, f".{name}.*": owned.is_file,
                                               f".{paths['eval'].name}.*": owned.RUN_FOLDER,
                                               f".{paths['samples'].name}.*": owned.is_file,
-                                              f".{paths['means'].name}.*": owned.is_file}
+                                              f".{paths['means'].name}.*": owned.is_file,
+                                              f".{paths['run'].name}.*": owned.is_file}
     layout.update({paths[key].name: check for key, check in SIDECAR_CHECKS.items()})
     return layout
 
@@ -120,7 +123,7 @@ def _claim(spec: DiscoverySpec, folder: _Folder, force: bool) -> dict[str, Path]
     if folder.reset_parts and parts.exists():
         owned.remove(parts)
     if force:
-        for key in ("eval", "samples", "means"):
+        for key in ("eval", "samples", "means", "run"):
             owned.remove(paths[key])
     parts.mkdir(parents=True, exist_ok=True)
     atomic.write_text(parts / IDENTITY, json.dumps(spec.identity(), indent=1))

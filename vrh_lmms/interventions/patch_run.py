@@ -38,6 +38,7 @@ from vrh_lmms.heads.geometry import head_name
 from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
+from vrh_lmms.runfile import RUN_FILE
 from vrh_lmms.sweep.checks import sha256_of
 
 MANIFEST = "patch_run.json"
@@ -54,7 +55,8 @@ PATCH_LAYOUT: dict[str, owned.Check | None] = {
     ".eval.*": owned.RUN_FOLDER,  # write_run's staging folder
     "report.md": beside(MANIFEST, _MANIFEST_FILE),
     "patch_map.png": beside(MANIFEST, _MANIFEST_FILE),
-    **temporaries(MANIFEST, RESULT, "report.md", "patch_map.png"),
+    RUN_FILE: beside(MANIFEST, _MANIFEST_FILE),  # the run file (vrh_lmms.runfile)
+    **temporaries(MANIFEST, RESULT, "report.md", "patch_map.png", RUN_FILE),
 }
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
 

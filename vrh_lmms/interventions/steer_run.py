@@ -34,6 +34,7 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.interventions.steering import SteerPlan, steer_attention
+from vrh_lmms.runfile import RUN_FILE
 from vrh_lmms.sweep.checks import CONFIG_ENTRY, sha256_of
 
 MANIFEST = "steer.json"
@@ -45,7 +46,8 @@ STEER_LAYOUT: dict[str, owned.Check | None] = {
     "configs": owned.folder_of({"*": CONFIG_ENTRY}),
     "summary.json": owned.json_with("configs", "table"),
     "report.md": beside(MANIFEST, _MANIFEST_FILE),
-    **temporaries(MANIFEST, "summary.json", "report.md"),
+    RUN_FILE: beside(MANIFEST, _MANIFEST_FILE),  # the run file (vrh_lmms.runfile)
+    **temporaries(MANIFEST, "summary.json", "report.md", RUN_FILE),
 }
 
 

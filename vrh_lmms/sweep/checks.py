@@ -22,6 +22,7 @@ from typing import Any
 
 from vrh_lmms import owned
 from vrh_lmms.errors import VRHError
+from vrh_lmms.runfile import RUN_FILE
 
 MANIFEST = "sweep.json"
 CONFIGS = "configs"
@@ -45,6 +46,8 @@ SWEEP_LAYOUT: dict[str, owned.Check | None] = {
     MANIFEST: owned.json_with("identity", "configurations"),
     f".{MANIFEST}.tmp": owned.is_file,
     CONFIGS: owned.folder_of({"*": CONFIG_ENTRY}),
+    RUN_FILE: owned.is_file,  # the run file a finished `vrh-lmms sweep` writes (vrh_lmms.runfile)
+    f".{RUN_FILE}.*": owned.is_file,
 }
 
 
