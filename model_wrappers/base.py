@@ -27,7 +27,7 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.families import get_family
 from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file
 from vrh_lmms.heads.spec import HeadSet, check_pool, resolve_spec
-from vrh_lmms.preload import check_pretrained
+from vrh_lmms.pretrained import check_pretrained
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.demo.pipeline import EVAL_START, TASK, _synth_config, demo_model_args
+from vrh_lmms.demo.stages import EVAL_START, TASK, demo_model_args
+from vrh_lmms.demo.stages import synth_config as _synth_config
 from vrh_lmms.paths import assets_path
 
 MODEL = assets_path() / "demo_model"

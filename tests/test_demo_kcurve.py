@@ -83,12 +83,12 @@ def test_a_top_set_filling_a_layer_has_no_layer_matched_draws_and_the_rest_is_ke
 
 
 def test_protocol_on_the_shipped_model_writes_its_figures(tmp_path):
-    """`python -m vrh_lmms.demo.protocol` end to end (grounding, a few scenes): the json holds a complete curve
+    """`python -m research.protocol` end to end (grounding, a few scenes): the json holds a complete curve
     with the oracle, written atomically, and the plot exists."""
     import json
 
+    from research.protocol import main
     from vrh_lmms.demo.pipeline import demo_model_path
-    from vrh_lmms.demo.protocol import main
 
     assert main([str(demo_model_path()), "--no-recall", "--n", "4", "--n-score", "4", "--draws", "2", "--ks", "1,3",
                  "--out", str(tmp_path)]) == 0

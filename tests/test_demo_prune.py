@@ -11,7 +11,8 @@ import pytest
 import torch
 from test_demo_train import MICRO, _encoders
 
-from vrh_lmms.demo import head_lasso, head_prune
+from vrh_lmms.demo import head_prune
+from vrh_lmms.demo.model_heads import group_norms, head_groups
 from vrh_lmms.demo.train import (
     BatchMaker,
     Design,
@@ -76,8 +77,8 @@ def test_pruning_zeroes_the_scheduled_heads_of_its_layers_only(tmp_path, monkeyp
                 seed=0, log=lambda s: None)
     model = build_model(BASE, make_tokenizer(), seed=0)
     model.load_state_dict(checkpoint_state(tmp_path / "b"))
-    norms1 = head_lasso.group_norms(head_lasso.head_groups(model, (1,)))
-    norms0 = head_lasso.group_norms(head_lasso.head_groups(model, (0,)))
+    norms1 = group_norms(head_groups(model, (1,)))
+    norms0 = group_norms(head_groups(model, (0,)))
     assert int((norms1 == 0).sum()) == 3 and bool((norms0 > 0).all())
     dead = {f"L1H{h}" for h in range(4) if norms1[h] == 0}
     assert set(run["history"][-1]["pruned_heads"]) == dead
@@ -88,7 +89,7 @@ def test_pruning_zeroes_the_scheduled_heads_of_its_layers_only(tmp_path, monkeyp
 def _live_heads(folder, layer: int) -> list[str]:
     model = build_model(BASE, make_tokenizer(), seed=0)
     model.load_state_dict(checkpoint_state(folder))
-    norms = head_lasso.group_norms(head_lasso.head_groups(model, (layer,)))
+    norms = group_norms(head_groups(model, (layer,)))
     return [f"L{layer}H{h}" for h in range(len(norms)) if norms[h] > 0]
 
 
@@ -186,9 +187,11 @@ def test_bad_extra_groups_name_the_option(tmp_path):
 
 
 def test_p18_keeps_exactly_the_shipped_models_survivors():
-    """p18's named survivors (p17 seed 0's) are the heads of layers 3-5 that the shipped model (p21 seed 0, which
-    keeps them by design) did not prune, read from the shipped model's own training record and config."""
-    from vrh_lmms.demo.designs import DESIGNS
+    """p18's named survivors (p17 seed 0's; research/designs.py) are the heads of layers 3-5 that the shipped model
+    (p21 seed 0, which keeps them by design) did not prune, read from the shipped model's own training record and
+    config."""
+    from research.designs import DESIGNS
+    from vrh_lmms.demo.designs import P21
     from vrh_lmms.heads.geometry import head_name
     from vrh_lmms.paths import assets_path
 
@@ -199,4 +202,5 @@ def test_p18_keeps_exactly_the_shipped_models_survivors():
     heads = {head_name(layer, head) for layer in design.head_prune_layers for head in range(n_heads)}
     assert set(design.head_prune_survivors) == heads - pruned
     assert len(design.head_prune_survivors) == design.head_prune_keep
+    assert P21.head_prune_survivors == design.head_prune_survivors
 

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.demo import head_lasso, run_state
+from research.head_lasso import with_lasso
+from vrh_lmms.demo import run_state
 from vrh_lmms.demo.data import FastEncoder, backend_inputs
-from vrh_lmms.demo.probe import held_out_scenes
+from vrh_lmms.demo.evaluation import held_out_scenes
+from vrh_lmms.demo.model_heads import group_norms, head_groups
 from vrh_lmms.demo.sequences import TurnEncoder, collate
 from vrh_lmms.demo.spec import DemoSpec
 from vrh_lmms.demo.text_tasks import TEXT_TASKS, TextTaskConfig, make_example
@@ -179,8 +181,7 @@ def test_continuing_after_a_phase_equals_the_uninterrupted_run(tmp_path):
     wa, wb = load_file(tmp_path / "full" / "model.safetensors"), load_file(tmp_path / "cont" / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
     # every phase checkpoint and the backbone load on their own, with the text settings they were trained with
-    from vrh_lmms.demo.protocol import trained_text_config
-    from vrh_lmms.demo.train import load_demo_model
+    from research.protocol import trained_text_config
 
     for folder in ("phases/text0", "phases/joint", "backbone"):
         model, _, spec = load_demo_model(tmp_path / "full" / folder)
@@ -218,7 +219,7 @@ def test_curriculum_follows_the_visual_steps_through_align_and_joint(tmp_path, m
 
 def test_answers_are_scored_against_the_referent_and_every_object():
     """`localised` counts boxes on any object, so a model that finds objects but not the referent is told apart."""
-    from vrh_lmms.demo.probe import score_answers
+    from vrh_lmms.demo.evaluation import score_answers
 
     scene = next(s for s in held_out_scenes(SPEC, 20) if len(s.objects) >= 3)
     other = next(o for i, o in enumerate(scene.objects) if i != scene.target)
@@ -229,23 +230,6 @@ def test_answers_are_scored_against_the_referent_and_every_object():
     assert res.on_object.tolist() == [True, True, False, False]
     assert res.parse_fail.tolist() == [False, False, False, True]
     assert res.localised == 0.5 and res.acc50 == 0.25
-
-
-def test_protocol_runs_end_to_end_on_a_trained_checkpoint(tmp_path):
-    """`python -m vrh_lmms.demo.protocol` on a real (micro) checkpoint: one k row, localisation beside Acc@0.5."""
-    import json
-
-    from vrh_lmms.demo import protocol
-
-    design = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=2)
-    train(design, tmp_path / "m", seed=0, log=lambda s: None)
-    assert protocol.main([str(tmp_path / "m"), "--ks", "1", "--draws", "2", "--n", "8", "--n-score", "4",
-                          "--pairs", "2", "--out", str(tmp_path / "p")]) == 0
-    out = json.loads((tmp_path / "p" / "protocol.json").read_text())
-    g = out["grounding"]
-    assert g["complete"] and out["recall"]["complete"] and [r["k"] for r in g["rows"]] == [1]
-    assert g["baseline_acc"] <= g["localised"] <= 1.0 and 1 / 5 <= g["uniform_pick"] <= 1 / 3
-    assert (tmp_path / "p" / "kcurve_grounding.png").is_file()
 
 
 def test_joint_phase_can_keep_the_backbone_attention_frozen(tmp_path):
@@ -266,7 +250,7 @@ def test_joint_phase_can_keep_the_backbone_attention_frozen(tmp_path):
 def test_head_dropout_hits_only_the_chosen_layers():
     """`head_drop_layers=(1,)` with p = 1 zeroes every head output of layer 1 before o_proj and none of layer 0;
     inactive, it changes nothing; a layer the model lacks is refused by name."""
-    from vrh_lmms.demo.probe import text_layers
+    from vrh_lmms.demo.model_heads import text_layers
     from vrh_lmms.demo.train import HeadDrop, build_model
 
     tok, _, _, turns = _encoders()
@@ -366,17 +350,18 @@ class _Killed(Exception):
 
 
 def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path, monkeypatch):
-    """Kill a run right after its evaluation at joint step 2 (mid-phase, with head dropout, the lasso and the head
-    pruner live, so the optimizer, the dropout generator and the measured head importance matter), resume it and kill
-    it again after its last evaluation (the phase's end, before the run's end): the lasso's reference norm is still
-    the joint phase's starting median, not the resumed weights'; the final weights and every logged figure but the
-    clock equal the run that was never stopped; and a call without `resume` refuses to overwrite the unfinished run."""
+    """Kill a run right after its evaluation at joint step 2 (mid-phase, with head dropout, a phase hook (the research
+    lasso) and the head pruner live, so the optimizer, the dropout generator, the hook's state and the measured head
+    importance matter), resume it and kill it again after its last evaluation (the phase's end, before the run's end):
+    the lasso's reference norm is still the joint phase's starting median, not the resumed weights'; the final
+    weights and every logged figure but the clock equal the run that was never stopped; and a call without `resume`
+    refuses to overwrite the unfinished run."""
     from vrh_lmms.demo import head_prune
 
     monkeypatch.setattr(head_prune, "WINDOW", 4)
-    design = replace(MICRO, head_drop=0.5, head_drop_kinds=("joint",), head_lasso=5.0, head_lasso_steps=(0, 1),
-                     head_prune_layers=(0,), head_prune_keep=1, head_prune_steps=(2, 3),
-                     text_phases=((2, (), 0),), align_steps=2, joint_steps=4, eval_every=2)
+    design = with_lasso(MICRO, head_drop=0.5, head_drop_kinds=("joint",), head_lasso=5.0, head_lasso_steps=(0, 1),
+                        head_prune_layers=(0,), head_prune_keep=1, head_prune_steps=(2, 3),
+                        text_phases=((2, (), 0),), align_steps=2, joint_steps=4, eval_every=2)
     whole = train(design, tmp_path / "whole", seed=0, log=lambda s: None)
 
     def kill_at_joint_2(line: str) -> None:
@@ -394,8 +379,9 @@ def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path, monke
     with pytest.raises(_Killed):
         train(design, tmp_path / "cut", seed=0, resume=True, log=kill_at_joint_4)
     aligned, _, _ = load_demo_model(tmp_path / "cut" / "phases" / "align")
-    start_median = float(head_lasso.group_norms(head_lasso.head_groups(aligned)).median())
-    assert run_state.load_state(tmp_path / "cut").lasso_start == pytest.approx(start_median, rel=1e-6)
+    start_median = float(group_norms(head_groups(aligned)).median())
+    hooks = run_state.load_state(tmp_path / "cut").hooks
+    assert len(hooks) == 1 and hooks[0]["lasso_start"] == pytest.approx(start_median, rel=1e-6)
     lines = []
     resumed = train(design, tmp_path / "cut", seed=0, resume=True, log=lines.append)
     assert "resuming joint at step 4" in lines[0]
@@ -414,62 +400,3 @@ def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path, monke
 def test_resume_without_an_unfinished_run_names_the_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="no unfinished run"):
         train(MICRO, tmp_path / "empty", seed=0, resume=True, log=lambda s: None)
-
-
-def test_a_head_lasso_group_owns_exactly_that_heads_output():
-    """Zeroing one head's lasso group (q, k, v rows and biases, o_proj columns) gives the logits of zero-ablating
-    that head with the product's Ablator: the group is the head, no more, no less."""
-    from vrh_lmms.ablation import Ablator
-    from vrh_lmms.demo import head_lasso
-    from vrh_lmms.demo.train import build_model
-    from vrh_lmms.heads import HeadRef
-
-    tok, _, _, turns = _encoders()
-    ids = torch.tensor([turns.encode(["copy", "a", "b", "c"], ["a", "b", "c"], has_image=False).ids])
-    ablated, zeroed = build_model(MICRO, tok, seed=0), build_model(MICRO, tok, seed=0)
-    Ablator(ablated).apply([HeadRef(1, 2)])
-    (layer, head, attn, rows), = [g for g in head_lasso.head_groups(zeroed, (1,)) if g[1] == 2]
-    with torch.no_grad():
-        for p in head_lasso.head_params(attn, rows):
-            p.zero_()
-        reference, ours = ablated(input_ids=ids).logits, zeroed(input_ids=ids).logits
-    assert (layer, head) == (1, 2) and torch.allclose(reference, ours, atol=1e-6)
-    assert not torch.allclose(ours, build_model(MICRO, tok, seed=0)(input_ids=ids).logits, atol=1e-4)
-    assert head_lasso.group_norms(head_lasso.head_groups(zeroed, (1,)))[2].item() == 0.0
-    with pytest.raises(ValueError, match=r"head_lasso_layers \[5\]"):
-        head_lasso.head_groups(zeroed, (5,))
-
-
-def test_head_lasso_proximal_step_soft_thresholds_each_head():
-    """prox_step shrinks every chosen head's norm by exactly `shrink` (a head below it lands on zero) and leaves
-    other layers alone; the weight ramps in linearly."""
-    from vrh_lmms.demo import head_lasso
-    from vrh_lmms.demo.train import build_model
-
-    assert [head_lasso.lasso_weight(1.0, s, 2, 5) for s in (0, 1, 2, 3, 5, 9)] == [0, 0, 0.25, 0.5, 1.0, 1.0]
-    model = build_model(MICRO, make_tokenizer(), seed=0)
-    layer1, layer0 = head_lasso.head_groups(model, (1,)), head_lasso.head_groups(model, (0,))
-    before1, before0 = head_lasso.group_norms(layer1).detach(), head_lasso.group_norms(layer0).detach()
-    head_lasso.prox_step(layer1, 0.5)
-    assert torch.allclose(head_lasso.group_norms(layer1).detach(), before1 - 0.5, atol=1e-5)
-    assert torch.equal(head_lasso.group_norms(layer0).detach(), before0)
-    head_lasso.prox_step(layer1, float(before1.max()) + 1)
-    assert head_lasso.group_norms(layer1).detach().abs().max().item() == 0.0
-
-
-def test_head_lasso_in_training_shrinks_only_its_layers(tmp_path):
-    from vrh_lmms.demo import head_lasso
-    from vrh_lmms.demo.train import build_model
-
-    base = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=8, lm_lr=3e-3)
-    train(base, tmp_path / "a", seed=0, log=lambda s: None)
-    train(replace(base, head_lasso=50.0, head_lasso_layers=(1,)), tmp_path / "b", seed=0, log=lambda s: None)
-    norms = {}
-    for run in ("a", "b"):
-        model = build_model(base, make_tokenizer(), seed=0)
-        model.load_state_dict(checkpoint_state(tmp_path / run))
-        norms[run] = [head_lasso.group_norms(head_lasso.head_groups(model, (i,))).sum().item() for i in (0, 1)]
-    assert norms["b"][1] < 0.9 * norms["a"][1]  # layer 1 shrank under the penalty
-    assert abs(norms["b"][0] - norms["a"][0]) < 0.02 * norms["a"][0]  # layer 0 moved only by training's noise
-    text_a, text_b = (checkpoint_state(tmp_path / run / "phases" / "text0") for run in ("a", "b"))
-    assert all(torch.equal(text_a[k], text_b[k]) for k in text_a)  # the lasso is a joint-phase regulariser only

@@ -12,7 +12,9 @@ def test_the_default_design_exists():
 
 def test_unknown_design_and_bad_backbone_are_named(tmp_path, capsys):
     assert main(["train-tiny", "--out", str(tmp_path / "m"), "--design", "t9"]) == 2
-    assert "unknown design 't9'; known: p1, p2, p3, p4" in capsys.readouterr().err
+    assert "unknown design 't9'; known: p21" in capsys.readouterr().err  # the shipped design only
+    assert main(["train-tiny", "--out", str(tmp_path / "m"), "--design", "p19"]) == 2  # research: research.train
+    assert "unknown design 'p19'; known: p21" in capsys.readouterr().err
     assert main(["train-tiny", "--out", str(tmp_path / "m"), "--backbone", str(tmp_path)]) == 2
     assert "holds no model.safetensors" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
@@ -24,8 +26,8 @@ def test_resume_needs_an_unfinished_run(tmp_path, capsys):
 
 
 def test_a_kept_state_must_be_an_evaluation_point(tmp_path, capsys):
-    """p19 evaluates every 500 joint steps: joint:4750 is no saved state, refused before anything is written."""
-    assert main(["train-tiny", "--out", str(tmp_path / "m"), "--design", "p19", "--keep-state-at", "joint:4750"]) == 2
+    """p21 evaluates every 500 joint steps: joint:4750 is no saved state, refused before anything is written."""
+    assert main(["train-tiny", "--out", str(tmp_path / "m"), "--design", "p21", "--keep-state-at", "joint:4750"]) == 2
     assert "--keep-state-at: keep state 'joint:4750': states are saved at every 500 steps" in capsys.readouterr().err
     assert main(["train-tiny", "--out", str(tmp_path / "m"), "--keep-state-at", "visual:500"]) == 2
     assert "PHASE one of text0, text1, align, joint" in capsys.readouterr().err

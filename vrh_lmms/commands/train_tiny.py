@@ -1,4 +1,5 @@
-"""`vrh-lmms train-tiny --out DIR --seed N`: train a tiny demo VLM (a design of vrh_lmms.demo.designs)."""
+"""`vrh-lmms train-tiny --out DIR --seed N`: train a tiny demo VLM (the shipped design, vrh_lmms.demo.designs; the
+research designs train with `python -m research.train` from the repository)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="checkpoint folder to write (model, tokenizer, processor, spec)")
     parser.add_argument("--seed", type=int, default=0, help="training seed: init, data streams, head dropout")
     parser.add_argument("--design", default=None,
-                        help="named design from vrh_lmms.demo.designs (default: the latest, designs.LATEST)")
+                        help="design to train (default and only choice: the shipped model's); research designs "
+                             "train with `python -m research.train` from the repository")
     parser.add_argument("--backbone", default=None,
                         help="text-pretrained checkpoint (a run's backbone/ folder): skip the text phase")
     parser.add_argument("--vision-seed", type=int, default=None,

@@ -1,17 +1,17 @@
 """Importance-based head pruning during training (Michel et al. 2019, "Are Sixteen Heads Really Better than One?").
 
 Why: in a 7B VLM most heads are idle on any one task, so random heads cost nothing; a tiny model enlists every free
-head (p5 seed 0 reads the referent through ~25 heads of layers 3-5). The proximal lasso (`head_lasso`) makes unneeded
-heads idle, but its outcome hangs on one weight: 10 pruned nothing, 25 pruned every head of layers 3-5 (p11, p12,
-p14). Pruning by importance fixes the outcome instead: over a window of steps the chosen layers lose their least
-important heads, one at a time, until `keep` are left, and the survivors are the heads some task (text or visual,
-every training batch counts) needs most.
+head (p5 seed 0 reads the referent through ~25 heads of layers 3-5). A proximal lasso (research/head_lasso.py) makes
+unneeded heads idle, but its outcome hangs on one weight: 10 pruned nothing, 25 pruned every head of layers 3-5
+(p11, p12, p14). Pruning by importance fixes the outcome instead: over a window of steps the chosen layers lose their
+least important heads, one at a time, until `keep` are left, and the survivors are the heads some task (text or
+visual, every training batch counts) needs most.
 
 Importance of head h is the first-order estimate of the loss change when the head is removed, |dL/d xi_h| for a gate
 xi_h = 1 on the head's output (before `o_proj`), per sample, averaged over the batch and smoothed over steps (an
-exponential moving average). A pruned head's parameters (q, k, v rows and biases, o_proj columns: `head_lasso`'s
-groups) are set to zero after every optimizer step, so it writes nothing and attends uniformly, as an ablated or
-lasso-pruned head does, and the saved checkpoint holds it that way.
+exponential moving average). A pruned head's parameters (q, k, v rows and biases, o_proj columns:
+`model_heads.head_groups`) are set to zero after every optimizer step, so it writes nothing and attends uniformly,
+as an ablated head does, and the saved checkpoint holds it that way.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from vrh_lmms.demo import head_lasso
+from vrh_lmms.demo.model_heads import head_groups, head_params
 from vrh_lmms.heads.geometry import HeadRef, parse_head
 
 # steps of importance measurement before the first head is pruned, and the moving average's decay per step
@@ -44,7 +44,7 @@ class HeadPruner:
     """
 
     def __init__(self, model, layers: tuple, keep: int, steps: tuple[int, int], survivors: tuple = ()):
-        self.groups = head_lasso.head_groups(model, layers, "head_prune_layers")
+        self.groups = head_groups(model, layers, "head_prune_layers")
         if not 0 <= keep <= len(self.groups):
             raise ValueError(f"head_prune_keep {keep} must lie in 0..{len(self.groups)} (heads of the pruned layers)")
         refs = [HeadRef(layer, head) for layer, head, *_ in self.groups]
@@ -115,7 +115,7 @@ class HeadPruner:
                 newly.append(self.groups[i][:2])
         for i in (~self.alive).nonzero().flatten().tolist():
             _, _, attn, rows = self.groups[i]
-            for part in head_lasso.head_params(attn, rows):
+            for part in head_params(attn, rows):
                 part.zero_()
         return newly
 

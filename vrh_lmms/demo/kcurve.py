@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from vrh_lmms.demo.probe import Head, layer_matched_heads, random_heads, ranking
+from vrh_lmms.demo.model_heads import Head, layer_matched_heads, random_heads, ranking
 from vrh_lmms.heads.geometry import head_name
 
 Evaluate = Callable[[Sequence[Head]], np.ndarray]

@@ -12,11 +12,9 @@ One model load serves every step.
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,14 +22,21 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms import owned
+from vrh_lmms.demo.stages import (  # noqa: F401  (EVAL_START: the demo's scene ids, for its callers)
+    EVAL_START,
+    TASK,
+    DemoSettings,
+    demo_model_args,
+    discover_heads,
+    sweep_heads,
+)
+from vrh_lmms.demo.stages import scoped_env as _env
+from vrh_lmms.demo.stages import synth_config as _synth_config
+from vrh_lmms.demo.transfer import TRANSFER_DIR
 from vrh_lmms.errors import VRHError
 from vrh_lmms.paths import assets_path
 
-TASK = "vrh_synth_grounding"
-DISCOVERY_START = 0
-EVAL_START = 100_000  # scene ids of the evaluation set: disjoint from the discovery set
 INTERVENTION_START = 200_000  # scenes of the optional steering / patching step, every object named
-TRANSFER_DIR = "transfer"  # the optional second-VLM step (vrh_lmms.demo.transfer)
 
 
 def demo_model_path() -> Path:
@@ -40,38 +45,6 @@ def demo_model_path() -> Path:
         raise VRHError(f"the shipped demo model is missing from {path}; reinstall vrh-lmms or train one with "
                        f"`vrh-lmms train-tiny`")
     return path
-
-
-def demo_model_args(model: Path, spec) -> str:
-    """`vrh_qwen25` model_args that feed the model as it was trained (image size; prompt before the image)."""
-    args = f"pretrained={model},dtype=float32,min_pixels={spec.pixels},max_pixels={spec.pixels}"
-    return args + (",image_position=after_prompt" if spec.prompt_first else "")
-
-
-@dataclass
-class DemoSettings:
-    n_discovery: int = 32
-    n_eval: int = 100
-    ks: Sequence[int] = ()  # default: from the model's geometry (about 5%, 10% and 15% of all heads)
-    # random and layer-matched draws per k: the criteria ask for >= 5, the k-curve protocol for >= 10. On the shipped
-    # model one draw's drop is 0-31 points (a draw holding one of its six readers costs 20-30), so a 5-draw mean has a
-    # standard error of about 4.5 points, half the 10-point bound; 10 draws bring it to about 3 within the 2 minutes
-    random_seeds: int = 10
-    batch_size: int = 25
-    max_new_tokens: int = 16
-    n_resamples: int = 5000
-    # optional step: steering and activation patching (vrh_lmms.interventions) on scenes with every object named
-    interventions: bool = False
-    n_intervention_scenes: int = 16
-    steer_bias: float = 8.0
-    patch_pairs: int = 24
-    # optional step: a second VLM on the same text backbone (vrh_lmms.demo.transfer); "shipped": the shipped one
-    transfer_model: str | None = None
-
-    def resolved_ks(self, total_heads: int) -> list[int]:
-        if self.ks:
-            return sorted(set(int(k) for k in self.ks))
-        return sorted({max(1, round(share * total_heads)) for share in (0.05, 0.15)} | {max(1, total_heads // 10)})
 
 
 CONTROLS = ("random", "layer_matched", "random_all")  # live random, live layer-matched, uniform over all heads
@@ -89,28 +62,6 @@ class Acceptance:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-@contextmanager
-def _env(**values: str):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def _synth_config(spec, n: int, start: int) -> str:
-    from vrh_lmms.demo.spec import EVAL_SCENE_SEED
-
-    scene = dict(spec.scene)
-    scene["image_size"] = spec.image_size
-    return json.dumps({"n": n, "seed": EVAL_SCENE_SEED, "start": start, "scene": scene})
 
 
 def _load_records(path: Path) -> dict[int, dict]:
@@ -339,30 +290,6 @@ def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
         raise VRHError(f"--k {max(settings.ks)}: the demo's layer-matched controls need k below the model's "
                        f"{geometry.total_heads} heads")
     return model, spec
-
-
-def discover_heads(lm, model_args: str, spec, settings: DemoSettings, output: Path) -> Path:
-    """Discovery (default scoring, out,sum,mean) on the demo's discovery scenes; returns the heads file."""
-    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
-
-    gen = f"max_new_tokens={settings.max_new_tokens}"
-    with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_discovery, DISCOVERY_START)):
-        return Path(run_discovery(DiscoverySpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK],
-                                                output=str(output), limit=None, gen_kwargs=gen), lm=lm))
-
-
-def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, configs, output: Path,
-                progress: bool) -> None:
-    """A packed sweep of `configs` (heads from `heads`) on the demo's evaluation scenes."""
-    from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
-
-    gen = f"max_new_tokens={settings.max_new_tokens}"
-    pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
-    lm.batch_size_per_gpu = settings.batch_size
-    with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_eval, EVAL_START)):
-        run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=str(heads),
-                            configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
-                  output, lm=lm, progress=progress)
 
 
 def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bool = False,

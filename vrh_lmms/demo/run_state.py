@@ -1,9 +1,9 @@
 """The demo trainer's resumable state: a run killed mid-phase continues bit-equal to the uninterrupted run.
 
 Data are pure functions of (seed, phase, step), so besides the weights a run needs only its optimizer, the head
-dropout generator, where it stood (phase, step), the lasso's reference norm, the head pruner's importance and
-pruned set, and the figures logged so far. The state is written atomically next to the run's checkpoint at every
-evaluation and removed when the run ends.
+dropout generator, where it stood (phase, step), the head pruner's importance and pruned set, the state of the
+design's phase hooks (`train.PhaseHook`, e.g. a research lasso's reference norm) and the figures logged so far. The
+state is written atomically next to the run's checkpoint at every evaluation and removed when the run ends.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class RunState:
     drop_generator: torch.Tensor
     seconds: float  # wall time spent so far, so the log's clock continues
     history: list[dict[str, Any]] = field(default_factory=list)
-    lasso_start: float | None = None
+    hooks: list[dict[str, Any]] | None = None  # each of Design.phase_hooks' state(), in order
     prune: dict[str, Any] | None = None  # head_prune.HeadPruner.state(): importance and the pruned set
     prune_extra: list[dict[str, Any]] | None = None  # the same for each of Design.head_prune_extra's groups
 
@@ -49,7 +49,11 @@ def load_state(out_dir: str | Path) -> RunState:
     path = resume_path(out_dir)
     if not path.is_file():
         raise FileNotFoundError(f"--resume: no unfinished run in {Path(out_dir)} (no {RESUME_FILE})")
-    return RunState(**torch.load(path, weights_only=False))
+    data = torch.load(path, weights_only=False)
+    if "lasso_start" in data:  # a state saved before the lasso left the trainer for research/head_lasso.py
+        start = data.pop("lasso_start")
+        data.setdefault("hooks", None if start is None else [{"lasso_start": start}])
+    return RunState(**data)
 
 
 def parse_keep_states(points, phase_steps: dict[str, int], eval_every: int) -> set[tuple[str, int]]:

@@ -24,13 +24,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from vrh_lmms.demo import head_lasso, head_prune, run_state
+from vrh_lmms.demo import head_prune, run_state
 from vrh_lmms.demo.data import FastEncoder, decoded_image
+from vrh_lmms.demo.evaluation import evaluate, held_out_scenes, prepare
+from vrh_lmms.demo.model_heads import chosen_layers
 from vrh_lmms.demo.sequences import Encoded, TurnEncoder, collate
 from vrh_lmms.demo.spec import TRAIN_SCENE_SEED, DemoSpec
 from vrh_lmms.demo.text_tasks import TEXT_TASKS, TextTaskConfig, extra_words, sample_examples
@@ -44,6 +46,21 @@ DESIGN_FILE = "train_design.json"
 BACKBONE_DIR = "backbone"
 PHASES_DIR = "phases"
 EVAL_SEED = 987_654  # held-out text examples and VQA questions: the same for every training seed
+
+
+class PhaseHook(Protocol):
+    """Extra work a design adds to a phase's optimizer steps (e.g. research/head_lasso.py's proximal lasso), returned
+    by `Design.phase_hooks`: `begin` when the phase starts (with its `state()` from a resumed run, else None),
+    `after_step` after every optimizer step (with the backbone's current rate), `figures` into each evaluation
+    record, `state` into the resume state."""
+
+    def begin(self, saved: dict[str, Any] | None) -> None: ...
+
+    def after_step(self, step: int, backbone_lr: float) -> None: ...
+
+    def figures(self) -> dict[str, Any]: ...
+
+    def state(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -93,12 +110,6 @@ class Design:
     # VLM's retrieval heads are (one alone costs little, most of them together break grounding)
     head_drop_late_layers: tuple = ()
     head_drop_late_from: int = 0
-    # whole-head group lasso (vrh_lmms/demo/head_lasso.py, a proximal step: each head's norm shrinks by the backbone's
-    # rate x head_lasso per step) on these text layers (empty: all), in the joint phase only (text pretraining is
-    # where the heads' jobs form), ramped in from joint step head_lasso_steps[0] to full weight at head_lasso_steps[1]
-    head_lasso: float = 0.0
-    head_lasso_layers: tuple = ()
-    head_lasso_steps: tuple = (0, 0)
     # importance-based head pruning (vrh_lmms/demo/head_prune.py) in the joint phase: the heads of these text layers
     # are pruned, least important first, from joint step head_prune_steps[0] to [1], until head_prune_keep are left
     # (None: no pruning); importance is measured from head_prune.WINDOW steps before the first prune
@@ -132,6 +143,10 @@ class Design:
                 return replace(self.spec, scene={**self.spec.scene, **overrides})
         return self.spec
 
+    def phase_hooks(self, model, phase_kind: str) -> list[PhaseHook]:
+        """Extra per-step work of this design in a phase of this kind (none here; research designs add some)."""
+        return []
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -142,8 +157,7 @@ class Design:
         for key in ("curriculum",):
             data[key] = tuple((int(u), dict(o)) for u, o in data.get(key, ()))
         for key in ("mrope_section", "text_tasks", "joint_frozen", "head_drop_layers", "head_drop_kinds",
-                    "head_drop_late_layers", "head_lasso_layers", "head_lasso_steps", "head_prune_layers",
-                    "head_prune_steps", "head_prune_survivors"):
+                    "head_drop_late_layers", "head_prune_layers", "head_prune_steps", "head_prune_survivors"):
             if key in data:
                 data[key] = tuple(data[key])
         if "head_prune_extra" in data:
@@ -315,8 +329,6 @@ class HeadDrop:
     they start)."""
 
     def __init__(self, model, p: float, generator: torch.Generator, layers: tuple = (), late_layers: tuple = ()):
-        from vrh_lmms.demo.probe import chosen_layers
-
         self.p, self.gen, self.active, self.late_active = p, generator, False, False
         if p <= 0:
             return
@@ -383,8 +395,6 @@ class Evaluator:
     every text task and VQA kind."""
 
     def __init__(self, design: Design, maker: BatchMaker, tokenizer, encoder: FastEncoder, with_visual: bool):
-        from vrh_lmms.demo import probe
-
         self.tokenizer = tokenizer
         n = design.eval_n
         cfg = design.task_config
@@ -395,18 +405,16 @@ class Evaluator:
         self.text = fixed.text(0, cfg.recall_pairs, batch=4 * n, seed_key=99, mixed=True)
         self.visual = self.grounding = None
         if with_visual:
-            scenes = probe.held_out_scenes(design.spec, n, start=200_000)
+            scenes = held_out_scenes(design.spec, n, start=200_000)
             self.visual = fixed.visual(0, scenes=scenes, vqa_share=1.0, spec=design.spec)
-            self.grounding = probe.prepare(encoder, probe.held_out_scenes(design.spec, n))
+            self.grounding = prepare(encoder, held_out_scenes(design.spec, n))
 
     def __call__(self, model) -> dict[str, float]:
-        from vrh_lmms.demo import probe
-
         model.eval()
         out = {f"text_{k}": v for k, v in exact_match(model, self.text).items()}
         if self.visual is not None:
             out.update({f"vqa_{k}": v for k, v in exact_match(model, self.visual).items()})
-            res = probe.evaluate(model, self.tokenizer, self.grounding)
+            res = evaluate(model, self.tokenizer, self.grounding)
             out.update(acc50=res.acc50, parse_fail=res.parse_rate)
         model.train()
         return out
@@ -498,8 +506,6 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         phases = [p for p in phases if p["kind"] != "text"]
     if vseed != seed and (backbone is not None or init is None):
         model.model.visual.load_state_dict(build_model(design, tokenizer, vseed).model.visual.state_dict())
-    from vrh_lmms.demo.probe import held_out_scenes
-
     encoder = FastEncoder(processor, spec, held_out_scenes(spec, 1)[0])
     turns = TurnEncoder(tokenizer, int(encoder.grid_thw.prod()) // (encoder.merge ** 2), spec.prompt_first)
     maker = BatchMaker(design, turns, encoder, vseed)
@@ -554,13 +560,10 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
         batches = Prefetch(make, start, steps)
         running: list[float] = []
         drop_phase = not design.head_drop_kinds or kind in design.head_drop_kinds
-        lasso_groups = head_lasso.head_groups(model, design.head_lasso_layers) if (  # its ramp counts joint steps
-            design.head_lasso > 0 and kind == "joint") else []
-        if lasso_groups and start:  # the reference is the phase's starting median, not the resumed weights'
-            lasso_start = state.lasso_start
-        elif lasso_groups:
-            with torch.no_grad():
-                lasso_start = float(head_lasso.group_norms(lasso_groups).median())
+        hooks = design.phase_hooks(model, kind)
+        saved_hooks = (state.hooks or []) if start else []
+        for i, hook in enumerate(hooks):  # a resumed phase continues each hook's state
+            hook.begin(saved_hooks[i] if i < len(saved_hooks) else None)
         pruners = make_pruners(model, design) if kind == "joint" else []
         if start:  # a state from before a group existed (an earlier design's, branched from) leaves it unmeasured
             for pruner, saved in zip(pruners, [state.prune, *(state.prune_extra or [])]):
@@ -584,18 +587,16 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                 pruner.update()
             torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], design.grad_clip)
             opt.step()
-            if lasso_groups:  # proximal: shrink each head's norm by the backbone's current rate x the lasso weight
-                weight = head_lasso.lasso_weight(design.head_lasso, step, *design.head_lasso_steps)
-                head_lasso.prox_step(lasso_groups, weight * base_lr(design, kind, vision=False) * f)
+            for hook in hooks:
+                hook.after_step(step, base_lr(design, kind, vision=False) * f)
             for pruner in pruners:
                 pruner.prune(step)
             running.append(float(loss.detach()))
             if (step + 1) % design.eval_every == 0 or step + 1 == steps:
                 rec = {"phase": phase["name"], "step": step + 1, "loss": float(np.mean(running)),
                        "seconds": time.time() - t0, **evaluator(model)}
-                if lasso_groups:  # heads below a tenth of the phase's starting median norm
-                    with torch.no_grad():
-                        rec["lasso_idle_heads"] = int((head_lasso.group_norms(lasso_groups) < 0.1 * lasso_start).sum())
+                for hook in hooks:
+                    rec.update(hook.figures())
                 if pruners:
                     rec["pruned_heads"] = [head_name(layer, head) for pruner in pruners
                                            for layer, head in pruner.pruned()]
@@ -604,7 +605,7 @@ def train(design: Design, out_dir: str | Path, seed: int, *, backbone: str | Pat
                 run_state.save_state(out, run_state.RunState(
                     phase=phase["name"], step=step + 1, model=model.state_dict(), optimizer=opt.state_dict(),
                     drop_generator=gen.get_state(), seconds=time.time() - t0, history=history,
-                    lasso_start=lasso_start if lasso_groups else None,
+                    hooks=[hook.state() for hook in hooks] or None,
                     prune=pruners[0].state() if pruners else None,
                     prune_extra=[pruner.state() for pruner in pruners[1:]] or None))
                 if (phase["name"], step + 1) in kept:
@@ -645,34 +646,3 @@ def load_demo_model(path: str | Path, dtype: torch.dtype = torch.float32):
     model.set_attn_implementation({"text_config": "sdpa", "vision_config": "sdpa"})
     processor = AutoProcessor.from_pretrained(path, min_pixels=spec.pixels, max_pixels=spec.pixels)
     return model, processor, spec
-
-
-def main(argv=None) -> int:
-    """`python -m vrh_lmms.demo.train --design NAME --seed N --out DIR` (research entry point)."""
-    import argparse
-
-    from vrh_lmms.demo.designs import get_design
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("--design", required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--vision-seed", type=int, default=None)
-    ap.add_argument("--backbone", default=None)
-    ap.add_argument("--init", default=None, help="checkpoint saved at the end of phase --after of this design")
-    ap.add_argument("--after", default=None)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--resume", action="store_true", help="continue the unfinished run in --out")
-    ap.add_argument("--keep-state-at", default="",
-                    help="comma-separated PHASE:STEP evaluation points (e.g. joint:4000,joint:4750) whose resume state "
-                         "is kept beside the run, for later designs that branch there")
-    args = ap.parse_args(argv)
-    keep = [s for s in args.keep_state_at.split(",") if s.strip()]
-    train(get_design(args.design), args.out, args.seed, backbone=args.backbone, init=args.init, after=args.after,
-          vision_seed=args.vision_seed, threads=args.threads, resume=args.resume, keep_states=keep,
-          log=lambda s: print(s, flush=True))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -13,10 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.demo.pipeline import TRANSFER_DIR, DemoSettings, demo_model_args, discover_heads, sweep_heads
+from vrh_lmms.demo.stages import DemoSettings, demo_model_args, discover_heads, sweep_heads
 from vrh_lmms.errors import VRHError
 from vrh_lmms.paths import assets_path
 
+TRANSFER_DIR = "transfer"  # the second-VLM step's folder in a demo run
 SECOND_MODEL = "demo_model_b"  # the shipped second VLM, under vrh_lmms/assets/
 OWN_SWEEP = "sweep"
 SECOND_WITH_FIRST = "sweep_second_with_first_heads"

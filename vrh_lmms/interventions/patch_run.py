@@ -31,33 +31,19 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms import atomic, owned
+from vrh_lmms import atomic
 from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import head_name
-from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
+from vrh_lmms.interventions.folder import claim_folder, preflight, write_json
+from vrh_lmms.interventions.outputs import PATCH_LAYOUT  # noqa: F401  (the patching folder's names, for callers)
+from vrh_lmms.interventions.outputs import PATCH_MANIFEST as MANIFEST
+from vrh_lmms.interventions.outputs import PATCH_RESULT as RESULT
+from vrh_lmms.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
-from vrh_lmms.runfile import RUN_FILE
 from vrh_lmms.sweep.checks import sha256_of
 
-MANIFEST = "patch_run.json"
-RESULT = "patch.json"
-SCHEMA = "vrh-patch/2"  # 2: "effect" + "measure" (recovery or destroyed, by direction) replace "recovery"
-_MANIFEST_FILE = owned.json_with("identity")
-# What `vrh-lmms patch` writes into its folder (what --force may remove).
-PATCH_LAYOUT: dict[str, owned.Check | None] = {
-    MANIFEST: _MANIFEST_FILE,
-    RESULT: owned.json_with("schema", schema_prefix="vrh-patch/"),
-    "inputs": owned.files_matching("*.pt"),  # atomic temporaries are `.<name>.pt.*.pt`
-    "parts": owned.files_matching("*.json", ".*.json.*"),
-    "eval": owned.RUN_FOLDER,
-    ".eval.*": owned.RUN_FOLDER,  # write_run's staging folder
-    "report.md": beside(MANIFEST, _MANIFEST_FILE),
-    "patch_map.png": beside(MANIFEST, _MANIFEST_FILE),
-    RUN_FILE: beside(MANIFEST, _MANIFEST_FILE),  # the run file (vrh_lmms.runfile)
-    **temporaries(MANIFEST, RESULT, "report.md", "patch_map.png", RUN_FILE),
-}
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
 
 

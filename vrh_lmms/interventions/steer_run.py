@@ -19,8 +19,7 @@ checked before the model loads (vrh_lmms.interventions.folder.preflight).
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -31,37 +30,19 @@ from vrh_lmms import owned
 from vrh_lmms.boxes.geometry import iou
 from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
 from vrh_lmms.errors import VRHError
-from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
+from vrh_lmms.interventions.folder import claim_folder, preflight, write_json
+from vrh_lmms.interventions.outputs import (  # noqa: F401  (the steering folder's names, for its callers)
+    STEER_LAYOUT,
+    SteerConfig,
+    manifest_configs,
+    read_steer_records,
+)
+from vrh_lmms.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.interventions.steering import SteerPlan, steer_attention
-from vrh_lmms.runfile import RUN_FILE
-from vrh_lmms.sweep.checks import CONFIG_ENTRY, sha256_of
+from vrh_lmms.sweep.checks import sha256_of
 
-MANIFEST = "steer.json"
 MOVED_IOU = 0.5
-_MANIFEST_FILE = owned.json_with("identity", "configurations")
-# What `vrh-lmms steer` writes into its folder (what --force may remove).
-STEER_LAYOUT: dict[str, owned.Check | None] = {
-    MANIFEST: _MANIFEST_FILE,
-    "configs": owned.folder_of({"*": CONFIG_ENTRY}),
-    "summary.json": owned.json_with("configs", "table"),
-    "report.md": beside(MANIFEST, _MANIFEST_FILE),
-    RUN_FILE: beside(MANIFEST, _MANIFEST_FILE),  # the run file (vrh_lmms.runfile)
-    **temporaries(MANIFEST, "summary.json", "report.md", RUN_FILE),
-}
-
-
-@dataclass(frozen=True)
-class SteerConfig:
-    id: str
-    kind: str  # baseline | topk | random | layer_matched | image_matched
-    k: int
-    seed: int | None
-    spec: str
-    bias: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def bias_label(bias: float) -> str:
@@ -308,31 +289,3 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
             lm.task_dict = dict(tracker)
     write_steering_report(out)
     return out
-
-
-def read_steer_records(folder: Path) -> dict[str, list[dict[str, Any]]]:
-    """config id -> `vrh_steer` records of its sample lines (with task, doc_id, image_id, correct, status)."""
-    out: dict[str, list[dict[str, Any]]] = {}
-    for cfg_dir in sorted((folder / "configs").iterdir()):
-        if not (cfg_dir / "results.json").is_file():
-            continue
-        rows = []
-        for path in sorted(cfg_dir.glob("samples_*.jsonl")):
-            task = path.stem[len("samples_"):]
-            with open(path) as f:
-                for line in f:
-                    row = json.loads(line)
-                    rec, steer = row.get("vrh_record") or {}, row.get("vrh_steer")
-                    if steer is None:
-                        raise VRHError(f"{path}: sample line without vrh_steer; not a `vrh-lmms steer` folder")
-                    rows.append({**steer, "task": task, "doc_id": int(row["doc_id"]),
-                                 "image_id": str(rec.get("image_id", "")), "correct": bool(rec.get("correct")),
-                                 "status": rec.get("status")})
-        out[cfg_dir.name] = rows
-    return out
-
-
-def manifest_configs(folder: Path) -> list[SteerConfig]:
-    data = json.loads((folder / MANIFEST).read_text())
-    keys = {f for f in SteerConfig.__dataclass_fields__}
-    return [SteerConfig(**{k: v for k, v in c.items() if k in keys}) for c in data["configurations"]]

@@ -39,7 +39,7 @@ def cluster_ci(values: np.ndarray, clusters: np.ndarray, quantity: str,
 def steering_summary(folder: str | Path) -> dict[str, Any]:
     """Per configuration: steerable docs, share moved onto the distractor [95% CI], share still on target; per
     (k, bias): top-k beside the mean and range of each control over seeds."""
-    from vrh_lmms.interventions.steer_run import manifest_configs, read_steer_records
+    from vrh_lmms.interventions.outputs import manifest_configs, read_steer_records
 
     folder = Path(folder)
     records = read_steer_records(folder)
@@ -251,8 +251,9 @@ def write_patching_report(folder: str | Path, result: dict[str, Any], hf) -> Pat
 def check_sources(steer_dir: str | Path | None = None, patch_dir: str | Path | None = None) -> None:
     """`report --steer/--patch`: each folder holds a finished run of its command (checked before the report is
     built, so a wrong path costs no statistics)."""
-    from vrh_lmms.interventions.patch_run import PATCH_LAYOUT, RESULT
-    from vrh_lmms.interventions.steer_run import MANIFEST, STEER_LAYOUT
+    from vrh_lmms.interventions.outputs import PATCH_LAYOUT, STEER_LAYOUT
+    from vrh_lmms.interventions.outputs import PATCH_RESULT as RESULT
+    from vrh_lmms.interventions.outputs import STEER_MANIFEST as MANIFEST
 
     if steer_dir is not None and not STEER_LAYOUT[MANIFEST](Path(steer_dir) / MANIFEST):
         raise VRHError(f"--steer {steer_dir}: no {MANIFEST} of `vrh-lmms steer` there")
