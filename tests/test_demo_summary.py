@@ -105,3 +105,16 @@ def test_draws_come_in_seed_order_with_the_standard_error_of_their_mean(tmp_path
     assert row["random_drops"] == pytest.approx(expected)
     assert row["random_mean_drop_se"] == pytest.approx(sem(expected))
     assert row["layer_matched_mean_drop_se"] == pytest.approx(sem(expected))
+
+
+def test_interventions_line_says_unavailable_for_a_control_live_heads_cannot_supply():
+    """The shipped model's live heads cannot fill a layer-matched 9-set: the summary says so instead of failing."""
+    from vrh_lmms.demo.pipeline import interventions_markdown
+
+    figures = {"k": 9, "steer_bias": 8.0, "steer_n": 60,
+               "moved": {"topk": 0.1, "topk_ci": [0.0, 0.3], "random": 0.0, "layer_matched": None, "baseline": 0.0},
+               "patching": {"pairs": 24, "recovery": {"topk": 0.9, "random": 0.01}, "measure": "destroyed",
+                            "spearman": {"rho": 0.3, "p": 0.01}}}
+    text = interventions_markdown(figures)
+    assert "layer-matched unavailable, unsteered 0.0%" in text
+    assert "top-k heads destroy 90.0%" in text and "layer-matched unavailable;" in text

@@ -414,20 +414,26 @@ def intervention_figures(out: Path) -> dict[str, Any]:
     return figures
 
 
+def _share(value: float | None) -> str:
+    """A share, or "unavailable" for a control that live heads could not supply."""
+    return "unavailable" if value is None or value != value else f"{value:.1%}"
+
+
 def interventions_markdown(f: dict[str, Any]) -> str:
     lines = [""]
     m = f.get("moved")
     if m:
         lines.append(f"Steering (k = {f['k']}, bias {f['steer_bias']:g}, {f['steer_n']} predictions): "
                      f"{m['topk']:.1%} of top-k predictions move onto the other object "
-                     f"[{m['topk_ci'][0]:.1%}, {m['topk_ci'][1]:.1%}], random-k {m['random']:.1%}, layer-matched "
-                     f"{m['layer_matched']:.1%}, unsteered {m['baseline']:.1%}.")
+                     f"[{m['topk_ci'][0]:.1%}, {m['topk_ci'][1]:.1%}], random-k {_share(m['random'])}, layer-matched "
+                     f"{_share(m['layer_matched'])}, unsteered {_share(m['baseline'])}.")
     p = f["patching"]
     rec = p["recovery"]
-    lines.append(f"Patching ({p['pairs']} pairs): top-k heads restore {rec.get('topk', float('nan')):.1%} of the "
-                 f"logit difference, random-k {rec.get('random', float('nan')):.1%}, layer-matched "
-                 f"{rec.get('layer_matched', float('nan')):.1%}; per-head recovery vs discovery score: Spearman "
-                 f"{p['spearman']['rho']:.2f} (p = {p['spearman']['p']:.2g}).")
+    verb = "destroy" if p.get("measure") == "destroyed" else "restore"
+    lines.append(f"Patching ({p['pairs']} pairs): top-k heads {verb} {_share(rec.get('topk'))} of the "
+                 f"logit difference, random-k {_share(rec.get('random'))}, layer-matched "
+                 f"{_share(rec.get('layer_matched'))}; per-head {p.get('measure', 'recovery')} vs discovery score: "
+                 f"Spearman {p['spearman']['rho']:.2f} (p = {p['spearman']['p']:.2g}).")
     if "seconds" in f:
         lines.append(f"Interventions step {f['seconds']:.0f} s.")
     return "\n".join(lines) + "\n"
