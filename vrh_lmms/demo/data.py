@@ -6,7 +6,7 @@ whose image part is the PIL image the task returned, unchanged (`ChatMessages.to
 pixel limits of its own), renders them with the processor's chat template, loads the image with
 `qwen_vl_utils.process_vision_info` (`fetch_image`: RGB, smart resize with factor 28 between qwen_vl_utils' default
 pixel limits) and calls the processor. `backend_inputs` does literally that, so the trainer sees the pixels the
-evaluation feeds (tests/test_demo_input_path.py compares both, bit for bit, through the real backend).
+evaluation feeds (tests/acceptance/test_demo_input_path.py compares both, bit for bit, through the real backend).
 `FastEncoder` produces the same tensors without the per-sample processor call: the prompt differs between scenes only
 in the expression's words, and pixel values are the processor's affine rescale + normalise + patchify of the fetched
 image (checked against the processor by `FastEncoder.check`).

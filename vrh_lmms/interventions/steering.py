@@ -6,7 +6,7 @@ random heads should not. The bias enters through the registered attention functi
 (vrh_lmms.capture.attention): the layer's mask becomes an additive float mask (0 / -inf where the model's own mask
 allows / forbids, exactly what sdpa makes of boolean masks) plus `bias` on the (steered head, answer row, steered
 key) entries, and the layer output is computed by the model's own sdpa or eager function. Nothing else changes:
-with bias 0 the outputs are bit-identical to the unsteered model (tests/test_interventions_steering.py).
+with bias 0 the outputs are bit-identical to the unsteered model (tests/integration/test_interventions_steering.py).
 
 Answer rows are the positions >= prompt_len - 1 (the last prompt position emits the first answer token, every
 generated token the next one), tracked through generation with the KV cache (vrh_lmms.interventions.rows).

@@ -6,7 +6,7 @@ informative with few or no discordant pairs, where any bootstrap collapses (zero
 With fewer than MIN_INFORMATIVE_CLUSTERS images holding a discordant pair the design effect cannot be estimated and
 its worst case (every expression of an image flips together) is used. Numeric scores (`--score-field iou`) get a
 t interval with the cluster-robust standard error and G - 1 degrees of freedom. The BCa cluster bootstrap is reported
-beside both, for comparison (tests/test_stats_coverage.py measures all of them).
+beside both, for comparison (tests/acceptance/test_stats_coverage.py measures all of them).
 """
 
 from __future__ import annotations

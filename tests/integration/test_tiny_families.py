@@ -11,7 +11,7 @@ import pytest
 import torch
 import transformers
 from PIL import Image
-from reference_ablation import reference_ablation
+from oracles.reference_ablation import reference_ablation
 from safetensors.torch import load_file
 from transformers import AutoProcessor
 

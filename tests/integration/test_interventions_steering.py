@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from intervention_refs import eager_probs, head_slice, layer_tensors
+from oracles.intervention_refs import eager_probs, head_slice, layer_tensors
 
 from vrh_lmms.backbone import locate_decoder
 from vrh_lmms.capture.attention import _EDITS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from intervention_refs import eager_attentions
+from oracles.intervention_refs import eager_attentions
 
 from vrh_lmms.backbone import locate_decoder
 from vrh_lmms.capture import CapturePlan, capture_attention

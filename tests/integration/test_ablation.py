@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from reference_ablation import reference_ablation
+from oracles.reference_ablation import reference_ablation
 
 from vrh_lmms.ablation import Ablator, HeadMeanCollector, ablated, load_means, save_means
 from vrh_lmms.backbone import locate_decoder

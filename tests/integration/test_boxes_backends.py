@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from test_wrappers_support import recorded_generate
+from support.wrappers import recorded_generate
 from vrh_lmms.tasks.common import grounding as G
 
 from vrh_lmms.boxes import context

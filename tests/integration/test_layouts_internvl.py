@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from test_wrappers_support import recorded_generate, run
+from support.wrappers import recorded_generate, run
 
 from vrh_lmms.capture.extras import layout_extras
 from vrh_lmms.capture.layouts import image_token_map
@@ -124,7 +124,7 @@ def test_remote_tiling_reproduces_lmms_eval_dynamic_preprocess(monkeypatch):
 def internvl3_stand_in(monkeypatch):
     """lmms-eval's internvl3 backend loading the published-shape InternVLChatModel stand-in (bfloat16, as the
     backend asks for)."""
-    import internvl_chat_standin
+    from oracles import internvl_chat_standin
     import lmms_eval.models.simple.internvl3 as iv3
 
     from vrh_lmms.tiny.internvl import make_tokenizer
@@ -173,7 +173,7 @@ def test_discovery_runs_end_to_end_on_remote_internvl3(internvl3_stand_in, tmp_p
     """Discovery through lmms-eval's `internvl3` backend on an InternVLChatModel whose config, as published, declares
     no `sub_configs` (the text config is `llm_config`): it captures every doc, writes head scores, and each doc's
     captured image mass equals the eager attention that the model's own forward returns."""
-    import internvl_chat_standin
+    from oracles import internvl_chat_standin
     from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
 
     from vrh_lmms.capture.remote_logic import internvl_remote_grid
@@ -226,7 +226,7 @@ def test_discovery_runs_end_to_end_on_remote_internvl3(internvl3_stand_in, tmp_p
 def test_text_attention_switch_on_published_internvl_config(monkeypatch):
     """Without `sub_configs` the switch reaches the submodel that owns `llm_config`; a text model whose attention
     does not dispatch through AttentionInterface (InternLM2's remote code) is one clear error, not a silent no-op."""
-    import internvl_chat_standin
+    from oracles import internvl_chat_standin
     from transformers import Qwen2ForCausalLM
 
     from vrh_lmms.capture.attention import CAPTURE_IMPL_EAGER, TextAttentionSwitch, text_attention_target

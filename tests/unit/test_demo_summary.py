@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from sweep_files import LineWriter, make_docs, statuses_from, vrh_block
+from support.sweep_files import LineWriter, make_docs, statuses_from, vrh_block
 
 from vrh_lmms.demo.pipeline import TASK, Acceptance, acceptance_figures, criteria, summary_markdown
 from vrh_lmms.report import ReportSettings, build_report

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import networkx as nx
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # installed name -> folder in the repository (setup.py's ROOTS)
 PACKAGES = {"vrh_lmms": ROOT / "vrh_lmms", "vrh_lmms.model_wrappers": ROOT / "model_wrappers",
             "vrh_lmms.tasks": ROOT / "tasks"}

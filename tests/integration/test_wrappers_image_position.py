@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_wrappers_support import recorded_generate, run, scene_docs
+from support.wrappers import recorded_generate, run, scene_docs
 from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25, VRHQwen25Chat, with_image_after_prompt
 
 from vrh_lmms.errors import VRHError

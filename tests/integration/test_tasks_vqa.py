@@ -15,7 +15,7 @@ from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_data as VD
 from vrh_lmms.tasks.common.sources import SourceError
 
-REAL = Path(__file__).parent / "fixtures" / "real_excerpts"
+REAL = Path(__file__).parents[1] / "fixtures" / "real_excerpts"
 
 def _img(color=(90, 90, 90), size=(64, 48)):
     return Image.new("RGB", size, color)

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 import torch
 from lmms_eval.models.simple.llava_hf import VICUNA_CHAT_TEMPLATE
-from reference_ablation import reference_ablation
-from test_wrappers_support import last_logits_by_prompt, model_inputs, recorded_generate, run, scene_docs
+from oracles.reference_ablation import reference_ablation
+from support.wrappers import last_logits_by_prompt, model_inputs, recorded_generate, run, scene_docs
 
 from vrh_lmms.heads import HeadRef
 

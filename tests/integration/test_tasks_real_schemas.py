@@ -20,7 +20,7 @@ from vrh_lmms.tasks.common.sources import SourceError
 
 from vrh_lmms.boxes import context
 
-REAL = Path(__file__).parent / "fixtures" / "real_excerpts"
+REAL = Path(__file__).parents[1] / "fixtures" / "real_excerpts"
 
 
 def _img(size=(64, 48), color=(90, 90, 90)):

@@ -14,7 +14,7 @@ import random
 
 import pytest
 import torch
-from reference_ablation import reference_ablation
+from oracles.reference_ablation import reference_ablation
 
 from vrh_lmms.ablation import Ablator, RowAblator, RowConfig, ablated
 from vrh_lmms.backbone import locate_decoder

@@ -339,7 +339,7 @@ def test_a_transfer_sweep_and_an_own_sweep_share_one_baseline(tmp_path, capsys):
     """`vrh-lmms sweep` always writes a baseline, so the model's own sweep and a sweep of another model's heads
     (same backbone, `--heads-file other.json`) both hold one: identical doc for doc, it is counted once and the
     transfer table appears; baselines whose outcomes differ are still refused, naming both folders."""
-    from sweep_files import LineWriter, make_docs, statuses_from, vrh_block
+    from support.sweep_files import LineWriter, make_docs, statuses_from, vrh_block
 
     rng = np.random.default_rng(3)
     docs = make_docs(rng, n_images=40, sizes=(1, 3))

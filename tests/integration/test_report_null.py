@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.special import expit
-from sweep_files import MODEL, TASK, Doc, LineWriter, make_docs, statuses_from, vrh_block, write_manifest
+from support.sweep_files import MODEL, TASK, Doc, LineWriter, make_docs, statuses_from, vrh_block, write_manifest
 
 from vrh_lmms.cli import main
 

@@ -1,5 +1,5 @@
 """The research folder (research/): designs p1-p21, the head lasso as a phase hook of the package's trainer, the
-probe and the causal protocol. It stays out of the installed package (tests/test_import_cycles.py checks that the
+probe and the causal protocol. It stays out of the installed package (tests/unit/test_import_cycles.py checks that the
 package never imports it) and is covered here."""
 
 from __future__ import annotations

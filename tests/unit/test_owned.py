@@ -24,7 +24,7 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.heads import Geometry
 from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _heads_file(path: Path, geometry: Geometry = Geometry(2, 4, 2, 16)) -> Path:

@@ -16,8 +16,8 @@ import types
 import numpy as np
 import pytest
 import torch
-from reference_ablation import reference_ablation
-from test_wrappers_support import model_inputs, recorded_generate, run, scene_docs
+from oracles.reference_ablation import reference_ablation
+from support.wrappers import model_inputs, recorded_generate, run, scene_docs
 from torch import nn
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PretrainedConfig, Qwen2Config, Qwen2ForCausalLM
 
