@@ -124,8 +124,8 @@ def test_remote_tiling_reproduces_lmms_eval_dynamic_preprocess(monkeypatch):
 def internvl3_stand_in(monkeypatch):
     """lmms-eval's internvl3 backend loading the published-shape InternVLChatModel stand-in (bfloat16, as the
     backend asks for)."""
-    from oracles import internvl_chat_standin
     import lmms_eval.models.simple.internvl3 as iv3
+    from oracles import internvl_chat_standin
 
     from vrh_lmms.tiny.internvl import make_tokenizer
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from PIL import Image
 from oracles.reference_ablation import reference_ablation
+from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoProcessor
 

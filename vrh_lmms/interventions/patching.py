@@ -20,8 +20,9 @@ run) the same ratio is 1 for a head that carries nothing, so its effect is measu
 (1 = patching that head alone wipes out the clean behaviour, 0 = it changes nothing). In both directions a larger
 effect means the head carries more of the difference (`MEASURES`, `PairResult.effect`). Answer rows of the two
 runs are aligned by their offset from the end of the prompt, so the prompts may differ in length. Patching every head
-of every layer restores the clean answer rows exactly (recovery 1; tests/integration/test_interventions_patching.py), patching a
-run's own activations into itself changes nothing (bit for bit).
+of every layer restores the clean answer rows exactly (recovery 1;
+tests/integration/test_interventions_patching.py), patching a run's own activations into itself changes nothing (bit
+for bit).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ class TeacherForced:
 
 def encode_images(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """`inputs` with the pixels replaced by the vision tower's output (when the model accepts it; the forward is
-    then bit-identical, tests/integration/test_interventions_patching.py). Grid and size metadata stay: positions need them."""
+    then bit-identical, tests/integration/test_interventions_patching.py). Grid and size metadata stay: positions
+    need them."""
     supports = getattr(model, "_supports_mm_encoder_outputs", None)
     if supports is None or not supports():
         return dict(inputs)

@@ -18,6 +18,7 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.folder import write_json
 from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
 from vrh_lmms.report.fmt import pct, pct_ci, pval
+from vrh_lmms.report.pools import grouped_draws
 
 NULL_LABELS = {"random": "random-k", "random_all": "uniform random-k (all heads)",
                "layer_matched": "layer-matched random-k", "image_matched": "image-matched"}
@@ -190,8 +191,9 @@ def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
         lines += [f"Patching head sets together {verb}: " + "; ".join(parts) + ".", ""]
     unavailable = result.get("unavailable_sets") or {}
     if unavailable:
+        grouped = grouped_draws([{"folder": "", "id": k, "reason": v} for k, v in unavailable.items()])
         lines += ["Head sets that could not be drawn (not padded with heads that write nothing): "
-                  + "; ".join(f"{k}: {v}" for k, v in unavailable.items()) + ".", ""]
+                  + "; ".join(f"{ids}: {reason}" for (_, reason), ids in grouped.items()) + ".", ""]
     if result["measure"] == "recovery":
         formula = "recovery = (LD_patched - LD_corrupt) / (LD_clean - LD_corrupt)"
     else:

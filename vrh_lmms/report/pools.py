@@ -10,6 +10,7 @@ says how many of each draw's heads were dead.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -93,5 +94,24 @@ def pools_section(groups: list[dict[str, Any]], unavailable: list[dict[str, str]
                       "heads costs nothing): " + "; ".join(dead_tops) + "."]
     if unavailable:
         lines += ["", "Configurations that could not be drawn (reported, not padded with dead heads):", ""]
-        lines += [f"- {u['id']} ({u['folder']}): {u['reason']}" for u in unavailable]
+        lines += [f"- {ids} ({folder}): {reason}" for (folder, reason), ids in grouped_draws(unavailable).items()]
     return lines
+
+
+def grouped_draws(unavailable: list[dict[str, str]]) -> dict[tuple[str, str], str]:
+    """(folder, reason) -> the configurations that fail for it, draws of one configuration on one line:
+    `layer_matched5_s0-s9 (10 draws)`."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for u in unavailable:
+        m = re.fullmatch(r"(.+?)_s(\d+)(_.+)?", u["id"])
+        stem = u["id"] if m is None else f"{m.group(1)}_s{{}}{m.group(3) or ''}"
+        groups.setdefault((u["folder"], u["reason"], stem), []).append(u["id"] if m is None else m.group(2))
+    out = {}
+    for (folder, reason, stem), seeds in groups.items():
+        if "{}" not in stem:
+            out[(folder, reason)] = ", ".join(filter(None, [out.get((folder, reason)), stem]))
+            continue
+        span = seeds[0] if len(seeds) == 1 else f"{seeds[0]}-s{seeds[-1]} ({len(seeds)} draws)"
+        text = stem.format(span)
+        out[(folder, reason)] = ", ".join(filter(None, [out.get((folder, reason)), text]))
+    return out

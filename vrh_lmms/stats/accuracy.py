@@ -4,8 +4,8 @@ Binary outcomes get a Wilson interval (statsmodels) on the effective sample size
 deff (vrh_lmms.stats.clusters) compares the cluster-robust variance of the pooled accuracy with the binomial one.
 This is the Korn-Graubard construction: Wilson keeps its coverage near 0 and 1, where ablated accuracies live, and the
 design effect restores it when the expressions of an image succeed or fail together (a plain Wilson interval covers
-75-79% instead of 95% on RefCOCO-like clustering; tests/acceptance/test_stats_coverage.py). Too few informative images to
-estimate deff (e.g. an accuracy of 0 or 1) take the worst case, every image's expressions alike.
+75-79% instead of 95% on RefCOCO-like clustering; tests/acceptance/test_stats_coverage.py). Too few informative images
+to estimate deff (e.g. an accuracy of 0 or 1) take the worst case, every image's expressions alike.
 
 The caller says what it measures (`quantity`), and the interval follows the quantity, never the values that happened
 to occur: a continuous ratio whose every value is exactly 0 is still a ratio, not 0/1 outcomes, and gets no binomial
