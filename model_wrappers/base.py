@@ -25,8 +25,9 @@ from vrh_lmms.backbone import dead_heads, locate_decoder
 from vrh_lmms.device import default_device, default_device_map
 from vrh_lmms.errors import VRHError
 from vrh_lmms.families import get_family
+from vrh_lmms.heads import paper, registry
 from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file
-from vrh_lmms.heads.spec import HeadSet, check_pool, resolve_spec
+from vrh_lmms.heads.spec import HeadSet, check_pool, needs_heads_file, resolve_spec
 from vrh_lmms.pretrained import check_pretrained
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -106,7 +107,8 @@ class VRHMixin:
     def __init__(self, *args, heads: str | None = None, heads_file: str | None = None, ablation: str = "zero",
                  seed: int = 0, allow_cross_model: Any = False, means_file: str | None = None,
                  ablation_method: str = "auto", heads_cell: str | None = None, dtype: str | None = None,
-                 box_convention: str | None = None, control_pool: str = "live", **kwargs) -> None:
+                 box_convention: str | None = None, control_pool: str = "live", heads_source: str | None = None,
+                 heads_task: str | None = None, **kwargs) -> None:
         family = get_family(self.vrh_family)
         torch_dtype = self._parse_dtype(dtype)
         kwargs = self._choose_device(kwargs)
@@ -124,9 +126,19 @@ class VRHMixin:
         # read from the pristine weights, before any ablation folds zeros into o_proj (None: could not be read)
         self.vrh_dead_heads = dead_heads(self.vrh_decoder)
         self.vrh_control_pool = check_pool(str(control_pool), where="model arg control_pool=")
+        spec_text = None if heads is None else str(heads)
         self.vrh_heads_file: HeadsFile | None = load_heads_file(heads_file) if heads_file else None
+        if spec_text is not None and spec_text.startswith(paper.PREFIX):  # the paper's published heads
+            if heads_file:
+                raise VRHError(f"model arg heads={spec_text} takes the paper's published heads; drop heads_file=")
+            self.vrh_heads_file = paper.paper_heads_file(pretrained, family.name, self.vrh_decoder.geometry,
+                                                         heads_source)
+            spec_text = spec_text[len(paper.PREFIX):]
+        elif self.vrh_heads_file is None and needs_heads_file(spec_text):  # what `vrh-lmms discover` registered
+            self.vrh_heads_file = load_heads_file(registry.lookup(str(pretrained), heads_task))
+            self.vrh_heads_file.source = "registry"
         self.vrh_headset: HeadSet = resolve_spec(
-            None if heads is None else str(heads), self.vrh_decoder.geometry, heads_file=self.vrh_heads_file,
+            spec_text, self.vrh_decoder.geometry, heads_file=self.vrh_heads_file,
             seed=int(seed), allow_cross_model=_as_bool(allow_cross_model, "allow_cross_model"), cell=heads_cell,
             dead=self.vrh_dead_heads or (), pool=self.vrh_control_pool)
         if self.vrh_headset.kind in ("topk", "explicit") and self.vrh_headset.dead:

@@ -15,7 +15,7 @@ from vrh_lmms.pretrained import HUB_EXAMPLE, check_pretrained, hub_offline  # no
 
 # Model args that choose heads; commands that set the heads themselves (sweep, discover) refuse them.
 HEAD_ARGS = ("heads", "heads_file", "ablation", "seed", "allow_cross_model", "means_file", "heads_cell",
-             "control_pool")
+             "control_pool", "heads_source", "heads_task")
 
 
 def vrh_model_names() -> list[str]:

@@ -281,4 +281,16 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     lmms.write_run(paths["eval"], results, lm.vrh_record(config={"id": "discovery", "kind": "baseline", "k": 0,
                                                                   "seed": None}))
     save_heads_file(hf, spec.output, force=True)
+    _register(str(lm.vrh_pretrained), spec.tasks, spec.output)
     return Path(spec.output)
+
+
+def _register(pretrained: str, tasks: list[str], output: str) -> None:
+    """Remember the heads file for this checkpoint and task (vrh_lmms.heads.registry), so `heads=top20` finds it;
+    a registry that cannot be written costs a warning, not the discovery."""
+    from vrh_lmms.heads import registry
+
+    try:
+        registry.register(pretrained, tasks, output)
+    except (OSError, VRHError) as exc:
+        print(f"vrh-lmms: warning: heads file not registered ({exc})", file=sys.stderr)

@@ -32,6 +32,7 @@ class HeadsFile:
     extra: dict[str, Any] = field(default_factory=dict)
     path: Path | None = None
     sha256: str | None = None
+    source: str | None = None  # how a run found it: None (heads_file=), "registry" or "paper:<benchmark>"
 
     def top(self, k: int) -> list[HeadRef]:
         if k < 0:
@@ -75,8 +76,8 @@ class HeadsFile:
 
     def describe(self) -> dict[str, Any]:
         """What a run records about the heads file it used."""
-        return {"path": str(self.path) if self.path else None, "sha256": self.sha256,
-                "model": self.model.get("id")}
+        out = {"path": str(self.path) if self.path else None, "sha256": self.sha256, "model": self.model.get("id")}
+        return out | ({"source": self.source} if self.source else {})
 
 
 def ranking_from_scores(scores: np.ndarray) -> list[HeadRef]:

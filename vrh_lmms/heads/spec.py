@@ -122,6 +122,14 @@ def layer_matched_heads(top: list[HeadRef], geometry: Geometry, seed: int,
     return sorted(out)
 
 
+def needs_heads_file(spec: str | None) -> bool:
+    """Whether a spec ranks heads (top<K>, like:top<K>, image_matched:top<K>), so it needs a heads file."""
+    text = (spec or "").strip()
+    if m := _POOL.match(text):
+        text = m.group("spec").strip()
+    return bool(_TOP.match(text) or _LIKE.match(text) or _IMATCH.match(text))
+
+
 def check_pool(pool: str, where: str = "control pool") -> str:
     if pool not in CONTROL_POOLS:
         raise VRHError(f"{where} {pool!r}: use one of {', '.join(CONTROL_POOLS)}")

@@ -1,0 +1,71 @@
+"""The design card's command works as written (issue 28): after one `vrh-lmms discover` on a checkpoint,
+`lmms-eval --model vrh_qwen25 --model_args pretrained=DIR,heads=top2` ablates the heads discovery found, and its
+results JSON names the file; `heads=paper:top20` on a Qwen2.5-VL of the 7B's geometry (28 x 28 heads, tiny width)
+ablates exactly the paper's Table A2 heads."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import offline_env
+
+from vrh_lmms.heads import parse_head
+from vrh_lmms.heads.heads_file import load_heads_file
+from vrh_lmms.paths import tasks_path
+
+PIXELS = 224 * 224
+
+
+@pytest.mark.slow
+def test_heads_top_k_without_a_file_uses_what_discover_registered(tiny_qwen25, tmp_path, vrh_env):
+    from vrh_lmms.cli import main
+
+    registry = tmp_path / "registry.json"
+    vrh_env.setenv("VRH_HEADS_REGISTRY", str(registry))
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 3, "seed": 4}))
+    args = f"pretrained={tiny_qwen25},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}"
+    heads = tmp_path / "heads.json"
+    assert main(["discover", "--model", "vrh_qwen25", "--model_args", args, "--tasks", "vrh_synth_grounding",
+                 "--limit", "3", "--gen-kwargs", "max_new_tokens=4", "--output", str(heads)]) == 0
+    out = tmp_path / "lmms"
+    cmd = [str(Path(sys.executable).with_name("lmms-eval")), "--model", "vrh_qwen25", "--model_args",
+           f"{args},heads=top2", "--tasks", "vrh_synth_grounding", "--include_path", str(tasks_path()), "--limit",
+           "2", "--batch_size", "1", "--output_path", str(out), "--log_samples", "--gen_kwargs", "max_new_tokens=4"]
+    env = offline_env(VRH_HEADS_REGISTRY=str(registry), VRH_CACHE_DIR=str(tmp_path / "cache"),
+                      VRH_SYNTH_CONFIG=json.dumps({"n": 3, "seed": 4}))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    results = sorted(out.rglob("*_results.json"))
+    assert results, (proc.stdout + proc.stderr)[-3000:]
+    ablation = json.loads(results[-1].read_text())["vrh"]["ablation"]
+    hf = load_heads_file(heads)
+    assert ablation["heads"] == sorted(str(h) for h in hf.ranking[:2])
+    assert ablation["heads_file"]["path"] == str(heads.resolve()) and ablation["heads_file"]["source"] == "registry"
+    assert ablation["heads_file"]["sha256"] == hf.sha256
+    # without a registration the same command is one clear line naming what to do
+    env["VRH_HEADS_REGISTRY"] = str(tmp_path / "empty.json")
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert "vrh-lmms: error: no heads file is registered for" in proc.stderr and "vrh-lmms discover" in proc.stderr
+    assert proc.returncode == 2
+
+
+def test_paper_top20_on_the_7b_geometry_ablates_table_a2(tmp_path_factory):
+    from vrh_lmms import lmms
+    from vrh_lmms.heads import paper
+    from vrh_lmms.tiny.qwen2_5_vl import build
+
+    ckpt = build(tmp_path_factory.mktemp("qwen25_7b_shape"), seed=0,
+                 text=dict(hidden_size=168, intermediate_size=32, num_hidden_layers=28, num_attention_heads=28,
+                           num_key_value_heads=4, head_dim=6))
+    args = f"pretrained={ckpt},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}"
+    for bench in ("refcoco", "refspatial"):
+        lm = lmms.build_model("vrh_qwen25", f"{args},heads=paper:top20,heads_source=paper:{bench}")
+        table = {parse_head(h) for h in paper.published()["heads"][bench]["Qwen2.5-VL-7B"]}
+        assert set(lm.vrh_headset.heads) == table and len(table) == 20
+        record = lm.vrh_record()["ablation"]
+        assert record["heads_file"]["source"] == f"paper:{bench}" and record["spec"] == "top20"
+    with pytest.raises(Exception, match="more heads than the heads file ranks \\(20\\)"):
+        lmms.build_model("vrh_qwen25", f"{args},heads=paper:top30")
