@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
@@ -11,6 +12,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `vrh-lmms discover` registers its heads files (vrh_lmms.heads.registry): never in the user's own registry.
+os.environ["VRH_HEADS_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="vrh-test-registry-"), "registry.json")
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +72,7 @@ def vrh_env(monkeypatch, tmp_path):
         if key.startswith("VRH_"):
             monkeypatch.delenv(key)
     monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "vrh_cache"))
+    monkeypatch.setenv("VRH_HEADS_REGISTRY", str(tmp_path / "heads-registry.json"))
     context.clear_active()
     yield monkeypatch
     context.clear_active()
