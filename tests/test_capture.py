@@ -11,7 +11,7 @@ from vrh_lmms.capture import CapturePlan, capture_attention
 from vrh_lmms.capture.attention import _SESSIONS
 from vrh_lmms.errors import VRHError
 from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
-from vrh_lmms.tiny.registry import FAMILIES as TINY
+from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
 
 torch.set_num_threads(1)
 

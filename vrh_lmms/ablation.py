@@ -139,7 +139,7 @@ class Ablator:
         if not heads:
             return
         if mode in UNIFORM_MODES:  # not a weight edit: answer rows attend uniformly (registered attention path)
-            from vrh_lmms.interventions.uniform import MODES as OVER
+            from vrh_lmms.interventions.uniform import UNIFORM_OVER as OVER
             from vrh_lmms.interventions.uniform import UniformAblation
 
             self._uniform = UniformAblation(self.model, heads, over=OVER[mode])
