@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from vrh_lmms.boxes import conventions as conv
@@ -65,7 +65,7 @@ class Family:
     # dotted paths from the top-level config to the text config, tried in order ("" = the config itself)
     text_config_paths: tuple[str, ...] = ("text_config", "")
     # the box output convention it speaks (vrh_lmms.boxes.conventions)
-    convention: conv.Convention = conv.GENERIC
+    convention: conv.Convention = field(default=conv.GENERIC, hash=False)  # hash=False: its params are a dict
     # image-token layout: its name (vrh_lmms.capture.layouts, capture extras) and builder, a callable or
     # "module:function" (w, h, extras) -> blocks (vrh_lmms.capture.tilings); families may share one layout
     layout: str | None = None
