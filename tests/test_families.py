@@ -83,6 +83,10 @@ def test_unknown_names_suggest_the_close_ones():
         layout_name("llava_nxt")
     with pytest.raises(KeyError, match=r"did you mean 'vrh_qwen25'"):
         WRAPPERS["vrh_qwen2.5"]
+    from vrh_lmms import preload
+
+    with pytest.raises(VRHError, match=r"--model 'vrh_qwen2.5' is not a registered model \(did you mean 'vrh_qwen25'"):
+        preload.check_model_name("vrh_qwen2.5")
     with pytest.raises(VRHError, match=r"unknown family 'zzz'; known: deepseek_vl2, "):
         get_family("zzz")  # nothing close: no suggestion, the full list
 
