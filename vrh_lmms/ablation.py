@@ -5,8 +5,9 @@ vrh_lmms.interventions.uniform; `Ablator` applies them too, `RowAblator` refuses
 
 The default method folds the ablation into o_proj's weights: zeroing input columns [h*d:(h+1)*d] equals zeroing
 that head's output, and a mean replacement adds W[:, slice] @ mean to the bias. That costs nothing at run time and
-works with any engine that reads the weights. Where weights cannot be edited (quantized, offloaded, meta), a
-forward-pre-hook edits o_proj's input instead. Either way the original weights come back exactly on restore.
+works with any engine that reads the weights. Where weights cannot be edited (quantized, offloaded, meta), a hook
+on the decoder's named per-head output site (`layers.L.head_out`, vrh_lmms.backbone) edits o_proj's input instead.
+Either way the original weights come back exactly on restore.
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from vrh_lmms.backbone import Decoder, locate_decoder
+from vrh_lmms.backbone import HEAD_OUT, Decoder, Hook, Installed, locate_decoder, site_name
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import Geometry, HeadRef
 from vrh_lmms.heads.spec import HeadSet
@@ -115,7 +115,7 @@ class Ablator:
         self.requested_method = check_method(method)
         self._uniform = None  # vrh_lmms.interventions.uniform.UniformAblation while a uniform mode is applied
         self._saved: list[_Saved] = []
-        self._hooks: list[torch.utils.hooks.RemovableHandle] = []
+        self._hooks: Installed | None = None
         self.active: list[HeadRef] = []
         self.mode: str | None = None
         self.method: str | None = None
@@ -139,7 +139,7 @@ class Ablator:
         if not heads:
             return
         if mode in UNIFORM_MODES:  # not a weight edit: answer rows attend uniformly (registered attention path)
-            from vrh_lmms.interventions.uniform import MODES as OVER
+            from vrh_lmms.interventions.uniform import UNIFORM_OVER as OVER
             from vrh_lmms.interventions.uniform import UniformAblation
 
             self._uniform = UniformAblation(self.model, heads, over=OVER[mode])
@@ -180,17 +180,19 @@ class Ablator:
 
     def _hook(self, by_layer: dict[int, list[int]], mode: str, means: torch.Tensor | None) -> None:
         d = self.geometry.head_dim
+        hooks = []
         for layer, heads in by_layer.items():
             slices = [slice(h * d, (h + 1) * d) for h in heads]
             fill = [means[layer, h] for h in heads] if mode == "mean" else None
 
-            def pre_hook(module, args, slices=slices, fill=fill):
-                x = args[0].clone()
+            def edit(x, slices=slices, fill=fill):
+                x = x.clone()
                 for i, sl in enumerate(slices):
                     x[..., sl] = 0 if fill is None else fill[i].to(device=x.device, dtype=x.dtype)
-                return (x, *args[1:])
+                return x
 
-            self._hooks.append(self.decoder.out_projs[layer].register_forward_pre_hook(pre_hook))
+            hooks.append(Hook(site_name(layer, HEAD_OUT), edit))
+        self._hooks = self.decoder.install(hooks)
 
     @torch.no_grad()
     def restore(self) -> None:
@@ -208,9 +210,9 @@ class Ablator:
         if self._uniform is not None:
             self._uniform.remove()
             self._uniform = None
-        for handle in self._hooks:
-            handle.remove()
-        self._hooks.clear()
+        if self._hooks is not None:
+            self._hooks.remove()
+            self._hooks = None
         self.active, self.mode, self.method = [], None, None
 
 
@@ -264,7 +266,7 @@ class RowAblator:
         self._rows: tuple[int, ...] | None = None
         self._solo = 0
         self._row_cache: dict[tuple[int, ...], dict[int, tuple]] = {}
-        self._saved_forward: dict[int, Any] = {}
+        self._installed: Installed | None = None
 
     @property
     def geometry(self) -> Geometry:
@@ -349,8 +351,11 @@ class RowAblator:
         return per_layer[layer]
 
     # ---------------------------------------------------------------------------------------- install
-    def _make_forward(self, layer: int, proj: nn.Module, original):
-        def fold_forward(x: torch.Tensor) -> torch.Tensor:
+    def _make_forward(self, layer: int, proj: nn.Module):
+        """The `forward` hook of layer's head_out site: fold arithmetic on the projection's own weights, or the
+        input edit before the projection that ran before (`original`)."""
+
+        def fold_forward(x: torch.Tensor, original) -> torch.Tensor:
             keep, bias, _ = self._row_tensors(layer, x)
             x = x * keep
             if bias is None:
@@ -359,7 +364,7 @@ class RowAblator:
             out = torch.addmm(full, x.reshape(-1, x.shape[-1]), proj.weight.t())
             return out.view(*x.shape[:-1], bias.shape[-1])
 
-        def hook_forward(x: torch.Tensor, *args, **kwargs):
+        def hook_forward(x: torch.Tensor, original, *args, **kwargs):
             keep, _, fill = self._row_tensors(layer, x)
             x = x * keep if fill is None else x * keep + fill
             return original(x, *args, **kwargs)
@@ -367,20 +372,16 @@ class RowAblator:
         return fold_forward if self.method == "fold" else hook_forward
 
     def install(self) -> RowAblator:
-        for layer in self._layers:
-            proj = self.decoder.out_projs[layer]
-            self._saved_forward[layer] = proj.__dict__.get("forward")
-            proj.forward = self._make_forward(layer, proj, proj.forward)
+        self.uninstall()
+        self._installed = self.decoder.install([
+            Hook(site_name(layer, HEAD_OUT), self._make_forward(layer, self.decoder.out_projs[layer]), "forward")
+            for layer in self._layers])
         return self
 
     def uninstall(self) -> None:
-        for layer, previous in self._saved_forward.items():
-            proj = self.decoder.out_projs[layer]
-            if previous is None:
-                proj.__dict__.pop("forward", None)
-            else:
-                proj.forward = previous
-        self._saved_forward.clear()
+        if self._installed is not None:
+            self._installed.remove()
+            self._installed = None
         self._row_cache.clear()
 
     def __enter__(self) -> RowAblator:
@@ -411,21 +412,21 @@ class HeadMeanCollector:
         self.sums = torch.zeros(g.layers, g.heads * g.head_dim, dtype=torch.float64)
         self.count = 0
         self.token_mask: torch.Tensor | None = None  # (batch, seq) bool: which positions count
-        self._handles = []
+        self._installed: Installed | None = None
 
     def __enter__(self) -> HeadMeanCollector:
-        for layer, proj in enumerate(self.decoder.out_projs):
-            self._handles.append(proj.register_forward_pre_hook(self._make_hook(layer)))
+        self._installed = self.decoder.install([Hook(site_name(layer, HEAD_OUT), self._make_hook(layer))
+                                                for layer in range(self.decoder.geometry.layers)])
         return self
 
     def __exit__(self, *exc) -> None:
-        for h in self._handles:
-            h.remove()
-        self._handles.clear()
+        if self._installed is not None:
+            self._installed.remove()
+            self._installed = None
 
     def _make_hook(self, layer: int):
-        def hook(module, args):
-            x = args[0].detach().to(torch.float64)
+        def hook(x):
+            x = x.detach().to(torch.float64)
             if self.token_mask is not None and self.token_mask.shape == x.shape[:2]:
                 x = x[self.token_mask.to(x.device)]
             else:

@@ -26,14 +26,16 @@ def vrh_model_names() -> list[str]:
 
 def check_model_name(name: str) -> None:
     """`name` is a registered vrh_* model; read from the registry, without importing any backend."""
-    from lmms_eval.models import get_model_manifest, list_available_models
+    from lmms_eval.models import list_available_models
 
-    vrh = ", ".join(vrh_model_names())
+    from vrh_lmms.tables import did_you_mean
+
+    names = vrh_model_names()
+    vrh = ", ".join(names)
     if name not in list_available_models(include_aliases=True):
-        raise VRHError(f"--model {name!r} is not a registered model; the vrh-lmms models are: {vrh}")
-    manifest = get_model_manifest(name)
-    paths = [p for p in (manifest.chat_class_path, manifest.simple_class_path) if p]
-    if not all(p.startswith("vrh_lmms.model_wrappers.") for p in paths):
+        raise VRHError(f"--model {name!r} is not a registered model{did_you_mean(name, names)}; the vrh-lmms models "
+                       f"are: {vrh}")
+    if name not in names:  # a vrh model is one that a registered family lists (vrh_lmms.families)
         raise VRHError(f"--model {name!r} is lmms-eval's own backend, without head ablation; use one of the "
                        f"vrh-lmms models: {vrh}")
 

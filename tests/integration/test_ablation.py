@@ -11,12 +11,12 @@ from vrh_lmms.backbone import locate_decoder
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads import HeadRef
 from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
-from vrh_lmms.tiny.registry import FAMILIES
+from vrh_lmms.tiny.registry import TINY_FACTORIES
 
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
+@pytest.fixture(scope="module", params=sorted(TINY_FACTORIES))
 def family_model(request, tiny_checkpoints):
     model, processor = load_tiny(tiny_checkpoints(request.param))
     batch = processor_inputs(processor, n=2)

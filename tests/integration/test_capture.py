@@ -6,12 +6,11 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_attentions
 
-from vrh_lmms.backbone import locate_decoder
+from vrh_lmms.backbone import installed_rows_hooks, locate_decoder
 from vrh_lmms.capture import CapturePlan, capture_attention
-from vrh_lmms.capture.attention import _SESSIONS
 from vrh_lmms.errors import VRHError
 from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
-from vrh_lmms.tiny.registry import FAMILIES as TINY
+from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
 
 torch.set_num_threads(1)
 
@@ -106,7 +105,7 @@ def test_restored_after_exception_and_incomplete_refused(family_model):
     with pytest.raises(RuntimeError, match="boom"), capture_attention(model, plan):
         raise RuntimeError("boom")
     assert text_impl(model) == previous
-    assert not _SESSIONS
+    assert not installed_rows_hooks()
     with capture_attention(model, plan) as handle:
         pass
     with pytest.raises(VRHError, match="incomplete"):
@@ -120,7 +119,7 @@ def test_capture_twice_in_one_scope_refused(tiny_checkpoints):
         model(**batch)
         with pytest.raises(VRHError, match="twice"):
             model(**batch)
-    assert text_impl(model) == "sdpa" and not _SESSIONS
+    assert text_impl(model) == "sdpa" and not installed_rows_hooks()
 
 
 def test_plan_validation():

@@ -9,8 +9,7 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_probs, head_slice, layer_tensors
 
-from vrh_lmms.backbone import locate_decoder
-from vrh_lmms.capture.attention import _EDITS
+from vrh_lmms.backbone import installed_rows_hooks, locate_decoder
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import HeadRef
 from vrh_lmms.interventions.steering import SteerPlan, steer_attention
@@ -56,7 +55,7 @@ def test_zero_bias_is_bit_identical(family_model):
     assert torch.equal(steered, plain)
     assert torch.equal(steered_gen.sequences, plain_gen.sequences)
     assert all(torch.equal(a, b) for a, b in zip(steered_gen.scores, plain_gen.scores))
-    assert not _EDITS
+    assert not installed_rows_hooks()
 
 
 def test_bias_changes_only_the_answer_rows(family_model):
@@ -125,4 +124,4 @@ def test_plan_checks(tiny_checkpoints):
     with pytest.raises(VRHError, match="batch"), torch.no_grad(), steer_attention(
             model, SteerPlan([HeadRef(0, 0)], keys[:1], 1.0)):
         model(**batch)
-    assert not _EDITS and locate_decoder(model).text_config._attn_implementation == "sdpa"
+    assert not installed_rows_hooks() and locate_decoder(model).text_config._attn_implementation == "sdpa"

@@ -8,8 +8,7 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_probs, head_slice, layer_tensors
 
-from vrh_lmms.backbone import locate_decoder
-from vrh_lmms.capture.attention import _EDITS
+from vrh_lmms.backbone import installed_rows_hooks, locate_decoder
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import HeadRef
 from vrh_lmms.interventions.uniform import UniformAblation, image_token_ids, uniform_ablated
@@ -45,7 +44,7 @@ def test_uniform_equals_mean_of_visible_values(family, over, tiny_checkpoints):
     for h in range(g.heads):
         if h != head:
             assert torch.equal(head_slice(ablated["o_in"], h, g.head_dim), head_slice(plain["o_in"], h, g.head_dim))
-    assert not _EDITS
+    assert not installed_rows_hooks()
 
 
 @pytest.mark.parametrize("over", ["prefix", "image"])
@@ -85,7 +84,7 @@ def test_uniform_checks_and_restores(tiny_checkpoints):
     with pytest.raises(VRHError, match="already carry"):
         UniformAblation(model, [HeadRef(0, 1)])
     ablation.remove()
-    assert not _EDITS and locate_decoder(model).text_config._attn_implementation == impl
+    assert not installed_rows_hooks() and locate_decoder(model).text_config._attn_implementation == impl
 
 
 def test_uniform_is_an_ablation_mode_of_backends_and_sweeps(tiny_checkpoints, tmp_path, monkeypatch):
@@ -122,7 +121,7 @@ def test_uniform_is_an_ablation_mode_of_backends_and_sweeps(tiny_checkpoints, tm
         again = lm.model.generate(**batch, **gen)
     assert all(torch.equal(a, b) for a, b in zip(ablated.logits, direct.logits))
     assert all(torch.equal(a, b) for a, b in zip(again.logits, plain.logits))
-    assert not _EDITS
+    assert not installed_rows_hooks()
 
     scores = np.random.default_rng(1).random((2, 4))
     hf = tmp_path / "heads.json"
@@ -145,4 +144,4 @@ def test_uniform_is_an_ablation_mode_of_backends_and_sweeps(tiny_checkpoints, tm
     assert matched["config"]["kind"] == "image_matched" and matched["ablation"]["heads"]
     assert matched["ablation"]["heads"] != json.loads((out / "configs" / "top1" / "results.json").read_text())[
         "vrh"]["ablation"]["heads"]
-    assert not _EDITS
+    assert not installed_rows_hooks()

@@ -9,7 +9,7 @@ from vrh_lmms.capture.layouts import ImageTokenMap, box_key_mask, box_token_indi
 from vrh_lmms.capture.verify import check_layout
 from vrh_lmms.errors import VRHError
 from vrh_lmms.tiny.inputs import load_tiny, render_prompt, scene_messages
-from vrh_lmms.tiny.registry import FAMILIES as TINY
+from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
 
 torch.set_num_threads(1)
 

@@ -23,7 +23,7 @@ from vrh_lmms.heads import HeadRef
 from vrh_lmms.packing import PackedGenerate, alone_length, divergence_gap, fingerprint, packing_unsupported
 from vrh_lmms.synth.scenes import SceneConfig, generate_scene
 from vrh_lmms.tiny.inputs import load_tiny, render_prompt, scene_messages
-from vrh_lmms.tiny.registry import FAMILIES
+from vrh_lmms.tiny.registry import TINY_FACTORIES
 
 torch.set_num_threads(1)
 NEAR_TIE = 1e-4  # logit gap below which two tokens count as tied in float32
@@ -44,7 +44,7 @@ def scenes_batch(processor, n: int = 3, repeat: int = 1) -> dict:
     return dict(batch)
 
 
-@pytest.fixture(scope="module", params=sorted(FAMILIES))
+@pytest.fixture(scope="module", params=sorted(TINY_FACTORIES))
 def family(request, tiny_checkpoints):
     model, processor = load_tiny(tiny_checkpoints(request.param))
     decoder = locate_decoder(model)

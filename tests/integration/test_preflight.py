@@ -227,9 +227,9 @@ def test_config_geometry_matches_the_loaded_decoder_for_every_tiny_family(tiny_c
 
     from vrh_lmms.backbone import locate_decoder
     from vrh_lmms.families import family_for_config
-    from vrh_lmms.tiny.registry import FAMILIES
+    from vrh_lmms.tiny.registry import TINY_FACTORIES
 
-    for name in FAMILIES:
+    for name in TINY_FACTORIES:
         path = tiny_checkpoints(name)
         config = preload.load_config(str(path))
         family = family_for_config(config)

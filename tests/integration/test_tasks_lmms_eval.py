@@ -62,10 +62,16 @@ def test_yaml_wiring(manager, task):
     if task in GROUNDING:
         kw = cfg["lmms_eval_specific_kwargs"]
         for model, conv in {"qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "internvl_hf": "internvl",
-                            "llava_hf": "llava_next", "glm4v": "glm4v", "vrh_qwen25": "qwen2_5_vl",
-                            "vrh_paligemma": "paligemma", "vrh_deepseek_vl2": "deepseek_vl2",
-                            "vrh_magma": "magma", "vrh_phi4": "phi4_multimodal", "default": "generic"}.items():
+                            "llava_hf": "llava_next", "glm4v": "glm4v", "default": "generic"}.items():
             assert kw[model]["convention"] == conv
+        # vrh_* models get theirs from their wrapper's family (set_active), not from the task YAML
+        from vrh_lmms.families import FAMILIES
+
+        for model, conv in {"vrh_qwen25": "qwen2_5_vl", "vrh_paligemma": "paligemma",
+                            "vrh_deepseek_vl2": "deepseek_vl2", "vrh_magma": "magma",
+                            "vrh_phi4": "phi4_multimodal"}.items():
+            assert model not in kw
+            assert [f.box_convention for f in FAMILIES.values() for w in f.wrappers if w.model_id == model] == [conv]
 
 
 # ------------------------------------------------------------------------------------------ in-process evaluate

@@ -20,10 +20,10 @@ from vrh_lmms.cli import main
 from vrh_lmms.heads.geometry import Geometry
 from vrh_lmms.synth.scenes import SceneConfig, generate_scene
 from vrh_lmms.tiny.inputs import load_tiny, processor_inputs, render_prompt, scene_messages
-from vrh_lmms.tiny.registry import FAMILIES, build_tiny
+from vrh_lmms.tiny.registry import TINY_FACTORIES, build_tiny
 
 torch.set_num_threads(1)
-ALL = sorted(FAMILIES)
+ALL = sorted(TINY_FACTORIES)
 
 # Image-token layout per family for a plain image: (placeholder, lengths of the placeholder runs at 112x112 and at
 # 224x112 (w x h), token just before the first run, token just after the last; None = the run starts the prompt /

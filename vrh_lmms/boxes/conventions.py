@@ -15,6 +15,7 @@ from vrh_lmms.boxes import extract as ex
 from vrh_lmms.boxes.geometry import clip_box, order_corners
 from vrh_lmms.boxes.resize import LMMS_EVAL_MAX_PIXELS, LMMS_EVAL_MIN_PIXELS
 from vrh_lmms.boxes.spaces import SPACES
+from vrh_lmms.tables import DerivedTable, unknown_name
 
 QWEN_BOX_PROMPT = "Locate {expression} in the image and output its bbox coordinates in JSON format."
 QWEN_POINT_PROMPT = "Locate {expression} in the image and output its point coordinates in JSON format."
@@ -109,70 +110,88 @@ class Convention:
 _QWEN25_PARAMS = {"min_pixels": LMMS_EVAL_MIN_PIXELS, "max_pixels": LMMS_EVAL_MAX_PIXELS, "fetch_min_pixels": None,
                   "fetch_max_pixels": None, "factor": 28, "fetch": True}
 
-CONVENTIONS: dict[str, Convention] = {
-    c.name: c
-    for c in (
-        Convention(
-            "qwen2_5_vl", "JSON bbox_2d in absolute pixels of the smart_resize'd image", QWEN_BOX_PROMPT,
-            "resized_pixels", point_prompt=QWEN_POINT_PROMPT, params=_QWEN25_PARAMS,
-            source="Qwen2.5-VL report/cookbook (absolute coordinates); resize = qwen_vl_utils then the HF processor, "
-                   "as lmms-eval's qwen2_5_vl backend does"),
-        Convention(
-            "qwen3_vl", "JSON bbox_2d on a 0-1000 grid", QWEN_BOX_PROMPT, "norm1000", point_prompt=QWEN_POINT_PROMPT,
-            source="Qwen3-VL cookbook: relative coordinates 0-1000"),
-        Convention(
-            "glm4v", "<|begin_of_box|>[x1,y1,x2,y2]<|end_of_box|> on a 0-1000 grid",
-            "Locate {expression} in the image and give its bounding box as [x1, y1, x2, y2].", "norm1000",
-            source="GLM-4.1V/4.5V (zai-org/GLM-V): box tokens, coordinates normalised to 1000"),
-        Convention(
-            "internvl", "<ref>..</ref><box>[[x1,y1,x2,y2]]</box> on a 0-1000 grid",
-            "Please provide the bounding box coordinate of the region this sentence describes: "
-            "<ref>{expression}</ref>", "norm1000",
-            box_extractors=(ex.in_tags("<box>", "</box>"), *ex.GENERIC_BOX_EXTRACTORS),
-            source="InternVL evaluate_grounding (OpenGVLab/InternVL): <box>[[...]]</box>, divide by 1000"),
-        Convention(
-            "llava_next", "[x1, y1, x2, y2] as fractions of the image", REC_PROMPT, "unit",
-            params={"pad_to_square": False},
-            source="LLaVA-1.5 REC data (fractions, 2-3 decimals); LLaVA-1.5 reads them on the padded square "
-                   "(pad_to_square=True), LLaVA-NeXT's anyres does not pad (default False)"),
-        Convention(
-            "paligemma", "'detect <expr>' -> <locY1><locX1><locY2><locX2> label, bins 0-1023, y first",
-            "detect {expression}", "loc1023", box_extractors=(ex.loc_boxes,),
-            source="PaliGemma / big_vision: 4 <locNNNN> tokens per box, ymin xmin ymax xmax; decoded as "
-                   "value/1023*size like big_vision's evaluators/proj/paligemma/transfers/segmentation.py"),
-        Convention(
-            "deepseek_vl2", "<|ref|>..<|/ref|><|det|>[[x1,y1,x2,y2]]<|/det|> on a 0-999 grid",
-            "<|ref|>{expression}<|/ref|>.", "norm999",
-            box_extractors=(ex.in_tags("<|det|>", "<|/det|>"), *ex.GENERIC_BOX_EXTRACTORS),
-            source="DeepSeek-VL2 README grounding example: coordinates normalised to 999"),
-        Convention(
-            "phi4_multimodal", "no documented box format; asked for fractions, values > 1 read on a 0-1000 grid",
-            "Output the bounding box of {expression} in the image as [x1, y1, x2, y2], with coordinates "
-            "normalized between 0 and 1.", "auto",
-            point_prompt="Point to {expression} in the image. Output [x, y], with coordinates normalized between 0 "
-                         "and 1.",
-            source="Phi-4-multimodal model card / technical report list no grounding format; this choice is ours"),
-        Convention(
-            "magma", "fractions of the image, 2 decimals (values > 1: Qwen-VL-style 0-1000 <box>)",
-            REC_PROMPT, "auto",
-            box_extractors=(ex.in_tags("<box>", "</box>"), *ex.GENERIC_BOX_EXTRACTORS),
-            point_prompt="Point to {expression} in the image. Output (x, y), with coordinates normalized between 0 "
-                         "and 1.",
-            source="microsoft/Magma agents/ui_agent: bbox_2_bbox / pred_2_point use 0-1 floats with 2 decimals; "
-                   "extract_bbox reads Qwen-VL <box>(x1,y1),(x2,y2)</box> on 0-1000"),
-        Convention(
-            "generic", "[x1, y1, x2, y2] on a 0-1000 grid (fractions accepted)",
-            "Locate {expression} in the image. Output its bounding box as [x1, y1, x2, y2] with coordinates "
-            "normalized to 0-1000.", "auto",
-            point_prompt="Point to {expression} in the image. Output [x, y] with coordinates normalized to 0-1000.",
-            source="vrh-lmms fallback for models without a known convention"),
-    )
-}
+# The conventions, one constant each. A family's record (vrh_lmms.families) owns the one it speaks; CONVENTIONS
+# below is derived from the registry (plus GENERIC, the fallback), so no convention table is kept by hand.
+QWEN2_5_VL = Convention(
+    "qwen2_5_vl", "JSON bbox_2d in absolute pixels of the smart_resize'd image", QWEN_BOX_PROMPT,
+    "resized_pixels", point_prompt=QWEN_POINT_PROMPT, params=_QWEN25_PARAMS,
+    source="Qwen2.5-VL report/cookbook (absolute coordinates); resize = qwen_vl_utils then the HF processor, "
+           "as lmms-eval's qwen2_5_vl backend does")
+
+QWEN3_VL = Convention(
+    "qwen3_vl", "JSON bbox_2d on a 0-1000 grid", QWEN_BOX_PROMPT, "norm1000", point_prompt=QWEN_POINT_PROMPT,
+    source="Qwen3-VL cookbook: relative coordinates 0-1000")
+
+GLM4V = Convention(
+    "glm4v", "<|begin_of_box|>[x1,y1,x2,y2]<|end_of_box|> on a 0-1000 grid",
+    "Locate {expression} in the image and give its bounding box as [x1, y1, x2, y2].", "norm1000",
+    source="GLM-4.1V/4.5V (zai-org/GLM-V): box tokens, coordinates normalised to 1000")
+
+INTERNVL = Convention(
+    "internvl", "<ref>..</ref><box>[[x1,y1,x2,y2]]</box> on a 0-1000 grid",
+    "Please provide the bounding box coordinate of the region this sentence describes: "
+    "<ref>{expression}</ref>", "norm1000",
+    box_extractors=(ex.in_tags("<box>", "</box>"), *ex.GENERIC_BOX_EXTRACTORS),
+    source="InternVL evaluate_grounding (OpenGVLab/InternVL): <box>[[...]]</box>, divide by 1000")
+
+LLAVA_NEXT = Convention(
+    "llava_next", "[x1, y1, x2, y2] as fractions of the image", REC_PROMPT, "unit",
+    params={"pad_to_square": False},
+    source="LLaVA-1.5 REC data (fractions, 2-3 decimals); LLaVA-1.5 reads them on the padded square "
+           "(pad_to_square=True), LLaVA-NeXT's anyres does not pad (default False)")
+
+PALIGEMMA = Convention(
+    "paligemma", "'detect <expr>' -> <locY1><locX1><locY2><locX2> label, bins 0-1023, y first",
+    "detect {expression}", "loc1023", box_extractors=(ex.loc_boxes,),
+    source="PaliGemma / big_vision: 4 <locNNNN> tokens per box, ymin xmin ymax xmax; decoded as "
+           "value/1023*size like big_vision's evaluators/proj/paligemma/transfers/segmentation.py")
+
+DEEPSEEK_VL2 = Convention(
+    "deepseek_vl2", "<|ref|>..<|/ref|><|det|>[[x1,y1,x2,y2]]<|/det|> on a 0-999 grid",
+    "<|ref|>{expression}<|/ref|>.", "norm999",
+    box_extractors=(ex.in_tags("<|det|>", "<|/det|>"), *ex.GENERIC_BOX_EXTRACTORS),
+    source="DeepSeek-VL2 README grounding example: coordinates normalised to 999")
+
+PHI4_MULTIMODAL = Convention(
+    "phi4_multimodal", "no documented box format; asked for fractions, values > 1 read on a 0-1000 grid",
+    "Output the bounding box of {expression} in the image as [x1, y1, x2, y2], with coordinates "
+    "normalized between 0 and 1.", "auto",
+    point_prompt="Point to {expression} in the image. Output [x, y], with coordinates normalized between 0 "
+                 "and 1.",
+    source="Phi-4-multimodal model card / technical report list no grounding format; this choice is ours")
+
+MAGMA = Convention(
+    "magma", "fractions of the image, 2 decimals (values > 1: Qwen-VL-style 0-1000 <box>)",
+    REC_PROMPT, "auto",
+    box_extractors=(ex.in_tags("<box>", "</box>"), *ex.GENERIC_BOX_EXTRACTORS),
+    point_prompt="Point to {expression} in the image. Output (x, y), with coordinates normalized between 0 "
+                 "and 1.",
+    source="microsoft/Magma agents/ui_agent: bbox_2_bbox / pred_2_point use 0-1 floats with 2 decimals; "
+           "extract_bbox reads Qwen-VL <box>(x1,y1),(x2,y2)</box> on 0-1000")
+
+GENERIC = Convention(
+    "generic", "[x1, y1, x2, y2] on a 0-1000 grid (fractions accepted)",
+    "Locate {expression} in the image. Output its bounding box as [x1, y1, x2, y2] with coordinates "
+    "normalized to 0-1000.", "auto",
+    point_prompt="Point to {expression} in the image. Output [x, y] with coordinates normalized to 0-1000.",
+    source="vrh-lmms fallback for models without a known convention")
+
+
+def _conventions() -> dict[str, Convention]:
+    from vrh_lmms.families import FAMILIES  # the registry imports this module: read it when first asked
+
+    rows = {GENERIC.name: GENERIC}
+    for fam in FAMILIES.values():
+        rows.setdefault(fam.convention.name, fam.convention)
+    return dict(sorted(rows.items()))
+
+
+CONVENTIONS: DerivedTable[Convention] = DerivedTable(_conventions, "box convention")
 
 
 def get_convention(name: str) -> Convention:
     """The convention called ``name``; a clear error lists the known ones."""
-    try:
-        return CONVENTIONS[name]
-    except KeyError:
-        raise ValueError(f"unknown box convention {name!r}; known: {', '.join(sorted(CONVENTIONS))}") from None
+    rows = _conventions()
+    if name not in rows:
+        raise ValueError(unknown_name("box convention", name, rows))
+    return rows[name]

@@ -14,6 +14,8 @@ restored on exit, also on exceptions.
 
 The same functions carry the attention interventions (vrh_lmms.interventions): a per-layer `AttentionEdit` may
 change the layer's mask (steering) or rows of its output (uniform ablation) around the unchanged base computation.
+Both capture and edits are hooks on the decoder's named `layers.L.attn_rows` sites (vrh_lmms.backbone), installed
+and removed through the decoder; the registered function asks the attention module it runs for its hooks.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
-from vrh_lmms.backbone import locate_decoder, unwrap
+from vrh_lmms.backbone import ATTN_ROWS, Hook, locate_decoder, rows_hooks, site_name, unwrap
 from vrh_lmms.capture.rows import mask_rows, reduce_rows, row_probs
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import Geometry
@@ -155,10 +157,6 @@ class CaptureHandle:
         return CaptureResult(mass=mass, argmax=argmax, row_mask=rows)
 
 
-# id(attention module) -> (handle, layer index). Several models may capture at once; each module knows its session.
-_SESSIONS: dict[int, tuple[CaptureHandle, int]] = {}
-
-
 def _eager_function(module: nn.Module) -> Callable:
     """The model's own eager attention (it carries family details such as soft-capping)."""
     mod = importlib.import_module(type(module).__module__)
@@ -204,25 +202,44 @@ class AttentionEdit(Protocol):
                     output: torch.Tensor) -> torch.Tensor: ...
 
 
-# id(attention module) -> (edit, layer index): set by vrh_lmms.interventions through `attention_edits`.
-_EDITS: dict[int, tuple[AttentionEdit, int]] = {}
+class _CaptureRows:
+    """A capture session as an attn_rows hook: records the layer's plan rows once its output is computed."""
+
+    def __init__(self, handle: CaptureHandle) -> None:
+        self.handle = handle
+
+    def observe(self, layer: int, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
+                attention_mask: torch.Tensor | None, kwargs: dict) -> None:
+        _capture_layer(self.handle, layer, module, query, key, attention_mask, kwargs)
+
+
+def _is_edit(fn) -> bool:
+    return hasattr(fn, "edit_mask") or hasattr(fn, "edit_output")
+
+
+def _layers_with(decoder, test: Callable) -> list[int]:
+    """Layers whose attn_rows site carries a hook passing `test`."""
+    return [i for i, attn in enumerate(decoder.attns) if any(test(fn) for _, fn in rows_hooks(attn))]
 
 
 def _make_function(base: str) -> Callable:
     def capture_function(module, query, key, value, attention_mask, **kwargs):
-        edit = _EDITS.get(id(module))
-        if edit is not None:
-            attention_mask = edit[0].edit_mask(edit[1], module, query, key, attention_mask, kwargs, base)
+        # the hooks of this layer's attn_rows site, in installation order: edits (AttentionEdit), observers (capture)
+        hooks = rows_hooks(module)
+        for layer, fn in hooks:
+            if hasattr(fn, "edit_mask"):
+                attention_mask = fn.edit_mask(layer, module, query, key, attention_mask, kwargs, base)
         if base == "sdpa":
             out = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
         else:
             out = _eager_function(module)(module, query, key, value, attention_mask, **kwargs)
-        if edit is not None:
-            out = (edit[0].edit_output(edit[1], module, query, key, value, attention_mask, kwargs, base, out[0]),
-                   *out[1:])
-        session = _SESSIONS.get(id(module))
-        if session is not None:
-            _capture_layer(session[0], session[1], module, query, key, attention_mask, kwargs)
+        for layer, fn in hooks:
+            if hasattr(fn, "edit_output"):
+                out = (fn.edit_output(layer, module, query, key, value, attention_mask, kwargs, base, out[0]),
+                       *out[1:])
+        for layer, fn in hooks:
+            if hasattr(fn, "observe"):
+                fn.observe(layer, module, query, key, attention_mask, kwargs)
         return out
 
     capture_function.__name__ = f"vrh_capture_{base}"
@@ -334,20 +351,19 @@ def install_attention_edits(model: nn.Module, edits: dict[int, AttentionEdit], b
     """Decoder layer i's attention runs `edits[i]` (through the registered function) until the returned `remove()`
     is called; returns (base, remove). Refuses a layer that already carries an edit (no nested interventions)."""
     switch = TextAttentionSwitch(model, base)
-    attns = switch.decoder.attns
+    decoder = switch.decoder
+    attns = decoder.attns
     bad = [i for i in edits if not 0 <= i < len(attns)]
     if bad:
         raise VRHError(f"attention intervention on layer {bad[0]}, but the decoder has layers 0-{len(attns) - 1}")
-    busy = [i for i in edits if id(attns[i]) in _EDITS]
+    busy = [i for i in edits if i in _layers_with(decoder, _is_edit)]
     if busy:
         raise VRHError(f"decoder layers {busy[:8]} already carry an attention intervention; nested steering or "
                        "uniform ablation is not supported")
-    for i, edit in edits.items():
-        _EDITS[id(attns[i])] = (edit, i)
+    installed = decoder.install([Hook(site_name(i, ATTN_ROWS), edit, "rows") for i, edit in edits.items()])
 
     def remove() -> None:
-        for i in edits:
-            _EDITS.pop(id(attns[i]), None)
+        installed.remove()
         switch.off()
 
     try:
@@ -375,20 +391,18 @@ def capture_attention(model: nn.Module, plan: CapturePlan, base: str | None = No
     """
     switch = TextAttentionSwitch(model, base)
     dec = switch.decoder
-    busy = [i for i, attn in enumerate(dec.attns) if id(attn) in _SESSIONS]
-    if busy:
+    if _layers_with(dec, lambda fn: isinstance(fn, _CaptureRows)):
         raise VRHError("this model is already inside capture_attention; nested captures are not supported")
     if base is not None and base not in BASES:
         raise VRHError(f"unknown capture base {base!r}; use one of {', '.join(BASES)}")
     handle = CaptureHandle(plan=plan, geometry=dec.geometry, base="")
-    for i, attn in enumerate(dec.attns):
-        _SESSIONS[id(attn)] = (handle, i)
+    session = _CaptureRows(handle)
+    installed = dec.install([Hook(site_name(i, ATTN_ROWS), session, "rows") for i in range(len(dec.attns))])
     try:
         handle.base = switch.on()
         yield handle
     finally:
-        for attn in dec.attns:
-            _SESSIONS.pop(id(attn), None)
+        installed.remove()
         handle._mask_rows.clear()
         handle._on_device.clear()
         switch.off()

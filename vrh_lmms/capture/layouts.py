@@ -23,6 +23,7 @@ import torch
 
 from vrh_lmms.capture.tilings import BUILDERS, Gap, Grid
 from vrh_lmms.errors import VRHError
+from vrh_lmms.tables import did_you_mean
 
 RULES = ("overlap", "any", "center")
 
@@ -56,7 +57,8 @@ def layout_name(family: str) -> str:
     fam = FAMILIES.get(family)
     name = fam.layout if fam is not None and fam.layout else family
     if name not in BUILDERS:
-        raise VRHError(f"no image-token layout for {family!r}; known: {', '.join(sorted(BUILDERS))}")
+        raise VRHError(f"no image-token layout for {family!r}{did_you_mean(family, BUILDERS)}; "
+                       f"known: {', '.join(sorted(BUILDERS))}")
     return name
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vrh_lmms.errors import VRHError
+from vrh_lmms.tables import DerivedTable
 
 Span = tuple[float, float]
 
@@ -278,15 +279,20 @@ def idefics3_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
     return blocks
 
 
-BUILDERS: dict[str, Callable[[int, int, dict[str, Any]], list[Block]]] = {
-    "qwen2_5_vl": merged_patch_grid,
-    "qwen3_vl": merged_patch_grid,
-    "glm4v": merged_patch_grid,
-    "internvl": internvl_tiles,
-    "llava_next": llava_next_anyres,
-    "paligemma": square_grid,
-    "deepseek_vl": deepseek_vl_padded,
-    "deepseek_vl2": deepseek_vl2_tiles,
-    "phi4_multimodal": phi4_dynamic_hd,
-    "idefics3": idefics3_tiles,
-}
+Builder = Callable[[int, int, dict[str, Any]], list[Block]]
+# Builders of layouts no registered family uses (DeepSeek-VL v1's padded square: kept for its count tests).
+UNREGISTERED_LAYOUTS: dict[str, Builder] = {"deepseek_vl": deepseek_vl_padded}
+
+
+def _builders() -> dict[str, Builder]:
+    from vrh_lmms.families import FAMILIES, resolve_ref  # the registry names builders defined here
+
+    rows = dict(UNREGISTERED_LAYOUTS)
+    for fam in FAMILIES.values():
+        if fam.layout and fam.layout_builder is not None:
+            rows.setdefault(fam.layout, resolve_ref(fam.layout_builder))
+    return rows
+
+
+# layout name -> builder, derived from the family registry (vrh_lmms.families)
+BUILDERS: DerivedTable[Builder] = DerivedTable(_builders, "image-token layout")

@@ -28,8 +28,7 @@ for bit).
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,7 +36,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from vrh_lmms.backbone import Decoder
+from vrh_lmms.backbone import HEAD_OUT, Decoder, Hook, site_name
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import HeadRef
 
@@ -127,18 +126,14 @@ class Recording:
     logprob: float
 
 
-@contextmanager
-def _o_proj_hooks(decoder: Decoder, hook_for) -> Iterator[None]:
-    handles = []
-    try:
-        for layer, proj in enumerate(decoder.out_projs):
-            hook = hook_for(layer)
-            if hook is not None:
-                handles.append(proj.register_forward_pre_hook(hook))
-        yield
-    finally:
-        for h in handles:
-            h.remove()
+def _head_out_hooks(decoder: Decoder, hook_for) -> list[Hook]:
+    """One hook on each layer's per-head output site (`layers.L.head_out`) that `hook_for(L)` gives one for."""
+    hooks = []
+    for layer in range(decoder.geometry.layers):
+        fn = hook_for(layer)
+        if fn is not None:
+            hooks.append(Hook(site_name(layer, HEAD_OUT), fn))
+    return hooks
 
 
 @torch.no_grad()
@@ -148,14 +143,13 @@ def record(model: nn.Module, decoder: Decoder, tf: TeacherForced) -> Recording:
     got: dict[int, torch.Tensor] = {}
 
     def hook_for(layer):
-        def hook(module, args):
-            x = args[0]
+        def hook(x):
             got[layer] = x[0, rows.to(x.device)].detach().clone()
         return hook
 
-    with _o_proj_hooks(decoder, hook_for):
+    with decoder.hooks(_head_out_hooks(decoder, hook_for)):
         logits = model(**tf.batch(model, 1), use_cache=False).logits
-    values = torch.stack([got[i].to(got[0].device) for i in range(len(decoder.out_projs))])
+    values = torch.stack([got[i].to(got[0].device) for i in range(decoder.geometry.layers)])
     return Recording(values, answer_logprob(logits, tf))
 
 
@@ -178,15 +172,15 @@ def patched_batch_logits(model: nn.Module, decoder: Decoder, tf: TeacherForced,
         if not columns[layer].any():
             return None
 
-        def hook(module, args):
-            x = args[0].clone()
+        def hook(x):
+            x = x.clone()
             r = rows.to(x.device)
             cols = columns[layer].to(x.device)[:, None, :]  # (B, 1, width)
             x[:, r] = torch.where(cols, source[layer].to(device=x.device, dtype=x.dtype)[None], x[:, r])
-            return (x, *args[1:])
+            return x
         return hook
 
-    with _o_proj_hooks(decoder, hook_for):
+    with decoder.hooks(_head_out_hooks(decoder, hook_for)):
         return model(**tf.batch(model, len(groups)), use_cache=False).logits
 
 

@@ -27,7 +27,7 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import HeadRef
 from vrh_lmms.interventions.rows import CallRows, RowTracker, is_causal_call, keys_in_window, visible
 
-MODES = {"uniform": "prefix", "uniform_image": "image"}  # ablation mode -> what the rows average over
+UNIFORM_OVER = {"uniform": "prefix", "uniform_image": "image"}  # ablation mode -> what the rows average over
 
 
 def image_token_ids(model: nn.Module) -> list[int]:
@@ -110,8 +110,8 @@ class UniformAblation:
 
     def __init__(self, model: nn.Module, heads: Iterable[HeadRef], over: str = "prefix",
                  prompt_len: int | None = None) -> None:
-        if over not in MODES.values():
-            raise VRHError(f"uniform ablation over {over!r}: use one of {', '.join(MODES.values())}")
+        if over not in UNIFORM_OVER.values():
+            raise VRHError(f"uniform ablation over {over!r}: use one of {', '.join(UNIFORM_OVER.values())}")
         self.model = unwrap(model)
         self.heads = sorted(set(heads))
         geometry = locate_decoder(self.model).geometry

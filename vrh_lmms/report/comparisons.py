@@ -19,7 +19,7 @@ from vrh_lmms.stats import adjust_pvalues, topk_vs_random
 
 NULL_KINDS = CONTROL_KINDS
 CLAIM_KINDS = ("topk", "explicit")
-FAMILIES = {
+TEST_FAMILIES = {
     "claims": "each top-k (own or transferred heads) and explicit head set vs its baseline: cluster sign-flip test",
     "claims_vs_controls": "each top-k drop vs the drops of its random / layer-matched / image-matched draws: empirical "
                           "p, floor 1/(R+1)",
@@ -163,7 +163,7 @@ def family_of(config: dict) -> str:
 
 def apply_corrections(groups: list[dict]) -> dict:
     """Holm and BH within each family; the adjusted values are written back next to each raw p-value."""
-    slots: dict[str, list[tuple[dict, dict]]] = {name: [] for name in FAMILIES}
+    slots: dict[str, list[tuple[dict, dict]]] = {name: [] for name in TEST_FAMILIES}
     for group in groups:
         where = {"model": group["model"], "task": group["task"]}
         for cfg in group["configs"]:
@@ -180,5 +180,5 @@ def apply_corrections(groups: list[dict]) -> dict:
         for (target, info), p, ph, pb in zip(members, raw, holm, bh, strict=True):
             target["family"], target["p_holm"], target["p_bh"] = name, ph, pb
             tests.append({**info, "p": p, "p_holm": ph, "p_bh": pb})
-        families[name] = {"description": FAMILIES[name], "n_tests": len(tests), "tests": tests}
+        families[name] = {"description": TEST_FAMILIES[name], "n_tests": len(tests), "tests": tests}
     return {"methods": {"holm": "family-wise error", "bh": "false discovery rate"}, "families": families}

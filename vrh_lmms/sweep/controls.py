@@ -16,7 +16,7 @@ import numpy as np
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import Geometry, HeadRef
 
-CONTROL_KINDS = {"image-matched": "image_matched"}  # --control value -> configuration kind
+CONTROL_OPTIONS = {"image-matched": "image_matched"}  # --control value -> configuration kind
 
 
 def image_matched_heads(ranking: Sequence[HeadRef], image_mass: np.ndarray, geometry: Geometry, k: int, seed: int,

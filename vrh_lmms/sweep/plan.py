@@ -32,11 +32,11 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
     control per seed (`image-matched`: vrh_lmms.sweep.controls; `control_tolerance` overrides its tolerance).
     `uniform_random` adds `random_all` draws over all heads, dead ones included (spec random<K>@all), beside the
     run's control pool: the paper's random control next to the live one."""
-    from vrh_lmms.sweep.controls import CONTROL_KINDS
+    from vrh_lmms.sweep.controls import CONTROL_OPTIONS
 
-    unknown = [c for c in controls if c not in CONTROL_KINDS]
+    unknown = [c for c in controls if c not in CONTROL_OPTIONS]
     if unknown:
-        raise VRHError(f"--control {unknown[0]!r}: use {', '.join(CONTROL_KINDS)}")
+        raise VRHError(f"--control {unknown[0]!r}: use {', '.join(CONTROL_OPTIONS)}")
     if not ks:
         raise VRHError("a sweep needs at least one k (--k 1,5,10)")
     if any(k <= 0 for k in ks):
@@ -65,7 +65,7 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
                     out.append(Configuration(f"layer_matched{k}_s{s}{sfx}", "layer_matched", k, s, mode,
                                              f"like:top{k}"))
             for control in controls:
-                kind = CONTROL_KINDS[control]
+                kind = CONTROL_OPTIONS[control]
                 tol = "" if control_tolerance is None else f"~{control_tolerance:g}"
                 for s in range(random_seeds):
                     out.append(Configuration(f"{kind}{k}_s{s}{sfx}", kind, k, s, mode, f"{kind}:top{k}{tol}"))

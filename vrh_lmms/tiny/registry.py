@@ -1,35 +1,36 @@
-"""Tiny checkpoint families: name -> module with `build(out_dir, seed, **overrides) -> Path`."""
+"""Tiny checkpoint factories, derived from the family registry: each `Family.tiny` names a module with
+`build(out_dir, seed, **overrides) -> Path` (or that function)."""
 
 from __future__ import annotations
 
-import importlib
+from collections.abc import Callable
 from pathlib import Path
 
 from vrh_lmms.errors import VRHError
+from vrh_lmms.tables import DerivedTable, unknown_name
 
-# family name -> module under vrh_lmms.tiny
-FAMILIES: dict[str, str] = {
-    "qwen2_5_vl": "qwen2_5_vl",
-    "qwen3_vl": "qwen3_vl",
-    "internvl": "internvl",
-    "llava_next": "llava_next",
-    "paligemma": "paligemma",
-    "glm4v": "glm4v",
-    "idefics3": "idefics3",
-}
+
+def _factories() -> dict[str, str | Callable]:
+    from vrh_lmms.families import FAMILIES
+
+    return {f.name: f.tiny for f in FAMILIES.values() if f.tiny is not None}
+
+
+# family name -> its tiny factory (a module path or a callable), derived from vrh_lmms.families
+TINY_FACTORIES = DerivedTable(_factories, "tiny family")
 
 
 def build_tiny(family: str, out_dir: str | Path, seed: int = 0, force: bool = False, **overrides) -> Path:
     """Write a tiny checkpoint. A non-empty folder is refused unless it holds a tiny checkpoint written here
     (its file listing says so) and `force` is given; then exactly those files are replaced."""
     from vrh_lmms import atomic, owned
+    from vrh_lmms.families import FAMILIES
 
-    if family not in FAMILIES:
-        raise VRHError(f"unknown tiny family {family!r}; known: {', '.join(sorted(FAMILIES))}")
+    if family not in TINY_FACTORIES:
+        raise VRHError(unknown_name("tiny family", family, TINY_FACTORIES))
     out = Path(out_dir)
     owned.prepare_output(out, owned.listing_layout(out), force=force, what="a tiny checkpoint", option="OUT_DIR")
-    module = importlib.import_module(f"vrh_lmms.tiny.{FAMILIES[family]}")
-    path = module.build(out, seed=seed, **overrides)
+    path = FAMILIES[family].tiny_factory()(out, seed=seed, **overrides)
     atomic.follow_umask_tree(out)  # save_pretrained writes its safetensors 0600
     owned.write_listing(out)
     return path
