@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from vrh_lmms.backbone import HEAD_OUT, Hook, locate_decoder, site_name
 from vrh_lmms.demo.model_heads import head_groups, head_params
 from vrh_lmms.heads.geometry import HeadRef, parse_head
 
@@ -63,21 +64,22 @@ class HeadPruner:
         self._measuring = False
         self._gates: dict[int, torch.Tensor] = {}
         self._offset: dict[int, int] = {}
-        for layer_index, _, attn, _ in self.groups:
+        hooks = []
+        for layer_index, _, proj, _ in self.groups:
             if layer_index in self._offset:
                 continue
             self._offset[layer_index] = [g[0] for g in self.groups].index(layer_index)
-            n_heads = attn.o_proj.in_features // attn.head_dim
+            n_heads = proj.o.in_features // proj.head_dim
 
-            def hook(module, args, layer_index=layer_index, n_heads=n_heads, hd=attn.head_dim):
+            def gate_heads(x, layer_index=layer_index, n_heads=n_heads, hd=proj.head_dim):
                 if not self._measuring:
                     return None
-                x = args[0]
                 gate = torch.ones(x.shape[0], 1, n_heads, 1, dtype=x.dtype, requires_grad=True)
                 self._gates[layer_index] = gate
-                return ((x.view(*x.shape[:2], n_heads, hd) * gate).view_as(x),) + tuple(args[1:])
+                return (x.view(*x.shape[:2], n_heads, hd) * gate).view_as(x)
 
-            attn.o_proj.register_forward_pre_hook(hook)
+            hooks.append(Hook(site_name(layer_index, HEAD_OUT), gate_heads))
+        locate_decoder(model).install(hooks)  # for the model's life: the gates measure only while asked to
 
     def measure(self, step: int) -> None:
         """Gate the heads' outputs on this step's forward pass if the step lies in the measuring window."""
@@ -114,8 +116,8 @@ class HeadPruner:
                 self.alive[i] = False
                 newly.append(self.groups[i][:2])
         for i in (~self.alive).nonzero().flatten().tolist():
-            _, _, attn, rows = self.groups[i]
-            for part in head_params(attn, rows):
+            _, _, proj, rows = self.groups[i]
+            for part in head_params(proj, rows):
                 part.zero_()
         return newly
 

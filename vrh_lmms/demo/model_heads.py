@@ -2,19 +2,33 @@
 and drawing head sets (top of a ranking, random, layer-matched).
 
 Shared by the trainer (head dropout, the pruner), the held-out evaluation and the k-curve, so none of them imports
-another for it. Ablation zeroes a head's slice of each text layer's `o_proj` input with a forward pre-hook, the same
-operation as zeroing those `o_proj` weight columns.
+another for it. Ablation zeroes a head's slice of each text layer's `o_proj` input through the decoder's named
+`head_out` site (vrh_lmms.backbone), the same operation as zeroing those `o_proj` weight columns; the projections
+themselves come from `locate_decoder`, never by attribute.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
+from vrh_lmms.backbone import HEAD_OUT, Hook, locate_decoder, site_name
+
 Head = tuple[int, int]
+
+
+class HeadProjections(NamedTuple):
+    """A layer's q, k, v and output projections: what a head's parameters are sliced from."""
+
+    q: torch.nn.Module
+    k: torch.nn.Module
+    v: torch.nn.Module
+    o: torch.nn.Module
+    head_dim: int
 
 
 def text_layers(model) -> list:
@@ -32,32 +46,38 @@ def chosen_layers(model, layers: tuple, option: str) -> list[tuple[int, object]]
 
 
 def geometry(model) -> tuple[int, int, int]:
-    """(layers, heads, head_dim) of the language decoder; heads = o_proj.in_features // head_dim."""
-    layers = text_layers(model)
-    attn = layers[0].self_attn
-    return len(layers), attn.o_proj.in_features // attn.head_dim, attn.head_dim
+    """(layers, heads, head_dim) of the language decoder (vrh_lmms.backbone's geometry)."""
+    g = locate_decoder(model).geometry
+    return g.layers, g.heads, g.head_dim
+
+
+def projections(model, index: int) -> HeadProjections:
+    """Layer `index`'s projections, reached through the decoder `locate_decoder` finds."""
+    decoder = locate_decoder(model)
+    attn = decoder.attns[index]
+    return HeadProjections(attn.q_proj, attn.k_proj, attn.v_proj, decoder.out_projs[index], decoder.geometry.head_dim)
 
 
 def head_groups(model, layers: tuple = (), option: str = "head_prune_layers") -> list[tuple[int, int, object, slice]]:
-    """(layer, head, its attention module, its rows) for every head of the chosen text layers (empty: all); `option`
-    names the design option an out-of-range layer is reported under.
+    """(layer, head, its layer's HeadProjections, its rows) for every head of the chosen text layers (empty: all);
+    `option` names the design option an out-of-range layer is reported under.
 
     Assumes one key/value head per query head (the demo's designs); grouped-query attention would share k and v.
     """
     out = []
-    for index, layer in chosen_layers(model, layers, option):
-        attn = layer.self_attn
-        hd, n_heads = attn.head_dim, attn.o_proj.in_features // attn.head_dim
-        if attn.k_proj.out_features != n_heads * hd:
+    for index, _ in chosen_layers(model, layers, option):
+        proj = projections(model, index)
+        hd, n_heads = proj.head_dim, proj.o.in_features // proj.head_dim
+        if proj.k.out_features != n_heads * hd:
             raise ValueError(f"layer {index}: head groups need one key/value head per query head")
-        out += [(index, h, attn, slice(h * hd, (h + 1) * hd)) for h in range(n_heads)]
+        out += [(index, h, proj, slice(h * hd, (h + 1) * hd)) for h in range(n_heads)]
     return out
 
 
-def head_params(attn, rows: slice) -> list[torch.Tensor]:
+def head_params(proj: HeadProjections, rows: slice) -> list[torch.Tensor]:
     """What one head owns: its q, k, v rows and biases and its o_proj columns (fresh views, so autograd sees them)."""
-    parts = [attn.o_proj.weight[:, rows]]
-    for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
+    parts = [proj.o.weight[:, rows]]
+    for proj in (proj.q, proj.k, proj.v):
         parts.append(proj.weight[rows])
         if proj.bias is not None:
             parts.append(proj.bias[rows])
@@ -66,8 +86,8 @@ def head_params(attn, rows: slice) -> list[torch.Tensor]:
 
 def group_norms(groups) -> torch.Tensor:
     """One L2 norm per head group (a pruned head's is exactly zero)."""
-    return torch.stack([torch.sqrt(sum((p.float() ** 2).sum() for p in head_params(attn, rows)))
-                        for _, _, attn, rows in groups])
+    return torch.stack([torch.sqrt(sum((p.float() ** 2).sum() for p in head_params(proj, rows)))
+                        for _, _, proj, rows in groups])
 
 
 @contextlib.contextmanager
@@ -76,23 +96,16 @@ def ablate(model, heads: Iterable[Head]) -> Iterator[None]:
     by_layer: dict[int, list[int]] = {}
     for layer, head in heads:
         by_layer.setdefault(layer, []).append(head)
-    handles = []
-    layers = text_layers(model)
+    decoder = locate_decoder(model)
+    g = decoder.geometry
+    hooks = []
     for layer, hs in by_layer.items():
-        hd = layers[layer].self_attn.head_dim
-        mask = torch.ones(layers[layer].self_attn.o_proj.in_features)
+        mask = torch.ones(g.heads * g.head_dim)
         for h in hs:
-            mask[h * hd:(h + 1) * hd] = 0.0
-
-        def hook(module, args, mask=mask):
-            return (args[0] * mask.to(args[0].dtype),) + tuple(args[1:])
-
-        handles.append(layers[layer].self_attn.o_proj.register_forward_pre_hook(hook))
-    try:
+            mask[h * g.head_dim:(h + 1) * g.head_dim] = 0.0
+        hooks.append(Hook(site_name(layer, HEAD_OUT), lambda x, mask=mask: x * mask.to(x.dtype)))
+    with decoder.hooks(hooks):
         yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 # ---------------------------------------------------------------- head sets

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from vrh_lmms.backbone import HEAD_OUT, Hook, locate_decoder, site_name
 from vrh_lmms.demo import head_prune, run_state
 from vrh_lmms.demo.data import FastEncoder, decoded_image
 from vrh_lmms.demo.evaluation import evaluate, held_out_scenes, prepare
@@ -338,21 +339,21 @@ class HeadDrop:
                              "once")
         if late_layers and not layers:
             raise ValueError("head_drop_late_layers need head_drop_layers: empty head_drop_layers means every layer")
-        chosen = [(False, layer) for _, layer in chosen_layers(model, layers, "head_drop_layers")]
+        chosen = [(False, index) for index, _ in chosen_layers(model, layers, "head_drop_layers")]
         if late_layers:
-            chosen += [(True, layer) for _, layer in chosen_layers(model, late_layers, "head_drop_late_layers")]
-        for late, layer in chosen:
-            attn = layer.self_attn
-            n_heads = attn.o_proj.in_features // attn.head_dim
-
-            def hook(module, args, n_heads=n_heads, hd=attn.head_dim, late=late):
+            chosen += [(True, index) for index, _ in chosen_layers(model, late_layers, "head_drop_late_layers")]
+        decoder = locate_decoder(model)
+        n_heads, hd = decoder.geometry.heads, decoder.geometry.head_dim
+        hooks = []
+        for late, index in chosen:
+            def drop(x, late=late):
                 if not (self.late_active if late else self.active):
                     return None
-                x = args[0]
                 keep = (torch.rand(x.shape[0], 1, n_heads, 1, generator=self.gen) >= self.p).to(x.dtype)
-                return ((x.view(*x.shape[:2], n_heads, hd) * keep).view_as(x),) + tuple(args[1:])
+                return (x.view(*x.shape[:2], n_heads, hd) * keep).view_as(x)
 
-            attn.o_proj.register_forward_pre_hook(hook)
+            hooks.append(Hook(site_name(index, HEAD_OUT), drop))
+        decoder.install(hooks)  # for the model's life: dropout acts only while the trainer switches it on
 
 
 def prune_groups(design: Design) -> list[tuple[tuple, int, tuple]]:

@@ -134,7 +134,7 @@ def test_template_leaves_vrh_models_to_their_wrappers():
 
 
 # ------------------------------------------------------------------------------------ the guide's example
-GUIDE = Path(__file__).resolve().parents[1] / "docs" / "adding-a-model.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "adding-a-model.md"
 
 
 def _guide_blocks() -> tuple[str, str, str]:
