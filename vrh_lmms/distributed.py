@@ -50,6 +50,20 @@ def ensure_group() -> None:
         PartialState()
         if not dist.is_initialized():  # accelerate left it to the backend (e.g. MULTI_CPU): plain gloo
             dist.init_process_group(backend="gloo")
+        if is_main():
+            import sys
+
+            print(f"vrh-lmms: {world_size()} ranks ({_backend_name()}): lmms-eval splits the docs across them, "
+                  f"rank 0 writes the files", file=sys.stderr, flush=True)
+
+
+def _backend_name() -> str:
+    import torch.distributed as dist
+
+    try:
+        return str(dist.get_backend_config())
+    except (RuntimeError, AttributeError, ValueError):
+        return str(dist.get_backend())
 
 
 def _group_ready() -> bool:
@@ -77,6 +91,22 @@ def broadcast(value: Any) -> Any:
     box = [value if is_main() else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+def gather_dicts(value: dict) -> dict | None:
+    """Every rank's dict merged on rank 0 (rank 0's entries first, later ranks' added); None on other ranks."""
+    if not _group_ready():
+        return value
+    import torch.distributed as dist
+
+    parts: list | None = [None] * world_size() if is_main() else None
+    dist.gather_object(value, parts, dst=0)
+    if parts is None:
+        return None
+    merged: dict = {}
+    for part in parts:
+        merged.update(part or {})
+    return merged
 
 
 def executor_backend(lm) -> str:

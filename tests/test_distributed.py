@@ -1,0 +1,242 @@
+"""Several ranks give the files one process gives: `discover` and a packed `sweep` launched on 2 CPU ranks (gloo)
+with torchrun and with `accelerate launch --multi_gpu`, on a tiny Qwen2.5-VL and 5 docs (an uneven shard: lmms-eval
+pads rank 1 with a copy of its last request), compared with one process; a rank killed mid-sweep takes the job down
+and a rerun finishes it with the uninterrupted files. The launch commands are those of docs/scaling.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from conftest import offline_env
+
+from vrh_lmms import distributed
+
+PIXELS = 224 * 224
+TASK = "vrh_synth_grounding"
+DOCS = 5  # does not divide by 2 ranks
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+RANKS_LINE = "vrh-lmms: 2 ranks"
+
+
+# ------------------------------------------------------------------------------------------------ pure helpers
+def test_one_process_order_deinterleaves_rank_after_rank():
+    # 5 docs on 2 ranks: rank 0 holds 0, 2, 4 and rank 1 holds 1, 3; gathered rank after rank
+    assert distributed.one_process_order(5, 2) == [0, 2, 4, 1, 3]
+    assert distributed.one_process_order(7, 3) == [0, 3, 6, 1, 4, 2, 5]
+    assert distributed.one_process_order(4, 1) == [0, 1, 2, 3]
+    out = SimpleNamespace(logged_samples=[{"doc_id": d} for d in (0, 2, 4, 1, 3)],
+                          sample_metrics={("iou", "none"): [0.0, 0.2, 0.4, 0.1, 0.3]},
+                          per_sample_metrics={("iou", "none"): [[0.0], [0.2], [0.4], [0.1], [0.3]]})
+    distributed.restore_task_output(out, 2)
+    assert [s["doc_id"] for s in out.logged_samples] == [0, 1, 2, 3, 4]
+    assert out.sample_metrics[("iou", "none")] == [0.0, 0.1, 0.2, 0.3, 0.4]
+    assert out.per_sample_metrics[("iou", "none")] == [[0.0], [0.1], [0.2], [0.3], [0.4]]
+
+
+def test_executor_backend_fits_the_launch(monkeypatch):
+    spanning = SimpleNamespace(accelerator=SimpleNamespace(num_processes=2))
+    one_process = SimpleNamespace(accelerator=SimpleNamespace(num_processes=1))  # accelerate's view on CPU/gloo
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert distributed.executor_backend(one_process) == "accelerate"
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert distributed.executor_backend(spanning) == "accelerate"
+    assert distributed.executor_backend(one_process) == "torchrun"
+    assert distributed.executor_backend(SimpleNamespace()) == "torchrun"
+
+
+def test_errors_name_the_rank(monkeypatch, capsys):
+    from vrh_lmms.cli import _guarded
+    from vrh_lmms.errors import VRHError
+
+    def fail():
+        raise VRHError("bad thing")
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert _guarded(fail) == 2
+    assert capsys.readouterr().err.strip() == "vrh-lmms: error: rank 1 of 2: bad thing"
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("RANK", "0")
+    assert _guarded(fail) == 2
+    assert capsys.readouterr().err.strip() == "vrh-lmms: error: bad thing"
+
+
+def test_doc_order_patch_is_scoped(monkeypatch):
+    from lmms_eval.evaluator_utils import TaskOutput
+
+    original = TaskOutput.calculate_aggregate_metric
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    with distributed.doc_order():
+        assert TaskOutput.calculate_aggregate_metric is not original
+    assert TaskOutput.calculate_aggregate_metric is original
+    monkeypatch.setenv("RANK", "1")  # other ranks aggregate nothing
+    with distributed.doc_order():
+        assert TaskOutput.calculate_aggregate_metric is original
+
+
+# ------------------------------------------------------------------------------------------- end to end, 2 ranks
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    return root, offline_env(VRH_CACHE_DIR=str(root / "cache"), VRH_SYNTH_CONFIG=json.dumps({"n": DOCS, "seed": 4}),
+                             VRH_THREADS="1")
+
+
+def model_args(tiny) -> str:
+    return f"pretrained={tiny},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}"
+
+
+def discover_args(tiny, out: Path) -> list[str]:
+    return ["-m", "vrh_lmms", "discover", "--model", "vrh_qwen25", "--model_args", model_args(tiny), "--tasks", TASK,
+            "--limit", str(DOCS), "--gen-kwargs", "max_new_tokens=8", "--output", str(out)]
+
+
+def sweep_args(tiny, heads: Path, out: Path, pack: int) -> list[str]:
+    return ["-m", "vrh_lmms", "sweep", "--model", "vrh_qwen25", "--model_args", model_args(tiny), "--tasks", TASK,
+            "--heads-file", str(heads), "--k", "1,2", "--random-seeds", "1", "--limit", str(DOCS), "--batch-size",
+            "2", "--pack", str(pack), "--gen-kwargs", "max_new_tokens=8", "--output", str(out)]
+
+
+def run(cmd: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def heads_contents(heads: Path) -> dict:
+    """What a reader takes from a discovery: the heads file (but when and how it was launched), the per-sample
+    statistics, the means, and the evaluation's metrics and sample lines."""
+    from safetensors import safe_open
+
+    data = json.loads(heads.read_text())
+    for key in ("created", "command"):
+        data["scoring"].pop(key)
+    stem = heads.with_suffix("")
+    with np.load(f"{stem}.samples.npz") as z:
+        samples = {k: z[k].tolist() for k in z.files}
+    with safe_open(f"{stem}.means.safetensors", "pt") as f:
+        means = (f.metadata(), f.get_tensor("means").tolist())
+    results = json.loads(Path(f"{stem}.eval/results.json").read_text())
+    lines = [json.loads(line) for line in Path(f"{stem}.eval/samples_{TASK}.jsonl").read_text().splitlines()]
+    return {"heads": data, "samples": samples, "means": means, "metrics": results["results"],
+            "vrh": results["vrh"], "n": results["n-samples"], "lines": lines}
+
+
+def sweep_contents(out: Path) -> dict[str, tuple]:
+    contents = {}
+    for folder in sorted((out / "configs").iterdir()):
+        results = json.loads((folder / "results.json").read_text())
+        lines = [json.loads(line) for line in (folder / f"samples_{TASK}.jsonl").read_text().splitlines()]
+        contents[folder.name] = (results["results"], results["vrh"], results["n-samples"], lines)
+    return contents
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_qwen25, env):
+    """Discovery and a packed sweep in one process: the reference."""
+    root, e = env
+    heads = root / "one" / "heads.json"
+    run([sys.executable, *discover_args(tiny_qwen25, heads)], e)
+    sweep = root / "one_sweep"
+    run([sys.executable, *sweep_args(tiny_qwen25, heads, sweep, pack=3)], e)
+    return heads, sweep
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_discover_on_two_ranks_equals_one_process(launcher, tiny_qwen25, env, one_process):
+    root, e = env
+    heads = root / launcher / "heads.json"
+    done = run([*(TORCHRUN if launcher == "torchrun" else ACCELERATE), *discover_args(tiny_qwen25, heads)[1:]], e)
+    assert RANKS_LINE in done.stderr, "the launcher must start two ranks"
+    parts = sorted(p.name for p in heads.with_suffix(".parts").glob("*.npz"))
+    assert len(parts) == DOCS  # each doc's part written once, the padded copy of rank 1's last doc replayed
+    a, b = heads_contents(one_process[0]), heads_contents(heads)
+    assert [line["doc_id"] for line in b["lines"]] == list(range(DOCS))
+    for key in a:
+        assert a[key] == b[key], key
+
+
+def _rank_pid(launcher_pid: int, rank: int) -> int | None:
+    """The worker of `rank` among the launcher's children (Linux /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid != launcher_pid:
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        if f"RANK={rank}".encode() in environ:
+            return int(entry.name)
+    return None
+
+
+@pytest.mark.slow
+def test_packed_sweep_on_two_ranks_survives_a_killed_rank_and_equals_one_process(tiny_qwen25, env, one_process):
+    """A packed sweep on 2 ranks; rank 1 is killed once a configuration is written: the launcher ends the job and
+    names rank 1, no configuration folder looks finished that is not; the same command on 2 ranks finishes it, and
+    every configuration (each written by a 2-rank run, packed 2 by 2) equals the one-process sweep packed 3 by 3."""
+    root, e = env
+    out = root / "two_sweep"
+    cmd = [*TORCHRUN, *sweep_args(tiny_qwen25, one_process[0], out, pack=2)[1:]]
+    proc = subprocess.Popen(cmd, env=e, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            if list((out / "configs").glob("*/results.json")) if (out / "configs").exists() else []:
+                break
+            time.sleep(0.05)
+        victim = _rank_pid(proc.pid, 1)
+        assert victim is not None and proc.poll() is None, "the sweep ended before a rank could be killed"
+        os.kill(victim, signal.SIGKILL)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0 and RANKS_LINE in stderr
+    # The launcher names the dead rank as the root cause of the failure.
+    assert re.search(r"Root Cause.*?rank\s*:\s*1 \(local_rank: 1\).*?SIGKILL", stderr, re.S), stderr[-2000:]
+    folders = [p for p in (out / "configs").iterdir() if not p.name.startswith(".")]
+    assert all((p / "results.json").is_file() for p in folders), "a configuration folder looks finished but is not"
+    done = {p.name for p in folders}
+    assert 1 <= len(done) < 5, f"kill came too late: {sorted(done)}"
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert {c["id"] for c in manifest["configurations"] if c["status"] == "done"} <= done
+    finished = run(cmd, e)
+    assert RANKS_LINE in finished.stderr
+    a, b = sweep_contents(one_process[1]), sweep_contents(out)
+    assert sorted(a) == sorted(b) == ["baseline", "random1_s0", "random2_s0", "top1", "top2"]
+    for cid in a:
+        assert a[cid] == b[cid], cid
+    assert all(len(v[3]) == DOCS for v in b.values())
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert manifest["pack"] == 2 and all(c["status"] == "done" for c in manifest["configurations"])
+
+
+def test_one_process_commands_refuse_several_ranks(monkeypatch, capsys):
+    from vrh_lmms.cli import main
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    assert main(["tasks-path"]) == 2
+    assert "`vrh-lmms tasks-path` runs in one process" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    assert main(["tasks-path"]) == 0
