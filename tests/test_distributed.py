@@ -240,3 +240,32 @@ def test_one_process_commands_refuse_several_ranks(monkeypatch, capsys):
     assert "`vrh-lmms tasks-path` runs in one process" in capsys.readouterr().err
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert main(["tasks-path"]) == 0
+
+
+@pytest.mark.slow
+def test_steer_and_patch_on_two_ranks_equal_one_process(tiny_qwen25, env, one_process):
+    """Steering records are made on each rank for its docs and gathered on rank 0; patching pairs are shared out
+    and their parts merged by rank 0: the folders equal one process's (7 docs of scenes with every object named)."""
+    root, _ = env
+    e = offline_env(VRH_CACHE_DIR=str(root / "cache_all"), VRH_THREADS="1",
+                    VRH_SYNTH_CONFIG=json.dumps({"n": 2, "seed": 7, "scene": {"image_size": 168}, "objects": "all"}))
+    common = ["--model", "vrh_qwen25", "--model_args", model_args(tiny_qwen25), "--tasks", TASK, "--heads-file",
+              str(one_process[0]), "--k", "1", "--limit", "7", "--gen-kwargs", "max_new_tokens=8"]
+    steer = ["-m", "vrh_lmms", "steer", *common, "--bias", "6", "--no-random"]
+    patch = ["-m", "vrh_lmms", "patch", *common, "--random-seeds", "1", "--pairs", "all", "--answers", "reference",
+             "--min-gap", "0", "--max-pairs", "3"]
+    for name, cmd in (("steer", steer), ("patch", patch)):
+        run([sys.executable, *cmd, "--output", str(root / f"{name}1")], e)
+        done = run([*TORCHRUN, *cmd[1:], "--output", str(root / f"{name}2")], e)
+        assert RANKS_LINE in done.stderr
+    a, b = sweep_contents(root / "steer1"), sweep_contents(root / "steer2")
+    assert sorted(a) == sorted(b) == ["baseline", "top1_b6"]
+    for cid in a:
+        assert a[cid] == b[cid], cid
+    assert [line["vrh_steer"]["steerable"] for line in b["top1_b6"][3]].count(True) > 1  # records of both ranks
+    assert (root / "steer1" / "report.md").read_text() == (root / "steer2" / "report.md").read_text()
+    pa, pb = (json.loads((root / f"patch{i}" / "patch.json").read_text()) for i in (1, 2))
+    pa.pop("created"), pb.pop("created")
+    assert pa == pb and pb["n_pairs"] == 3
+    parts = sorted(p.name for p in (root / "patch2" / "parts").iterdir())
+    assert parts == sorted(p.name for p in (root / "patch1" / "parts").iterdir())
