@@ -269,3 +269,15 @@ def test_steer_and_patch_on_two_ranks_equal_one_process(tiny_qwen25, env, one_pr
     assert pa == pb and pb["n_pairs"] == 3
     parts = sorted(p.name for p in (root / "patch2" / "parts").iterdir())
     assert parts == sorted(p.name for p in (root / "patch1" / "parts").iterdir())
+
+
+def test_part_store_skips_the_temporary_file_of_a_killed_writer(tmp_path):
+    """A rank killed while writing a discovery part leaves `.<part>.npz.<random>.npz` (atomic.atomic_file); the
+    rerun must neither read it as a part nor fail on it."""
+    from vrh_lmms.discovery.store import PartStore, SamplePart
+
+    store = PartStore(tmp_path / "parts")
+    store.write(SamplePart("t__test__0", {"out_sum": np.ones((2, 4))}, np.array([1, 2]), {}))
+    (tmp_path / "parts" / ".t__test__1.npz.k1ll3d.npz").write_bytes(b"PK\x03\x04 truncated")
+    assert store.keys() == ["t__test__0"]
+    assert store.cached_answer("t__test__1") is None
