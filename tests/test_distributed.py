@@ -24,9 +24,21 @@ from vrh_lmms import distributed
 PIXELS = 224 * 224
 TASK = "vrh_synth_grounding"
 DOCS = 5  # does not divide by 2 ranks
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2"]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# --standalone / a free port: other jobs on the machine may hold torch's default port 29500
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
 ACCELERATE = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+              "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port",
+              str(free_port())]
 RANKS_LINE = "vrh-lmms: 2 ranks"
 
 
@@ -189,9 +201,10 @@ def _rank_pid(launcher_pid: int, rank: int) -> int | None:
 
 @pytest.mark.slow
 def test_packed_sweep_on_two_ranks_survives_a_killed_rank_and_equals_one_process(tiny_qwen25, env, one_process):
-    """A packed sweep on 2 ranks; rank 1 is killed once a configuration is written: the launcher ends the job and
-    names rank 1, no configuration folder looks finished that is not; the same command on 2 ranks finishes it, and
-    every configuration (each written by a 2-rank run, packed 2 by 2) equals the one-process sweep packed 3 by 3."""
+    """A packed sweep on 2 ranks under torchrun; rank 1 is killed once a configuration is written: the launcher ends
+    the job and names rank 1, no configuration folder looks finished that is not. The same sweep on 2 ranks under
+    `accelerate launch` finishes it (so both launchers run a packed sweep), and every configuration (each written by
+    a 2-rank run, packed 2 by 2) equals the one-process sweep packed 3 by 3."""
     root, e = env
     out = root / "two_sweep"
     cmd = [*TORCHRUN, *sweep_args(tiny_qwen25, one_process[0], out, pack=2)[1:]]
@@ -220,7 +233,7 @@ def test_packed_sweep_on_two_ranks_survives_a_killed_rank_and_equals_one_process
     assert 1 <= len(done) < 5, f"kill came too late: {sorted(done)}"
     manifest = json.loads((out / "sweep.json").read_text())
     assert {c["id"] for c in manifest["configurations"] if c["status"] == "done"} <= done
-    finished = run(cmd, e)
+    finished = run([*ACCELERATE, *cmd[len(TORCHRUN):]], e)
     assert RANKS_LINE in finished.stderr
     a, b = sweep_contents(one_process[1]), sweep_contents(out)
     assert sorted(a) == sorted(b) == ["baseline", "random1_s0", "random2_s0", "top1", "top2"]
