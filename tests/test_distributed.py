@@ -256,6 +256,9 @@ def test_one_process_commands_refuse_several_ranks(monkeypatch, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("VRH_TEST_RANKS_ALL") != "1",
+                    reason="steer and patch on 2 ranks cost ~1.5 CPU-minutes beyond CI's budget for rank tests; "
+                           "VRH_TEST_RANKS_ALL=1 runs them")
 def test_steer_and_patch_on_two_ranks_equal_one_process(tiny_qwen25, env, one_process):
     """Steering records are made on each rank for its docs and gathered on rank 0; patching pairs are shared out
     and their parts merged by rank 0: the folders equal one process's (7 docs of scenes with every object named)."""
