@@ -34,6 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # Commands that run a model: torch's CPU thread count is chosen from the free cores first (vrh_lmms.device).
 MODEL_COMMANDS = ("demo", "discover", "sweep", "export-masked", "eval")
+# Commands that split their docs across the ranks of torchrun / accelerate launch (docs/scaling.md); the others
+# refuse to start on several ranks.
+RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -77,6 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     run = lambda: _load(COMMANDS[args.command][0]).run(args)  # noqa: E731
+    if args.command not in RANK_COMMANDS:
+        run = _one_process(args.command, run)
     code = _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
     if code == 0 and args.command in CONFIG_COMMANDS:
         _write_run_file(args, subparser(parser, args.command))
@@ -94,6 +99,18 @@ def _write_run_file(args: argparse.Namespace, parser: argparse.ArgumentParser) -
         runfile.write(args.command, args, parser)
 
 
+def _one_process(command: str, call):
+    def checked():
+        from vrh_lmms.distributed import world_size
+
+        if world_size() > 1:
+            raise VRHError(f"`vrh-lmms {command}` runs in one process; start it without torchrun / accelerate launch "
+                           f"(discover, sweep, steer and patch run on several ranks: docs/scaling.md)")
+        return call()
+
+    return checked
+
+
 def _with_threads(call):
     from vrh_lmms.device import choose_threads
 
@@ -105,7 +122,9 @@ def _guarded(call) -> int:
     try:
         return int(call() or 0)
     except VRHError as exc:
-        print(f"vrh-lmms: error: {exc}", file=sys.stderr)
+        from vrh_lmms.distributed import error_prefix
+
+        print(f"vrh-lmms: error: {error_prefix()}{exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("vrh-lmms: interrupted; finished work is kept and a rerun resumes", file=sys.stderr)

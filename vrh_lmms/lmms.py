@@ -81,13 +81,18 @@ def check_task_names(tasks: list[str], include_path: str | list[str] | None = No
 
 def evaluate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwargs: str | None = None,
              bootstrap_iters: int = 0, seed: int = 0) -> dict[str, Any] | None:
-    """lmms-eval's simple_evaluate with samples logged; None on non-zero ranks."""
+    """lmms-eval's simple_evaluate with samples logged; None on non-zero ranks. On several ranks the executor
+    backend fits the launch and rank 0 aggregates in one-process doc order (vrh_lmms.distributed)."""
     from lmms_eval import evaluator
 
-    return evaluator.simple_evaluate(
-        model=lm, tasks=tasks, task_manager=tm, limit=limit, log_samples=True, gen_kwargs=gen_kwargs or None,
-        bootstrap_iters=bootstrap_iters, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
-        fewshot_random_seed=seed, batch_size=getattr(lm, "batch_size", 1), verbosity="WARNING")
+    from vrh_lmms import distributed
+
+    with distributed.doc_order():
+        return evaluator.simple_evaluate(
+            model=lm, tasks=tasks, task_manager=tm, limit=limit, log_samples=True, gen_kwargs=gen_kwargs or None,
+            bootstrap_iters=bootstrap_iters, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
+            fewshot_random_seed=seed, batch_size=getattr(lm, "batch_size", 1), verbosity="WARNING",
+            distributed_executor_backend=distributed.executor_backend(lm))
 
 
 def _default(o: Any):

@@ -158,14 +158,16 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
 
 
 def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:
-    """Returns the heads file path (None on non-zero ranks)."""
-    from vrh_lmms import lmms
+    """Returns the heads file path (None on non-zero ranks). On several ranks every rank checks, rank 0 alone
+    claims the folder and merges the parts every rank wrote (vrh_lmms.distributed)."""
+    from vrh_lmms import distributed, lmms
     from vrh_lmms.discovery.scoring import all_cells, parse_cells
 
     cells = spec.cells or all_cells()
     primary = parse_cells(spec.primary)[0]
     if primary not in cells:
         cells = [primary, *cells]
+    distributed.ensure_group()
     tm, folder = preflight(spec, force, lm=lm)  # nothing is written before every check has passed
     from vrh_lmms.discovery.collector import SampleCollector  # imports transformers: only once checks passed
     from vrh_lmms.discovery.interceptor import DocTracker, GenerateInterceptor
@@ -173,7 +175,9 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
 
     if lm is not None and lm.vrh_headset.heads:
         raise VRHError(f"discovery scores the intact model, but model_args ablate {lm.vrh_headset.spec}; drop heads=")
-    paths = _claim(spec, folder, force)
+    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
+    paths = _claim(spec, folder, force) if distributed.is_main() else sidecars(spec.output)
+    distributed.barrier()
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
     if getattr(lm, "batch_size", 1) != 1:
@@ -188,10 +192,8 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     finally:
         interceptor.uninstall()
         lm.task_dict = dict(tracker)
-    accelerator = getattr(lm, "accelerator", None)
-    if accelerator is not None and getattr(accelerator, "num_processes", 1) > 1:
-        accelerator.wait_for_everyone()
-    if getattr(lm, "rank", 0) != 0 or results is None:
+    distributed.barrier()  # every rank's parts are written
+    if not distributed.is_main() or results is None:
         return None
     return _finish(spec, lm, results, store, paths, cells, primary)
 

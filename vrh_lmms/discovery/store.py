@@ -71,7 +71,7 @@ class PartStore:
 
     def keys(self) -> list[str]:
         out = []
-        for p in sorted(self.root.glob("*.npz")):
+        for p in sorted(self.root.glob("[!.]*.npz")):  # not the temporary file of a part a killed rank was writing
             with np.load(p) as data:
                 out.append(json.loads(bytes(data["meta"]).decode())["key"])
         return out

@@ -180,10 +180,11 @@ def _part_path(out: Path, task: str, a: int, b: int) -> Path:
 
 
 def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
-    """Returns the path of patch.json."""
+    """Returns the path of patch.json. On several ranks the evaluation and the pairs are split across ranks, rank 0
+    alone writes the evaluation and the result (vrh_lmms.distributed)."""
     from tqdm.auto import tqdm
 
-    from vrh_lmms import lmms
+    from vrh_lmms import distributed, lmms
     from vrh_lmms.discovery.collector import backend_processor, stop_token_ids
     from vrh_lmms.discovery.queries import answer_length
 
@@ -203,12 +204,15 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
         if str(parse_model_args(spec.model_args).get("batch_size", 1)) != "1":
             raise VRHError("model arg batch_size: patching runs with batch_size 1 (one doc per generate call)")
     out = Path(output)
+    distributed.ensure_group()
     ready = preflight(spec, "patch", out, MANIFEST, PATCH_LAYOUT, spec.identity(), set_configurations(spec), force,
                       lm=lm)
     hf, tm = ready.heads_file, ready.task_manager
-    claim_folder(ready.folder, PATCH_LAYOUT)  # nothing is written before every check has passed
-    write_json(out / MANIFEST, {"identity": spec.identity(), "heads_file": spec.heads_file})
-    if (out / RESULT).is_file():
+    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
+    if distributed.is_main():
+        claim_folder(ready.folder, PATCH_LAYOUT)  # nothing is written before every check has passed
+        write_json(out / MANIFEST, {"identity": spec.identity(), "heads_file": spec.heads_file})
+    if distributed.broadcast((out / RESULT).is_file()):
         return out / RESULT
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
@@ -226,11 +230,10 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     finally:
         interceptor.uninstall()
         lm.task_dict = dict(tracker)
-    if results is None:
-        raise VRHError("patching runs in one process (no data-parallel ranks)")
-    if not (out / "eval" / "results.json").is_file():
+    if results is not None and not (out / "eval" / "results.json").is_file():
         lmms.write_run(out / "eval", results, lm.vrh_record(config={"id": "patch_eval", "kind": "baseline", "k": 0,
                                                                        "seed": None}))
+    results = distributed.broadcast(results and {"samples": results.get("samples")})  # rank 0's gathered samples
     geometry = lm.vrh_decoder.geometry
     sets, unavailable = head_sets(spec, hf, geometry, tuple(getattr(lm, "vrh_dead_heads", None) or ()))
     model, decoder = lm.model, lm.vrh_decoder
@@ -267,7 +270,8 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                        "of one image; patching needs a task with several objects per image (e.g. RefCOCO, or "
                        "vrh_synth_grounding with objects='all')")
 
-    for task, split, a, b in tqdm(todo, desc="patch", unit="pair", disable=not progress):
+    mine = todo[distributed.rank()::distributed.world_size()]  # every rank patches its share of the pairs
+    for task, split, a, b in tqdm(mine, desc="patch", unit="pair", disable=not progress or not distributed.is_main()):
         path = _part_path(out, task, a, b)
         if path.is_file():
             continue
@@ -284,6 +288,9 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                           "expressions": [index.targets[a].expression, index.targets[b].expression],
                           "ld_clean": res.ld_clean, "ld_corrupt": res.ld_corrupt,
                           "heads": res.heads.tolist(), "sets": res.sets})
+    distributed.barrier()  # every rank's pairs are written
+    if not distributed.is_main():
+        return out / RESULT
     parts = [json.loads(_part_path(out, t, a, b).read_text()) for t, _, a, b in todo]
     result = aggregate(parts, sets, hf, geometry, spec)
     result["unavailable_sets"] = unavailable

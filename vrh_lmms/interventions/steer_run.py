@@ -222,10 +222,11 @@ def _write_manifest(out: Path, spec: SteerSpec, done: set[str], unavailable: dic
 
 
 def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
-    """Run every configuration not yet done, then write summary.json and report.md."""
+    """Run every configuration not yet done, then write summary.json and report.md. On several ranks every rank
+    steers its shard of the docs, rank 0 alone writes (vrh_lmms.distributed)."""
     from tqdm.auto import tqdm
 
-    from vrh_lmms import lmms
+    from vrh_lmms import distributed, lmms
     from vrh_lmms.heads.spec import resolve_spec
     from vrh_lmms.report.interventions import write_steering_report
     from vrh_lmms.sweep.checks import check_headsets
@@ -235,19 +236,25 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         raise VRHError(f"--batch-size must be at least 1, got {spec.batch_size}")
     if not spec.heads_file:
         raise VRHError("steering needs --heads-file (its ranking gives the top-k heads)")
+    distributed.ensure_group()
     ready = preflight(spec, "steer", out, MANIFEST, STEER_LAYOUT, spec.identity(), spec.configurations, force, lm=lm)
     hf, tm = ready.heads_file, ready.task_manager
-    claim_folder(ready.folder, STEER_LAYOUT)  # nothing is written before every check has passed
     configs_dir = out / "configs"
-    configs_dir.mkdir(exist_ok=True)
-    done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
     unavailable = dict(ready.unavailable)
-    _write_manifest(out, spec, done, unavailable)
+    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
+    done: set[str] = set()
+    if distributed.is_main():
+        claim_folder(ready.folder, STEER_LAYOUT)  # nothing is written before every check has passed
+        configs_dir.mkdir(exist_ok=True)
+        done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
+        _write_manifest(out, spec, done, unavailable)
+        if any(c.id not in done for c in spec.configurations):
+            for partial in configs_dir.iterdir():  # leftovers of a killed run
+                if partial.name.startswith(".") or not (partial / "results.json").is_file():
+                    owned.remove(partial)  # ours: the folder passed STEER_LAYOUT
+    done = distributed.broadcast(done)  # every rank runs the same configurations, in the same order
     todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
     if todo:
-        for partial in configs_dir.iterdir():  # leftovers of a killed run
-            if partial.name.startswith(".") or not (partial / "results.json").is_file():
-                owned.remove(partial)  # ours: the folder passed STEER_LAYOUT
         if lm is None:
             lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
         if lm.vrh_headset.heads:
@@ -257,12 +264,13 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         unavailable = check_headsets(SimpleNamespace(configurations=spec.configurations, control_pool=spec.control_pool,
                                                      allow_cross_model=spec.allow_cross_model), geometry, hf, dead)
         todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
-        _write_manifest(out, spec, done, unavailable)
+        if distributed.is_main():
+            _write_manifest(out, spec, done, unavailable)
         tracker = BatchDocTracker(lm.task_dict)
         lm.task_dict = tracker
         steerer = Steerer(lm, tracker, spec.distractor_seed, spec.rule)
         interceptor = SteeringInterceptor(lm.model, tracker, steerer)
-        bar = tqdm(total=len(todo), desc="steer", unit="config", disable=not progress)
+        bar = tqdm(total=len(todo), desc="steer", unit="config", disable=not progress or not distributed.is_main())
         try:
             for cfg in todo:
                 headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed or 0,
@@ -271,21 +279,24 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
                 bar.set_description(cfg.id)
                 results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs,
                                         seed=spec.seed)
-                if results is None:
-                    continue
-                for task, rows in (results.get("samples") or {}).items():
-                    for row in rows:
-                        row["vrh_steer"] = steerer.record(task, int(row["doc_id"]), row.get("vrh_record"))
-                record = lm.vrh_record(config={"id": cfg.id, "kind": "steer", "k": cfg.k, "seed": cfg.seed})
-                record["steering"] = {**cfg.to_dict(), "heads": headset.names, "rule": spec.rule,
-                                      "distractor_seed": spec.distractor_seed}
-                lmms.write_run(configs_dir / cfg.id, results, record)
-                done.add(cfg.id)
-                _write_manifest(out, spec, done, unavailable)
+                info = distributed.gather_dicts(steerer.info)  # every rank's docs, on rank 0
+                if results is not None:
+                    steerer.info = info
+                    for task, rows in (results.get("samples") or {}).items():
+                        for row in rows:
+                            row["vrh_steer"] = steerer.record(task, int(row["doc_id"]), row.get("vrh_record"))
+                    record = lm.vrh_record(config={"id": cfg.id, "kind": "steer", "k": cfg.k, "seed": cfg.seed})
+                    record["steering"] = {**cfg.to_dict(), "heads": headset.names, "rule": spec.rule,
+                                          "distractor_seed": spec.distractor_seed}
+                    lmms.write_run(configs_dir / cfg.id, results, record)
+                    done.add(cfg.id)
+                    _write_manifest(out, spec, done, unavailable)
+                distributed.barrier()
                 bar.update(1)
         finally:
             bar.close()
             interceptor.uninstall()
             lm.task_dict = dict(tracker)
-    write_steering_report(out)
+    if distributed.is_main():
+        write_steering_report(out)
     return out

@@ -71,27 +71,26 @@ def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: 
 
 
 def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
-    """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model."""
-    from vrh_lmms import lmms
+    """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model. On several ranks every
+    rank checks and evaluates, rank 0 alone changes the folder (vrh_lmms.distributed)."""
+    from vrh_lmms import distributed, lmms
     from vrh_lmms.heads.spec import resolve_spec
 
     out = Path(output)
+    distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
     identity, hf, means, tm = ready.identity, ready.heads_file, ready.means, ready.task_manager
-    checks.claim_folder(ready.folder)
-    out.mkdir(parents=True, exist_ok=True)
     configs_dir = out / "configs"
-    configs_dir.mkdir(exist_ok=True)
-    done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
     started = time.time()
     unavailable = dict(ready.unavailable)
-    _write_manifest(out, spec, identity, done, started, spec.pack, unavailable)
+    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
+    done: set[str] = set()
+    if distributed.is_main():
+        done = _claim(spec, ready.folder, out, identity, started, unavailable)
+    done = distributed.broadcast(done)  # every rank runs the same configurations, in the same order
     todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
     if not todo:
         return out
-    for partial in configs_dir.iterdir():  # leftovers of a killed run: redo them
-        if partial.name.startswith(".") or (partial.is_dir() and not (partial / "results.json").is_file()):
-            shutil.rmtree(partial, ignore_errors=True)
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
     geometry = lm.vrh_decoder.geometry
@@ -103,12 +102,13 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     packable = [c for c in todo if unpackable_reason(c) is None]
     pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
     dead_names = None if getattr(lm, "vrh_dead_heads", None) is None else [str(h) for h in dead]
-    _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names)
-    if unavailable and rank_of(lm) == 0:
+    rank = distributed.rank()
+    if rank == 0:
+        _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names)
+    if unavailable and rank == 0:
         first = next(iter(unavailable))
         more = f" and {len(unavailable) - 1} more" if len(unavailable) > 1 else ""
         print(f"vrh-lmms: note: {first}{more} unavailable: {unavailable[first]}", file=sys.stderr)
-    rank = rank_of(lm)
     alone = [c for c in todo if unpackable_reason(c) is not None]
     if pack > 1 and alone and rank == 0:
         ids = ", ".join(c.id for c in alone[:4]) + (f" and {len(alone) - 4} more" if len(alone) > 4 else "")
@@ -127,7 +127,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
             lmms.write_run(configs_dir / cfg.id, results, record)
             done.add(cfg.id)
             _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names)
-        _barrier(lm)
+        distributed.barrier()  # a rank that died ends the job here, before any later configuration starts
         bar.update(1)
 
     try:
@@ -150,8 +150,20 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     return out
 
 
-def rank_of(lm) -> int:
-    return getattr(lm, "rank", 0)
+def _claim(spec: SweepSpec, folder, out: Path, identity: dict[str, Any], started: float,
+           unavailable: dict[str, str]) -> set[str]:
+    """Rank 0: take the folder, clear leftovers of a killed run (redone), write the manifest; the ids done."""
+    checks.claim_folder(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    configs_dir = out / "configs"
+    configs_dir.mkdir(exist_ok=True)
+    done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
+    _write_manifest(out, spec, identity, done, started, spec.pack, unavailable)
+    if any(c.id not in done for c in spec.configurations):
+        for partial in configs_dir.iterdir():  # leftovers of a killed run: redo them
+            if partial.name.startswith(".") or (partial.is_dir() and not (partial / "results.json").is_file()):
+                shutil.rmtree(partial, ignore_errors=True)
+    return done
 
 
 def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:
@@ -183,12 +195,6 @@ def kv_bytes_per_token(geometry, dtype) -> int:
 
     itemsize = torch.empty((), dtype=dtype).element_size()
     return geometry.layers * 2 * geometry.kv_heads * geometry.head_dim * itemsize
-
-
-def _barrier(lm) -> None:
-    accelerator = getattr(lm, "accelerator", None)
-    if accelerator is not None and getattr(accelerator, "num_processes", 1) > 1:
-        accelerator.wait_for_everyone()
 
 
 def _progress(total: int, enabled: bool):
