@@ -31,6 +31,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 # Commands that run a model: torch's CPU thread count is chosen from the free cores first (vrh_lmms.device).
 MODEL_COMMANDS = ("demo", "discover", "sweep", "export-masked", "eval")
+# Commands that show one progress display and a closing summary, their libraries' output kept in a log file in the
+# output folder (vrh_lmms.console); `--verbose` shows everything instead.
+QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -40,6 +43,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         if only is None or only == name:
             _load(module).configure(p)
+            if name in QUIET_COMMANDS:
+                p.add_argument("--verbose", "-v", action="store_true",
+                               help="show lmms-eval's and the other libraries' output as it comes (default: one "
+                                    "progress display, that output kept in vrh-lmms.log in the output folder)")
     return parser
 
 
@@ -60,7 +67,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 0
     run = lambda: _load(COMMANDS[args.command][0]).run(args)  # noqa: E731
+    if args.command in QUIET_COMMANDS:
+        return _guarded(lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS))
     return _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
+
+
+def _in_session(call, verbose: bool, threads: bool):
+    from vrh_lmms import console
+
+    with console.session(verbose=verbose):
+        return _with_threads(call) if threads else call()
 
 
 def _with_threads(call):

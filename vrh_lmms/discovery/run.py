@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms import atomic, owned
+from vrh_lmms import atomic, console, owned
 from vrh_lmms.errors import VRHError
 
 IDENTITY = "identity.json"
@@ -52,7 +52,7 @@ def sidecars(output: str | Path) -> dict[str, Path]:
     from vrh_lmms.ablation import means_path_for
 
     return {"parts": Path(f"{stem}.parts"), "eval": Path(f"{stem}.eval"), "samples": Path(f"{stem}.samples.npz"),
-            "means": means_path_for(out)}
+            "means": means_path_for(out), "log": Path(f"{stem}.log")}
 
 
 HEADS_FILE = owned.json_with("schema", "geometry", schema_prefix="vrh-heads/")
@@ -63,6 +63,7 @@ SIDECAR_CHECKS: dict[str, owned.Check] = {
     "eval": owned.RUN_FOLDER,
     "samples": owned.npz_with("keys"),
     "means": owned.safetensors_with("means"),
+    "log": owned.log_file,  # the libraries' output of `vrh-lmms discover` (vrh_lmms.console)
 }
 
 
@@ -120,7 +121,7 @@ def _claim(spec: DiscoverySpec, folder: _Folder, force: bool) -> dict[str, Path]
     if folder.reset_parts and parts.exists():
         owned.remove(parts)
     if force:
-        for key in ("eval", "samples", "means"):
+        for key in ("eval", "samples", "means", "log"):
             owned.remove(paths[key])
     parts.mkdir(parents=True, exist_ok=True)
     atomic.write_text(parts / IDENTITY, json.dumps(spec.identity(), indent=1))
@@ -171,6 +172,7 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     if lm is not None and lm.vrh_headset.heads:
         raise VRHError(f"discovery scores the intact model, but model_args ablate {lm.vrh_headset.spec}; drop heads=")
     paths = _claim(spec, folder, force)
+    console.log_to(paths["log"])
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
     if getattr(lm, "batch_size", 1) != 1:

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms import atomic, owned
+from vrh_lmms import atomic, console, owned
+from vrh_lmms.console import LOG_NAME
 from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import head_name
@@ -52,6 +53,7 @@ PATCH_LAYOUT: dict[str, owned.Check | None] = {
     ".eval.*": owned.RUN_FOLDER,  # write_run's staging folder
     "report.md": beside(MANIFEST, _MANIFEST_FILE),
     "patch_map.png": beside(MANIFEST, _MANIFEST_FILE),
+    LOG_NAME: owned.log_file,
     **temporaries(MANIFEST, RESULT, "report.md", "patch_map.png"),
 }
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
@@ -183,8 +185,6 @@ def _part_path(out: Path, task: str, a: int, b: int) -> Path:
 
 def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Returns the path of patch.json."""
-    from tqdm.auto import tqdm
-
     from vrh_lmms import lmms
     from vrh_lmms.discovery.collector import backend_processor, stop_token_ids
     from vrh_lmms.discovery.queries import answer_length
@@ -209,6 +209,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                       lm=lm)
     hf, tm = ready.heads_file, ready.task_manager
     claim_folder(ready.folder, PATCH_LAYOUT)  # nothing is written before every check has passed
+    console.log_to(out / LOG_NAME)
     write_json(out / MANIFEST, {"identity": spec.identity(), "heads_file": spec.heads_file})
     if (out / RESULT).is_file():
         return out / RESULT
@@ -269,7 +270,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                        "of one image; patching needs a task with several objects per image (e.g. RefCOCO, or "
                        "vrh_synth_grounding with objects='all')")
 
-    for task, split, a, b in tqdm(todo, desc="patch", unit="pair", disable=not progress):
+    for task, split, a, b in console.track(todo, len(todo), "patch", "pair", enabled=progress):
         path = _part_path(out, task, a, b)
         if path.is_file():
             continue

@@ -26,8 +26,9 @@ from typing import Any
 
 import torch
 
-from vrh_lmms import owned
+from vrh_lmms import console, owned
 from vrh_lmms.boxes.geometry import iou
+from vrh_lmms.console import LOG_NAME
 from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.folder import beside, claim_folder, preflight, temporaries, write_json
@@ -44,6 +45,7 @@ STEER_LAYOUT: dict[str, owned.Check | None] = {
     "configs": owned.folder_of({"*": CONFIG_ENTRY}),
     "summary.json": owned.json_with("configs", "table"),
     "report.md": beside(MANIFEST, _MANIFEST_FILE),
+    LOG_NAME: owned.log_file,
     **temporaries(MANIFEST, "summary.json", "report.md"),
 }
 
@@ -234,8 +236,6 @@ def _write_manifest(out: Path, spec: SteerSpec, done: set[str]) -> None:
 
 def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Run every configuration not yet done, then write summary.json and report.md."""
-    from tqdm.auto import tqdm
-
     from vrh_lmms import lmms
     from vrh_lmms.heads.spec import resolve_spec
     from vrh_lmms.report.interventions import write_steering_report
@@ -248,6 +248,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     ready = preflight(spec, "steer", out, MANIFEST, STEER_LAYOUT, spec.identity(), spec.configurations, force, lm=lm)
     hf, tm = ready.heads_file, ready.task_manager
     claim_folder(ready.folder, STEER_LAYOUT)  # nothing is written before every check has passed
+    console.log_to(out / LOG_NAME)
     configs_dir = out / "configs"
     configs_dir.mkdir(exist_ok=True)
     done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
@@ -266,7 +267,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         lm.task_dict = tracker
         steerer = Steerer(lm, tracker, spec.distractor_seed, spec.rule)
         interceptor = SteeringInterceptor(lm.model, tracker, steerer)
-        bar = tqdm(total=len(todo), desc="steer", unit="config", disable=not progress)
+        bar = console.bar(len(todo), "steer", "config", enabled=progress)
         try:
             for cfg in todo:
                 headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed or 0,

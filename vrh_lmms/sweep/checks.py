@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms import owned
+from vrh_lmms.console import LOG_NAME
 from vrh_lmms.errors import VRHError
 
 MANIFEST = "sweep.json"
@@ -45,6 +46,7 @@ SWEEP_LAYOUT: dict[str, owned.Check | None] = {
     MANIFEST: owned.json_with("identity", "configurations"),
     f".{MANIFEST}.tmp": owned.is_file,
     CONFIGS: owned.folder_of({"*": CONFIG_ENTRY}),
+    LOG_NAME: owned.log_file,
 }
 
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms import console
 from vrh_lmms.errors import VRHError
 from vrh_lmms.sweep import checks
 from vrh_lmms.sweep.plan import Configuration, pack_groups, unpackable_reason
@@ -77,6 +77,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     identity, hf, means, tm = ready.identity, ready.heads_file, ready.means, ready.task_manager
     checks.claim_folder(ready.folder)
     out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / checks.LOG_NAME)
     configs_dir = out / "configs"
     configs_dir.mkdir(exist_ok=True)
     done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
@@ -100,7 +101,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     alone = [c for c in todo if unpackable_reason(c) is not None]
     if pack > 1 and alone and rank == 0:
         ids = ", ".join(c.id for c in alone[:4]) + (f" and {len(alone) - 4} more" if len(alone) > 4 else "")
-        print(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}", file=sys.stderr)
+        console.note(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}")
     bar = _progress(len(todo), enabled=progress and rank == 0)
 
     def headset_of(cfg: Configuration):
@@ -176,6 +177,4 @@ def _barrier(lm) -> None:
 
 
 def _progress(total: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="sweep", unit="config", disable=not enabled)
+    return console.bar(total, "sweep", "config", enabled=enabled)
