@@ -58,7 +58,8 @@ class _Session:
         # the terminal, through copies of the original descriptors (closed by their Consoles' files at the end)
         self.err = Console(file=self._terminal(2), stderr=True, highlight=False)
         self.out = Console(file=self._terminal(1), highlight=False)
-        if self.show and not self.verbose:
+        # the display lives on a terminal only (piped or in a file, a redrawn bar is only noise)
+        if self.show and not self.verbose and self.err.is_terminal:
             from rich.progress import (
                 BarColumn,
                 MofNCompleteColumn,
@@ -209,14 +210,17 @@ def log_row() -> list[tuple[Path, str]]:
     return [] if path is None else [(path, "lmms-eval's and the other libraries' output (--verbose shows it)")]
 
 
-def step(text: str) -> None:
-    """One line saying what the command does next (above the progress display); the display shows it too."""
+def step(text: str, line: bool = True) -> None:
+    """What the command does next: the progress display shows it and, with `line`, a line above the display keeps
+    it (commands whose input is still to be checked pass line=False: bad input gets its one-line error alone)."""
     if _active is None:
-        print(text)
+        if line:
+            print(text)
         return
     if not _active.show:
         return
-    _active.err.print(text, markup=False, highlight=False)
+    if line:
+        _active.err.print(text, markup=False, highlight=False)
     if _active.progress is not None:
         _active.progress.update(_active.task, description=_plain(text), total=None, completed=0, unit="")
 
@@ -285,6 +289,9 @@ def print_summary(*renderables: Any) -> None:
 
     if _active is not None and not _active.show:
         return
+    if _active is not None and _active.progress is not None:  # the summary ends the command: the display goes
+        _active.progress.stop()
+        _active.progress = None
     target = Console(highlight=False) if _active is None else _active.out
     for item in renderables:
         for part in (item if isinstance(item, list) else [item]):

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
                          tasks=[t for t in args.tasks.split(",") if t], output=args.output, limit=limit,
                          cells=cells, primary=primary, freq_top_k=args.freq_top_k, collect_means=not args.no_means,
                          gen_kwargs=args.gen_kwargs, seed=args.seed, null_query=args.null_query)
-    console.step(f"discovery: {args.model} on {', '.join(spec.tasks)}")
+    console.step(f"discovery: {args.model} on {', '.join(spec.tasks)}", line=False)
     path = run_discovery(spec, force=args.force)
     if path is not None:
         from vrh_lmms.discovery.run import sidecars

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
                      direction=args.direction, min_gap=args.min_gap, allow_cross_model=args.allow_cross_model,
                      patch_batch=args.patch_batch, pairs=args.pairs, answers=args.answers, controls=tuple(args.control),
                      control_tolerance=args.control_tolerance)
-    console.step(f"activation patching: {args.model} on {', '.join(spec.tasks)}")
+    console.step(f"activation patching: {args.model} on {', '.join(spec.tasks)}", line=False)
     path = run_patching(spec, args.output, force=args.force)
     out = path.parent
     console.print_summary(console.files_table("Patching done", [

@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         from vrh_lmms.report.interventions import check_sources
 
         check_sources(args.steer, args.patch)  # before the statistics
-    console.step(f"report on {len(args.dirs)} folder(s)")
+    console.step(f"report on {len(args.dirs)} folder(s)", line=False)
     report = build_report(args.dirs, args.output, settings)
     if args.steer or args.patch:
         from vrh_lmms.report.html import write_report_html

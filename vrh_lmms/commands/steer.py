@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
                      heads_file=args.heads_file, configurations=configs, limit=limit, gen_kwargs=args.gen_kwargs,
                      seed=args.seed, distractor_seed=args.distractor_seed, allow_cross_model=args.allow_cross_model,
                      batch_size=args.batch_size)
-    console.step(f"steering: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}")
+    console.step(f"steering: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)
     out = run_steering(spec, args.output, force=args.force)
     console.print_summary(console.files_table("Steering done", [
         (out / "report.md", "the steering table"), (out / "summary.json", "its numbers"),

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,
                      pack=parse_pack(args.pack))
-    console.step(f"sweep: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}")
+    console.step(f"sweep: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)
     out = run_sweep(spec, args.output, force=args.force)
     console.print_summary(console.files_table(f"Sweep done: {len(configs)} configurations", [
         (out / "configs", "one lmms-eval results folder per configuration"),

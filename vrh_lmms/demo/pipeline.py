@@ -401,7 +401,8 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     (out / "demo_summary.md").write_text(markdown)
     from vrh_lmms.report.html import write_report_html
 
-    write_report_html(out / "report", before=[(markdown, out)], title=f"vrh-lmms demo: {model.name}")
+    title = f"vrh-lmms demo: {model.name}"
+    write_report_html(out / "report", before=[(f"# {title}\n\n{markdown}", out)], title=title)
     if progress:
         from vrh_lmms.demo.console_summary import show
 
