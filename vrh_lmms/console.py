@@ -264,7 +264,7 @@ class _Bar:
 
 def bar(total: int | None, desc: str, unit: str, enabled: bool = True) -> Any:
     """A progress bar: the session's one display, or a tqdm bar where no session runs (or with --verbose)."""
-    if _active is None or _active.verbose:
+    if _active is None or _active.verbose or not enabled:
         from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=desc, unit=unit, disable=not enabled)

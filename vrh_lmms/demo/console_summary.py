@@ -40,6 +40,23 @@ def k_table(summary: dict[str, Any]):
     return table
 
 
+def transfer_table(rows: list[dict[str, Any]]):
+    """--transfer: per direction and k, the top-k drop with the model's own heads and with the other's."""
+    from rich.table import Table
+
+    def drop(value: float | None, ci) -> str:
+        return _pts(value) + ("" if value is None or not ci or ci[0] is None else f" [{_pts(ci[0])}, {_pts(ci[1])}]")
+
+    table = Table(box=None, padding=(0, 1), header_style="bold",
+                  title="Transfer: top-k heads ablated in the other model (drops in points)", title_justify="left")
+    for name in ("model", "heads from", "k", "own heads", "other's heads"):
+        table.add_column(name, no_wrap=True)
+    for r in sorted(rows, key=lambda r: (r["model"], r["k"])):
+        table.add_row(Path(r["model"]).name, Path(r["heads_from"]).name, str(r["k"]),
+                      drop(r["own_drop"], r["own_drop_ci"]), drop(r["transferred_drop"], r["transferred_drop_ci"]))
+    return table
+
+
 def files(out: Path) -> list[tuple[Path, str]]:
     rows = [(out / "report" / "report.html", "the report as one page: verdict, tables, plots (open in a browser)"),
             (out / "report" / "report.md", "the report in markdown (report.json: its numbers)"),
@@ -50,7 +67,6 @@ def files(out: Path) -> list[tuple[Path, str]]:
 
 def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     """Print the demo's closing summary (the whole demo_summary.md first with --verbose or outside a CLI run)."""
-    from rich.markdown import Markdown
     from rich.text import Text
 
     acc = summary["acceptance"]
@@ -58,13 +74,12 @@ def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     parts: list[Any] = []
     if console.verbose():
         parts.append(Text(markdown.replace("\n![k-curve](kcurve.png)\n", "")))
-    parts += [Text(""), Markdown(verdict),
+    parts += [Text(""), Text(verdict.replace("**", ""), style="bold"),
               Text(f"Baseline Acc@0.5 {acc['baseline_acc']:.1%} on {acc['n_eval']} held-out scenes; drops in "
                    f"points, controls as mean ± SE over their draws."),
               k_table(summary)]
-    body = markdown.split("\n![k-curve]")[0]
-    parts += [Markdown(line) for line in body.splitlines() if line.startswith(("Steering (", "Patching ("))]
-    if "\nTransfer between" in body:  # --transfer: its table
-        parts.append(Markdown("Transfer between" + body.split("\nTransfer between", 1)[1].split("\n\n\n")[0]))
+    parts += [Text(line) for line in markdown.splitlines() if line.startswith(("Steering (", "Patching ("))]
+    if summary.get("transfer"):
+        parts += [Text(""), transfer_table(summary["transfer"])]
     parts += [Text(""), *console.files_table(f"Written in {out} ({summary['seconds']:.0f} s)", files(out))]
     console.print_summary(*parts)
