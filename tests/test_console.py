@@ -80,3 +80,13 @@ def test_a_bad_input_error_stays_one_line_from_the_cli(tmp_path):
                            str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("vrh-lmms: error:"), proc.stderr
+
+
+def test_a_command_that_printed_nothing_leaves_no_log(tmp_path):
+    proc = _run(tmp_path, """
+        with console.session():
+            console.log_to(out / "vrh-lmms.log")
+            console.print_summary("Done")
+        """)
+    assert proc.returncode == 0 and "Done" in proc.stdout, proc.stderr
+    assert not (tmp_path / "vrh-lmms.log").exists()

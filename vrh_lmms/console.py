@@ -38,6 +38,7 @@ class _Session:
         self.log_path: Path | None = None
         self.capture = None  # the file descriptors 1 and 2 point at: a temporary file, then the log
         self.logging = False  # whether `capture` is the log file
+        self.empty_log_size: int | None = None
         self.saved: dict[int, int] = {}
         self.err = self.out = None  # rich Consoles on the original stderr / stdout
         self.progress = None
@@ -101,6 +102,7 @@ class _Session:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         log.write(((f"{LOG_HEADER}\n" if fresh else "") + f"\n## {stamp} vrh-lmms {' '.join(sys.argv[1:])}\n")
                   .encode("utf-8"))
+        self.empty_log_size = log.tell() if fresh else None  # a new log that stays this size holds nothing
         self.capture.seek(0)
         log.write(self.capture.read())
         log.flush()
@@ -125,6 +127,8 @@ class _Session:
             return
         if self.logging:
             self.capture.close()
+            if self.empty_log_size is not None and self.log_path.stat().st_size == self.empty_log_size:
+                self.log_path.unlink()  # nothing was printed: no log
             if failed and self.show:
                 self.err.print(f"vrh-lmms: the libraries' output of this run is in {self.log_path}")
             return
