@@ -56,7 +56,7 @@ class _Session:
             for fd in (1, 2):
                 self.saved[fd] = os.dup(fd)
                 os.dup2(self.capture.fileno(), fd)
-        # the terminal, through copies of the original descriptors (closed by their Consoles' files at the end)
+        # the terminal, through copies of the original descriptors (closed at the end)
         self.err = Console(file=self._terminal(2), stderr=True, highlight=False)
         self.out = Console(file=self._terminal(1), highlight=False)
         # the display lives on a terminal only (piped or in a file, a redrawn bar is only noise)
