@@ -37,6 +37,9 @@ MODEL_COMMANDS = ("demo", "discover", "sweep", "export-masked", "eval")
 # Commands that split their docs across the ranks of torchrun / accelerate launch (docs/scaling.md); the others
 # refuse to start on several ranks.
 RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
+# Commands that show one progress display and a closing summary, their libraries' output kept in a log file in the
+# output folder (vrh_lmms.console); `--verbose` shows everything instead.
+QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -50,6 +53,10 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 p.add_argument("--config", metavar="RUN.yaml",
                                help="take the options from a run file (docs/runs.md; every finished run writes one "
                                     "into its output); flags given beside it override it")
+            if name in QUIET_COMMANDS:
+                p.add_argument("--verbose", "-v", action="store_true",
+                               help="show lmms-eval's and the other libraries' output as it comes (default: one "
+                                    "progress display, that output kept in vrh-lmms.log in the output folder)")
     return parser
 
 
@@ -82,7 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = lambda: _load(COMMANDS[args.command][0]).run(args)  # noqa: E731
     if args.command not in RANK_COMMANDS:
         run = _one_process(args.command, run)
-    code = _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
+    if args.command in QUIET_COMMANDS:
+        code = _guarded(lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS))
+    else:
+        code = _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
     if code == 0 and args.command in CONFIG_COMMANDS:
         _write_run_file(args, subparser(parser, args.command))
     return code
@@ -109,6 +119,13 @@ def _one_process(command: str, call):
         return call()
 
     return checked
+
+
+def _in_session(call, verbose: bool, threads: bool):
+    from vrh_lmms import console
+
+    with console.session(verbose=verbose):
+        return _with_threads(call) if threads else call()
 
 
 def _with_threads(call):

@@ -22,6 +22,7 @@ from vrh_lmms import atomic
 from vrh_lmms.errors import VRHError
 
 LISTING = ".vrh-lmms-files.json"
+LOG_HEADER = "# vrh-lmms log"  # first line of a command's log file (vrh_lmms.console)
 
 Check = Callable[[Path], bool]
 Layout = Mapping[str, Check | None]  # glob pattern on an entry's name -> check (None: the name is enough)
@@ -47,6 +48,14 @@ def json_with(*keys: str, schema_prefix: str | None = None) -> Check:
 
 def is_file(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
+
+
+def log_file(path: Path) -> bool:
+    """A command's log of its libraries' output (vrh_lmms.console), recognised by its first line."""
+    if not is_file(path):
+        return False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.readline().rstrip("\n") == LOG_HEADER
 
 
 def folder_of(layout: Layout) -> Check:

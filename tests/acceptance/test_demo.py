@@ -26,6 +26,8 @@ def demo_run(tmp_path_factory):
     proc = subprocess.run([sys.executable, "-m", "vrh_lmms", "demo", "--output", str(out)],
                           env=offline_env(), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    (out.parent / "console.stdout").write_text(proc.stdout)
+    (out.parent / "console.stderr").write_text(proc.stderr)
     return out
 
 
@@ -167,3 +169,46 @@ def test_demo_model_meets_the_acceptance_criteria(demo_run):
     assert acc["baseline_acc"] >= 0.80
     met = [row["k"] for row in acc["rows"] if row["k"] <= 0.10 * total and _meets_issue_11(row)]
     assert met, acc["rows"]
+
+
+def test_demo_console_is_short_and_names_the_report_files(demo_run):
+    """A screenful: the steps, the verdict per k and the files written; lmms-eval's per-run bars and warnings are in
+    the log file, not on the console."""
+    stdout = (demo_run.parent / "console.stdout").read_text()
+    stderr = (demo_run.parent / "console.stderr").read_text()
+    lines = (stdout + stderr).splitlines()
+    assert len(lines) < 40, "\n".join(lines)
+    for rel in ("report/report.html", "report/report.md", "demo_summary.md", "kcurve.png", "vrh-lmms.log"):
+        assert str(demo_run / rel) in stdout, rel
+    summary = json.loads((demo_run / "demo_summary.json").read_text())
+    verdict = "Design targets met" if summary["criteria_met_at"] else "Design targets not met"
+    assert verdict in stdout and "[2/3] sweep" in stderr
+    assert "Model Responding" not in stdout + stderr and "WARNING" not in stdout + stderr
+    log = (demo_run / "vrh-lmms.log").read_text()
+    assert log.startswith("# vrh-lmms log") and "Model Responding" in log and "WARNING" in log
+
+
+def test_demo_report_page_puts_the_verdict_first_and_embeds_every_plot(demo_run, tmp_path):
+    """report/report.html: demo_summary.md (verdict, table, k-curve) ahead of report.md, every picture embedded; in
+    headless Chromium every picture decodes and shows."""
+    import re
+
+    from support.chromium import SKIP_REASON, find_chromium, ink, render
+
+    page = (demo_run / "report" / "report.html").read_text()
+    summary_md = (demo_run / "demo_summary.md").read_text()
+    verdict = re.sub(r"\*\*", "", summary_md.splitlines()[0]).split(" (")[0]
+    text = re.sub(r"<[^>]+>", "", page)
+    assert text.index(verdict) < text.index("Visual retrieval heads: ablation report") < text.index("What was found")
+    sources = re.findall(r'<img [^>]*src="([^"]{0,40})', page)
+    plots = json.loads((demo_run / "report" / "report.json").read_text())["files"]["plots"]
+    assert len(sources) == len(plots) + 1 and all(s.startswith("data:image/png;base64,") for s in sources)
+    if not find_chromium():
+        pytest.skip(SKIP_REASON)
+    rendering = render(demo_run / "report" / "report.html", tmp_path)
+    size, inked, colours = ink(rendering.screenshot)
+    assert size == (1280, 2000) and inked > 0.02 and colours > 20, (inked, colours)
+    assert sorted(i["title"] for i in rendering.images) == sorted(["kcurve.png", *plots])
+    for img in rendering.images:
+        assert img["complete"] and img["width"] > 100 and img["height"] > 100, img
+        assert img["shown"] > 100 and img["ink"] > 0.01, img

@@ -331,3 +331,89 @@ def test_ksweep_plot_draws_identical_control_draws(tmp_path):
              "metric": "acc50", "model": "m", "task": "t"}
     path = ksweep_plot(group, "zero", tmp_path / "k.png")
     assert path is not None and path.stat().st_size > 1000
+
+
+def _md_tables(md: str) -> list[list[str]]:
+    """The markdown tables of report.md: their lines, separator rows left out."""
+    tables, current = [], []
+    for line in md.splitlines() + [""]:
+        if line.startswith("|"):
+            if not line.startswith("|---"):
+                current.append(line)
+        elif current:
+            tables.append(current)
+            current = []
+    return tables
+
+
+def _images(page: str) -> list[tuple[str, str]]:
+    """(src, title) of every <img> of a page."""
+    from html.parser import HTMLParser
+
+    found = []
+
+    class Images(HTMLParser):
+        def handle_starttag(self, tag, attrs):
+            if tag == "img":
+                a = dict(attrs)
+                found.append((a.get("src", ""), a.get("title", "")))
+
+    Images().feed(page)
+    return found
+
+
+@pytest.fixture(scope="module")
+def html_report(sweep, tmp_path_factory) -> tuple[Path, dict]:
+    """A report of its own (test_refuses_to_overwrite_without_force rewrites the shared one without plots)."""
+    out = tmp_path_factory.mktemp("reports") / "html"
+    assert main(["report", str(sweep), "--output", str(out), "--n-resamples", "500"]) == 0
+    return out, json.loads((out / "report.json").read_text())
+
+
+def test_html_page_holds_the_markdown_with_plots_embedded(html_report):
+    """report.html: the same sections, tables and rows as report.md, the verdict first, every plot embedded as the
+    very bytes of its PNG, nothing loaded from elsewhere."""
+    import base64
+    import html
+    import re
+
+    out, rep = html_report
+    md, page = (out / "report.md").read_text(), (out / "report.html").read_text()
+    assert rep["files"]["html"] == "report.html"
+    headings = re.findall(r"^## (.+)$", md, re.M)
+    shown = re.findall(r"<h2>(.+?)</h2>", page)
+    assert shown == headings and headings[0] == "What was found"
+    tables = _md_tables(md)
+    html_tables = re.findall(r"<table>(.*?)</table>", page, re.S)
+    assert len(html_tables) == len(tables) >= 4
+    for lines, table in zip(tables, html_tables, strict=True):
+        assert table.count("<tr>") == len(lines)
+    assert page.index("What was found") < page.index("<table>")
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
+    for claim in rep["claims"]:
+        assert claim["sentence"].replace("**", "") in text
+    images = _images(page)
+    assert sorted(title for _, title in images) == sorted(rep["files"]["plots"])
+    for src, title in images:
+        assert src.startswith("data:image/png;base64,")
+        assert base64.b64decode(src.split(",", 1)[1]) == (out / title).read_bytes()
+    assert not re.search(r'(src|href)="(?!data:)', page)
+
+
+def test_html_page_renders_in_chromium(html_report, tmp_path):
+    """The page in a real browser: a screenshot of the top of the page with text and tables on it, and every plot
+    decoded at its natural size and laid out on the page."""
+    from support.chromium import SKIP_REASON, find_chromium, ink, render
+
+    if not find_chromium():
+        pytest.skip(SKIP_REASON)
+    out, rep = html_report
+    rendering = render(out / "report.html", tmp_path)
+    size, inked, colours = ink(rendering.screenshot)
+    assert size == (1280, 2000)
+    assert inked > 0.02 and colours > 20, (inked, colours)
+    assert sorted(i["title"] for i in rendering.images) == sorted(rep["files"]["plots"])
+    for img in rendering.images:
+        assert img["complete"] and img["width"] > 100 and img["height"] > 100, img
+        assert img["shown"] > 100 and img["shown_height"] > 50, img
+        assert img["ink"] > 0.01, img  # a picture, not an empty or half-decoded frame

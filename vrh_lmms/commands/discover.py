@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from vrh_lmms import console
 from vrh_lmms.commands.options import add_model_options
 from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
 from vrh_lmms.discovery.scoring import DEFAULT_CELL, all_cells, parse_cells
@@ -42,12 +42,18 @@ def run(args: argparse.Namespace) -> int:
                          tasks=[t for t in args.tasks.split(",") if t], output=args.output, limit=limit,
                          cells=cells, primary=primary, freq_top_k=args.freq_top_k, collect_means=not args.no_means,
                          gen_kwargs=args.gen_kwargs, seed=args.seed, null_query=args.null_query)
+    console.step(f"discovery: {args.model} on {', '.join(spec.tasks)}", line=False)
     path = run_discovery(spec, force=args.force)
     if path is not None:
-        print(path)
+        from vrh_lmms.discovery.run import sidecars
+
+        side = sidecars(path)
         note = dead_heads_note(path)
         if note:
-            print(f"vrh-lmms: note: {note}", file=sys.stderr)
+            console.note(f"vrh-lmms: note: {note}")
+        console.print_summary(console.files_table("Discovery done", [
+            (path, "heads file: every head's score (vrh-lmms heads shows it)"),
+            (side["eval"], "lmms-eval's results and samples"), *console.log_row()]))
     return 0
 
 

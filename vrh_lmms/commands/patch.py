@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from vrh_lmms import console
 from vrh_lmms.commands.options import add_control_options, add_model_options
 from vrh_lmms.interventions.patch_run import DIRECTIONS, PatchSpec, run_patching
 from vrh_lmms.sweep.plan import parse_int_list
@@ -48,6 +49,10 @@ def run(args: argparse.Namespace) -> int:
                      direction=args.direction, min_gap=args.min_gap, allow_cross_model=args.allow_cross_model,
                      patch_batch=args.patch_batch, pairs=args.pairs, answers=args.answers, controls=tuple(args.control),
                      control_tolerance=args.control_tolerance, control_pool=args.control_pool)
+    console.step(f"activation patching: {args.model} on {', '.join(spec.tasks)}", line=False)
     path = run_patching(spec, args.output, force=args.force)
-    print(path.parent / "report.md")
+    out = path.parent
+    console.print_summary(console.files_table("Patching done", [
+        (out / "report.md", "the patching map and head-set recoveries"), (path, "its numbers"),
+        (out / "patch_map.png", "the map"), *console.log_row()]))
     return 0

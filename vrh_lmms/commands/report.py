@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 
+from vrh_lmms import console
 from vrh_lmms.report import ReportSettings, build_report
 
 
@@ -57,14 +58,26 @@ def run(args: argparse.Namespace) -> int:
         from vrh_lmms.report.interventions import check_sources
 
         check_sources(args.steer, args.patch)  # before the statistics
+    console.step(f"report on {len(args.dirs)} folder(s)", line=False)
     report = build_report(args.dirs, args.output, settings)
     if args.steer or args.patch:
+        from vrh_lmms.report.html import write_report_html
         from vrh_lmms.report.interventions import append_to_report
 
         append_to_report(args.output, args.steer, args.patch)
+        write_report_html(args.output)  # report.md changed
     for warning in report["warnings"]:
-        print(f"vrh-lmms: warning: {warning}", file=sys.stderr)
+        console.note(f"vrh-lmms: warning: {warning}")
     n_configs = sum(len(g["configs"]) for g in report["groups"])
-    print(f"{args.output}/report.md  ({len(report['groups'])} model x task groups, {n_configs} configurations, "
-          f"{len(report['claims'])} claims)")
+    out = Path(args.output)
+    files = [(out / "report.html", "the report as one page (open in a browser)"),
+             (out / "report.md", "the same in markdown"),
+             (out / "report.json", "every number of the report")]
+    if report["files"]["plots"]:
+        files.append((out / "plots", f"{len(report['files']['plots'])} plots"))
+    if args.steer or args.patch:
+        files.append((out / "interventions.md", "steering / patching sections"))
+    console.print_summary(console.files_table(
+        f"Report: {len(report['groups'])} model x task groups, {n_configs} configurations, "
+        f"{len(report['claims'])} claims", files))
     return 0

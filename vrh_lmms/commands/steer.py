@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from vrh_lmms import console
 from vrh_lmms.commands.options import add_control_options, add_model_options
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering, run_steering
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
                      heads_file=args.heads_file, configurations=configs, limit=limit, gen_kwargs=args.gen_kwargs,
                      seed=args.seed, distractor_seed=args.distractor_seed, allow_cross_model=args.allow_cross_model,
                      batch_size=args.batch_size, control_pool=args.control_pool)
+    console.step(f"steering: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)
     out = run_steering(spec, args.output, force=args.force)
-    print(out / "report.md")
+    console.print_summary(console.files_table("Steering done", [
+        (out / "report.md", "the steering table"), (out / "summary.json", "its numbers"),
+        (out / "configs", "one lmms-eval results folder per configuration"), *console.log_row()]))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from vrh_lmms import console
 from vrh_lmms.commands.options import add_control_options, add_model_options
 from vrh_lmms.sweep.plan import parse_int_list, parse_pack, plan_configurations
 from vrh_lmms.sweep.run import SweepSpec, run_sweep
@@ -46,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,
                      pack=parse_pack(args.pack), control_pool=args.control_pool)
+    console.step(f"sweep: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)
     out = run_sweep(spec, args.output, force=args.force)
-    print(out)
+    console.print_summary(console.files_table(f"Sweep done: {len(configs)} configurations", [
+        (out / "configs", "one lmms-eval results folder per configuration"),
+        (out / "sweep.json", "the sweep's manifest"), *console.log_row()]),
+        f"Next: vrh-lmms report {out} --output <report folder>")
     return 0

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vrh_lmms import owned
+from vrh_lmms import console, owned
 from vrh_lmms.demo.stages import (  # noqa: F401  (EVAL_START: the demo's scene ids, for its callers)
     EVAL_START,
     TASK,
@@ -259,7 +259,7 @@ def demo_layout(out: Path) -> owned.Layout:
             TRANSFER_DIR: transfer,
             "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
-            "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file}
+            "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file}
 
 
 def _finished_anything(out: Path) -> bool:
@@ -312,8 +312,9 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     owned.prepare_output(out, demo_layout(out), force=force or not _finished_anything(out),
                          what="an earlier demo run")
     out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / console.LOG_NAME)  # lmms-eval's output, out of the terminal (vrh_lmms.console)
     model_args = demo_model_args(model, spec)
-    say = print if progress else (lambda *a, **k: None)
+    say = console.step if progress else (lambda *a, **k: None)
     with _env(VRH_CACHE_DIR=str(out / "data"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"):
         lm = lmms.build_model("vrh_qwen25", model_args, batch_size=1)
         geometry = lm.vrh_decoder.geometry
@@ -364,7 +365,14 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         markdown += transfer_markdown(summary["transfer"])
     markdown += "\n![k-curve](kcurve.png)\n"
     (out / "demo_summary.md").write_text(markdown)
-    say(markdown)
+    from vrh_lmms.report.html import write_report_html
+
+    title = f"vrh-lmms demo: {model.name}"
+    write_report_html(out / "report", before=[(f"# {title}\n\n{markdown}", out)], title=title)
+    if progress:
+        from vrh_lmms.demo.console_summary import show
+
+        show(summary, markdown, out)
     return summary
 
 

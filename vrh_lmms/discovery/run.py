@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms import atomic, owned
+from vrh_lmms import atomic, console, owned
 from vrh_lmms.errors import VRHError
 from vrh_lmms.runfile import run_file_path
 
@@ -53,7 +53,7 @@ def sidecars(output: str | Path) -> dict[str, Path]:
     from vrh_lmms.ablation import means_path_for
 
     return {"parts": Path(f"{stem}.parts"), "eval": Path(f"{stem}.eval"), "samples": Path(f"{stem}.samples.npz"),
-            "means": means_path_for(out), "run": run_file_path("discover", out)}
+            "means": means_path_for(out), "run": run_file_path("discover", out), "log": Path(f"{stem}.log")}
 
 
 HEADS_FILE = owned.json_with("schema", "geometry", schema_prefix="vrh-heads/")
@@ -65,6 +65,7 @@ SIDECAR_CHECKS: dict[str, owned.Check] = {
     "samples": owned.npz_with("keys"),
     "means": owned.safetensors_with("means"),
     "run": owned.is_file,  # the run file a finished `vrh-lmms discover` writes (vrh_lmms.runfile)
+    "log": owned.log_file,  # the libraries' output of `vrh-lmms discover` (vrh_lmms.console)
 }
 
 
@@ -123,7 +124,7 @@ def _claim(spec: DiscoverySpec, folder: _Folder, force: bool) -> dict[str, Path]
     if folder.reset_parts and parts.exists():
         owned.remove(parts)
     if force:
-        for key in ("eval", "samples", "means", "run"):
+        for key in ("eval", "samples", "means", "run", "log"):
             owned.remove(paths[key])
     parts.mkdir(parents=True, exist_ok=True)
     atomic.write_text(parts / IDENTITY, json.dumps(spec.identity(), indent=1))
@@ -178,6 +179,7 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     distributed.barrier()  # every rank has checked the folder before rank 0 changes it
     paths = _claim(spec, folder, force) if distributed.is_main() else sidecars(spec.output)
     distributed.barrier()
+    console.log_to(paths["log"])
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
     if getattr(lm, "batch_size", 1) != 1:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms import owned
+from vrh_lmms.console import LOG_NAME
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.folder import beside, temporaries
 from vrh_lmms.runfile import RUN_FILE
@@ -26,6 +27,7 @@ STEER_LAYOUT: dict[str, owned.Check | None] = {
     "summary.json": owned.json_with("configs", "table"),
     "report.md": beside(STEER_MANIFEST, _STEER_MANIFEST_FILE),
     RUN_FILE: beside(STEER_MANIFEST, _STEER_MANIFEST_FILE),  # the run file (vrh_lmms.runfile)
+    LOG_NAME: owned.log_file,  # the libraries' output (vrh_lmms.console)
     **temporaries(STEER_MANIFEST, "summary.json", "report.md", RUN_FILE),
 }
 
@@ -44,6 +46,7 @@ PATCH_LAYOUT: dict[str, owned.Check | None] = {
     "report.md": beside(PATCH_MANIFEST, _PATCH_MANIFEST_FILE),
     "patch_map.png": beside(PATCH_MANIFEST, _PATCH_MANIFEST_FILE),
     RUN_FILE: beside(PATCH_MANIFEST, _PATCH_MANIFEST_FILE),  # the run file (vrh_lmms.runfile)
+    LOG_NAME: owned.log_file,  # the libraries' output (vrh_lmms.console)
     **temporaries(PATCH_MANIFEST, PATCH_RESULT, "report.md", "patch_map.png", RUN_FILE),
 }
 

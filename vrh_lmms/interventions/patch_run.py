@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms import atomic
+from vrh_lmms import atomic, console
+from vrh_lmms.console import LOG_NAME
 from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import head_name
@@ -182,8 +183,6 @@ def _part_path(out: Path, task: str, a: int, b: int) -> Path:
 def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Returns the path of patch.json. On several ranks the evaluation and the pairs are split across ranks, rank 0
     alone writes the evaluation and the result (vrh_lmms.distributed)."""
-    from tqdm.auto import tqdm
-
     from vrh_lmms import distributed, lmms
     from vrh_lmms.discovery.collector import backend_processor, stop_token_ids
     from vrh_lmms.discovery.queries import answer_length
@@ -211,6 +210,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     distributed.barrier()  # every rank has checked the folder before rank 0 changes it
     if distributed.is_main():
         claim_folder(ready.folder, PATCH_LAYOUT)  # nothing is written before every check has passed
+        console.log_to(out / LOG_NAME)
         write_json(out / MANIFEST, {"identity": spec.identity(), "heads_file": spec.heads_file})
     if distributed.broadcast((out / RESULT).is_file()):
         return out / RESULT
@@ -271,7 +271,8 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                        "vrh_synth_grounding with objects='all')")
 
     mine = todo[distributed.rank()::distributed.world_size()]  # every rank patches its share of the pairs
-    for task, split, a, b in tqdm(mine, desc="patch", unit="pair", disable=not progress or not distributed.is_main()):
+    shown = progress and distributed.is_main()
+    for task, split, a, b in console.track(mine, len(mine), "patch", "pair", enabled=shown):
         path = _part_path(out, task, a, b)
         if path.is_file():
             continue

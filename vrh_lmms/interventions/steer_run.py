@@ -26,8 +26,9 @@ from typing import Any
 
 import torch
 
-from vrh_lmms import owned
+from vrh_lmms import console, owned
 from vrh_lmms.boxes.geometry import iou
+from vrh_lmms.console import LOG_NAME
 from vrh_lmms.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.folder import claim_folder, preflight, write_json
@@ -224,8 +225,6 @@ def _write_manifest(out: Path, spec: SteerSpec, done: set[str], unavailable: dic
 def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Run every configuration not yet done, then write summary.json and report.md. On several ranks every rank
     steers its shard of the docs, rank 0 alone writes (vrh_lmms.distributed)."""
-    from tqdm.auto import tqdm
-
     from vrh_lmms import distributed, lmms
     from vrh_lmms.heads.spec import resolve_spec
     from vrh_lmms.report.interventions import write_steering_report
@@ -245,6 +244,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     done: set[str] = set()
     if distributed.is_main():
         claim_folder(ready.folder, STEER_LAYOUT)  # nothing is written before every check has passed
+        console.log_to(out / LOG_NAME)
         configs_dir.mkdir(exist_ok=True)
         done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
         _write_manifest(out, spec, done, unavailable)
@@ -270,7 +270,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         lm.task_dict = tracker
         steerer = Steerer(lm, tracker, spec.distractor_seed, spec.rule)
         interceptor = SteeringInterceptor(lm.model, tracker, steerer)
-        bar = tqdm(total=len(todo), desc="steer", unit="config", disable=not progress or not distributed.is_main())
+        bar = console.bar(len(todo), "steer", "config", enabled=progress and distributed.is_main())
         try:
             for cfg in todo:
                 headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed or 0,

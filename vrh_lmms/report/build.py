@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vrh_lmms import atomic, owned
+from vrh_lmms import atomic, console, owned
+from vrh_lmms.console import LOG_NAME
 from vrh_lmms.errors import VRHError
 from vrh_lmms.report import plots
 from vrh_lmms.report.analysis import LoadedRun, Settings, analyze_group
@@ -22,6 +23,7 @@ from vrh_lmms.report.claims import build_claims
 from vrh_lmms.report.comparisons import add_null_comparisons, add_summary, apply_corrections, transfer_rows
 from vrh_lmms.report.discover import discover
 from vrh_lmms.report.heads_files import ScoringLookup, heads_label, overlap_block, read_heads_file
+from vrh_lmms.report.html import HTML_NAME, write_report_html
 from vrh_lmms.report.jsonable import jsonable
 from vrh_lmms.report.markdown import render
 from vrh_lmms.report.pools import control_dead_shares, unavailable_configurations
@@ -59,9 +61,12 @@ REPORT_LAYOUT: dict[str, owned.Check | None] = {
     "report.json": _REPORT_JSON,
     "report.md": lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),
     "interventions.md": lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),  # report --steer/--patch
+    HTML_NAME: lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),
     "plots": owned.files_matching("*.png"),
+    LOG_NAME: owned.log_file,
     ".report.json.*": owned.is_file,
     ".report.md.*": owned.is_file,
+    f".{HTML_NAME}.*": owned.is_file,
     ".interventions.md.*": owned.is_file,
 }
 
@@ -134,7 +139,8 @@ def _make_plots(report: dict, heads, out: Path) -> list[str]:
 
 
 def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSettings = ReportSettings()) -> dict:
-    """Write report.json, report.md and plots/ under `output`; return the report dict (as written to JSON)."""
+    """Write report.json, report.md, report.html and plots/ under `output`; return the report dict (as written to
+    JSON)."""
     if not dirs:
         raise VRHError("give at least one sweep or lmms-eval output folder")
     if not 0 < settings.alpha < 1:
@@ -189,14 +195,16 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
                          "heads": int(h.scores.shape[1])} for h in heads],
         "multiple_testing": multiple,
         "warnings": warnings,
-        "files": {"json": "report.json", "markdown": "report.md", "plots": []},
+        "files": {"json": "report.json", "markdown": "report.md", "html": HTML_NAME, "plots": []},
     }
     report = jsonable(report)
     for path in replaced:  # the earlier report's files (stale plots included), nothing else
         owned.remove(path)
     out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / LOG_NAME)
     if settings.plots:
         report["files"]["plots"] = _make_plots(report, heads, out)
     _write_text(out / "report.json", json.dumps(report, indent=1, allow_nan=False))
     _write_text(out / "report.md", render(report))
+    write_report_html(out)
     return report

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms import owned
+from vrh_lmms.console import LOG_NAME
 from vrh_lmms.errors import VRHError
 from vrh_lmms.runfile import RUN_FILE
 
@@ -48,6 +49,7 @@ SWEEP_LAYOUT: dict[str, owned.Check | None] = {
     CONFIGS: owned.folder_of({"*": CONFIG_ENTRY}),
     RUN_FILE: owned.is_file,  # the run file a finished `vrh-lmms sweep` writes (vrh_lmms.runfile)
     f".{RUN_FILE}.*": owned.is_file,
+    LOG_NAME: owned.log_file,
 }
 
 

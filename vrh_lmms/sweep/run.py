@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms import console
 from vrh_lmms.errors import VRHError
 from vrh_lmms.sweep import checks
 from vrh_lmms.sweep.plan import Configuration, pack_groups, status_of, unpackable_reason
@@ -108,11 +108,11 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     if unavailable and rank == 0:
         first = next(iter(unavailable))
         more = f" and {len(unavailable) - 1} more" if len(unavailable) > 1 else ""
-        print(f"vrh-lmms: note: {first}{more} unavailable: {unavailable[first]}", file=sys.stderr)
+        console.note(f"vrh-lmms: note: {first}{more} unavailable: {unavailable[first]}")
     alone = [c for c in todo if unpackable_reason(c) is not None]
     if pack > 1 and alone and rank == 0:
         ids = ", ".join(c.id for c in alone[:4]) + (f" and {len(alone) - 4} more" if len(alone) > 4 else "")
-        print(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}", file=sys.stderr)
+        console.note(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}")
     bar = _progress(len(todo), enabled=progress and rank == 0)
 
     def headset_of(cfg: Configuration):
@@ -155,6 +155,7 @@ def _claim(spec: SweepSpec, folder, out: Path, identity: dict[str, Any], started
     """Rank 0: take the folder, clear leftovers of a killed run (redone), write the manifest; the ids done."""
     checks.claim_folder(folder)
     out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / checks.LOG_NAME)
     configs_dir = out / "configs"
     configs_dir.mkdir(exist_ok=True)
     done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
@@ -198,6 +199,4 @@ def kv_bytes_per_token(geometry, dtype) -> int:
 
 
 def _progress(total: int, enabled: bool):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc="sweep", unit="config", disable=not enabled)
+    return console.bar(total, "sweep", "config", enabled=enabled)

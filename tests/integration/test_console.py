@@ -1,0 +1,92 @@
+"""vrh_lmms.console: what a library prints (Python, loguru, tqdm, C-level writes) goes to the log file, not the
+terminal; the steps, the progress display and the summary reach the terminal; --verbose shows everything; a failure
+before any log shows the captured tail. Each case runs in a fresh interpreter whose stdout / stderr are pipes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+NOISE = """
+import os, sys
+from loguru import logger
+from tqdm import tqdm
+print("py-stdout-noise")
+sys.stderr.write("py-stderr-noise\\n")
+os.write(2, b"c-level-noise\\n")
+logger.warning("loguru-noise")
+for _ in tqdm(range(3), desc="Model Responding"):
+    pass
+"""
+
+
+def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    code = (f"from pathlib import Path\nfrom vrh_lmms import console\nout = Path({str(tmp_path)!r})\n"
+            f"def noise():\n{textwrap.indent(NOISE, '    ')}\n{textwrap.dedent(body)}")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_library_output_goes_to_the_log_and_the_summary_to_the_terminal(tmp_path):
+    proc = _run(tmp_path, """
+        with console.session():
+            noise()  # before the folder is claimed: kept, then moved into the log
+            console.log_to(out / "vrh-lmms.log")
+            console.step("[1/2] step one")
+            bar = console.bar(3, "sweep", "config")
+            for _ in range(3):
+                bar.update(1)
+            noise()
+            console.print_summary(*console.files_table("Done", [(out / "vrh-lmms.log", "the log")]))
+        """)
+    assert proc.returncode == 0, proc.stderr
+    terminal = proc.stdout + proc.stderr
+    assert "[1/2] step one" in proc.stderr and "Done" in proc.stdout and str(tmp_path / "vrh-lmms.log") in proc.stdout
+    assert "noise" not in terminal and "Model Responding" not in terminal
+    log = (tmp_path / "vrh-lmms.log").read_text()
+    assert log.startswith("# vrh-lmms log\n")
+    for word in ("py-stdout-noise", "py-stderr-noise", "c-level-noise", "loguru-noise"):
+        assert log.count(word) == 2, word  # both rounds: before and after log_to
+    assert "Model Responding" in log
+
+
+def test_verbose_shows_everything_and_writes_no_log(tmp_path):
+    proc = _run(tmp_path, """
+        with console.session(verbose=True):
+            console.log_to(out / "vrh-lmms.log")
+            noise()
+            console.print_summary("Done")
+        """)
+    assert proc.returncode == 0, proc.stderr
+    for word in ("py-stdout-noise", "py-stderr-noise", "c-level-noise", "loguru-noise", "Model Responding", "Done"):
+        assert word in proc.stdout + proc.stderr, word
+    assert not (tmp_path / "vrh-lmms.log").exists()
+
+
+def test_an_unexpected_failure_before_a_log_shows_the_captured_tail(tmp_path):
+    proc = _run(tmp_path, """
+        with console.session():
+            noise()
+            raise RuntimeError("boom")
+        """)
+    assert proc.returncode == 1 and "c-level-noise" in proc.stderr and "RuntimeError: boom" in proc.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_bad_input_error_stays_one_line_from_the_cli(tmp_path):
+    """A VRHError's one line is the whole story: the captured output is not shown with it."""
+    proc = subprocess.run([sys.executable, "-m", "vrh_lmms", "report", str(tmp_path / "missing"), "--output",
+                           str(tmp_path / "r")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("vrh-lmms: error:"), proc.stderr
+
+
+def test_a_command_that_printed_nothing_leaves_no_log(tmp_path):
+    proc = _run(tmp_path, """
+        with console.session():
+            console.log_to(out / "vrh-lmms.log")
+            console.print_summary("Done")
+        """)
+    assert proc.returncode == 0 and "Done" in proc.stdout, proc.stderr
+    assert not (tmp_path / "vrh-lmms.log").exists()
