@@ -79,9 +79,10 @@ def test_installed_package_registers_discovers_sweeps_and_reports(tmp_path):
     drops = {c["config_id"]: c["drop"]["drop"] for c in group["configs"]}
     # The shipped model grounds (80-88% Acc@0.5 on held-out scenes, model card; 69% on these 16, where a blind pick
     # among a scene's objects lands on the target ~22% of the time) and its top-5 heads carry it (a 66-point drop on
-    # the demo's 100 scenes, 56 on these; one random 5-head draw costs about 9, -6 here).
+    # the demo's 100 scenes, 56 on these; one random 5-head draw costs about 9, -6 here). With the ranking reversed
+    # (the 5 lowest-scoring heads ablated) the drop here is 31 points: 45 tells a working discovery from a broken one.
     assert base >= 0.5, f"baseline Acc@0.5 {base:.2f}: the model no longer grounds on this stack"
-    assert drops[f"top{K}"] >= 0.3, f"top-{K} drop {drops[f'top{K}']:.2f}: ablation or discovery broke"
+    assert drops[f"top{K}"] >= 0.45, f"top-{K} drop {drops[f'top{K}']:.2f}: ablation or discovery broke"
     assert drops[f"top{K}"] > drops[f"random{K}_s0"], drops
 
 
