@@ -188,7 +188,7 @@ def export_masked(pretrained: str, heads: str, output: str | Path, *, heads_file
         model.save_pretrained(staging, safe_serialization=True)
         copied = copy_side_files(source_files_dir(pretrained), staging)
         meta = {"schema": SCHEMA, "vrh": record, "source": pretrained, "copied_files": copied,
-                "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "version": __version__, "command": " ".join(sys.argv)}
         (staging / MASKED_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         owned.write_listing(staging)

@@ -29,7 +29,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "resume_state_PHASE_STEP.pt: a later design identical until there continues it")
 
 
+# The trainer feeds the vision tower's output to the model once per batch (`mm_encoder_outputs`, transformers 5.18+;
+# older releases would take the keyword without using it). Everything else in vrh-lmms runs from transformers 5.0.
+MIN_TRANSFORMERS = "5.18"
+
+
+def check_transformers(found: str) -> None:
+    from packaging.version import Version
+
+    if Version(found) < Version(MIN_TRANSFORMERS):
+        raise VRHError(f"train-tiny needs transformers >= {MIN_TRANSFORMERS} (it passes pre-encoded images as "
+                       f"`mm_encoder_outputs`); this environment has {found}")
+
+
 def run(args: argparse.Namespace) -> int:
+    import transformers
+
+    check_transformers(transformers.__version__)
     from vrh_lmms.demo.designs import DESIGNS, LATEST, get_design
     from vrh_lmms.demo.train import kept_points, train
 

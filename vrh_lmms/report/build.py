@@ -173,7 +173,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
                                                if c["kind"] == "topk" and c["k"]}) or [20]
     report = {
         "schema": SCHEMA,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "version": _version(),
         "arguments": dict(settings.arguments),
         "inputs": [str(d) for d in dirs],
