@@ -13,7 +13,7 @@ from packaging.version import Version
 from vrh_lmms.commands.train_tiny import MIN_TRANSFORMERS, check_transformers
 from vrh_lmms.errors import VRHError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _declared() -> tuple[dict[str, Requirement], str]:

@@ -20,7 +20,7 @@ from conftest import offline_env
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Not part of the distribution; copying them would only slow the build down.
 NOT_PACKAGED = ("docs/", "reports/", "benchmarks/", "tests/", ".ci/")
 
