@@ -3,7 +3,7 @@
 A record owns the family's lmms-eval wrapper ids (`Wrapper`), its box convention (vrh_lmms.boxes), its image-token
 layout builder (vrh_lmms.capture.tilings), where its language decoder sits (the decoder locator:
 vrh_lmms.backbone.locate_decoder) and its tiny-checkpoint factory (vrh_lmms.tiny). Every other table is a live view
-of `FAMILIES`: `model_wrappers.manifests.WRAPPERS`, `boxes.conventions.CONVENTIONS`, `capture.tilings.BUILDERS`,
+of `FAMILIES`: `model_wrappers.manifests.WRAPPERS`, `boxes.known.CONVENTIONS`, `capture.tilings.BUILDERS`,
 `tiny.registry.TINY_FACTORIES`. So adding a model is one `register(Family(...))` plus its wrapper module
 (docs/adding-a-model.md).
 

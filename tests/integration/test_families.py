@@ -47,7 +47,7 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
 def test_derived_tables_say_what_the_hand_kept_tables_said():
     from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
 
-    from vrh_lmms.boxes.conventions import CONVENTIONS
+    from vrh_lmms.boxes.known import CONVENTIONS
     from vrh_lmms.capture import tilings
     from vrh_lmms.tiny.registry import TINY_FACTORIES
 
@@ -166,7 +166,7 @@ def myvlm(tmp_path, monkeypatch):
 def test_guide_example_adds_a_family_with_one_record_and_its_wrapper(myvlm, tmp_path, tiny_checkpoints):
     from lmms_eval.models.registry_v2 import ModelRegistryV2
     from test_wrappers import HEADS, QWEN_PIXELS
-    from test_wrappers_support import run, scene_docs
+    from support.wrappers import run, scene_docs
     from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
     from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25
 

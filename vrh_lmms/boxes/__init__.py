@@ -11,10 +11,22 @@ Pure functions; nothing here imports lmms-eval, torch or transformers.
 Model wrappers announce their convention with ``vrh_lmms.boxes.context.set_active(name, **params)``.
 """
 
-from vrh_lmms.boxes.context import Resolved, clear_active, get_active, resolve, set_active
-from vrh_lmms.boxes.conventions import CONVENTIONS, BoxReading, Convention, PointReading, get_convention
+from vrh_lmms.boxes.conventions import BoxReading, Convention, PointReading
 from vrh_lmms.boxes.geometry import clip_box, iou, order_corners, xywh_to_xyxy
 from vrh_lmms.boxes.resize import qwen2_5_vl_model_size
+
+# Read from the family registry, which imports the conventions above (vrh_lmms.families -> boxes.conventions): the
+# package reaches them on first use, so importing a convention never first imports the registry that needs it.
+_REGISTRY_BACKED = {"CONVENTIONS": "known", "get_convention": "known", "Resolved": "context",
+                    "clear_active": "context", "get_active": "context", "resolve": "context", "set_active": "context"}
+
+
+def __getattr__(name: str):
+    if name in _REGISTRY_BACKED:
+        import importlib
+
+        return getattr(importlib.import_module(f"vrh_lmms.boxes.{_REGISTRY_BACKED[name]}"), name)
+    raise AttributeError(f"module 'vrh_lmms.boxes' has no attribute {name!r}")
 
 __all__ = [
     "CONVENTIONS", "BoxReading", "Convention", "PointReading", "Resolved", "clear_active", "clip_box",

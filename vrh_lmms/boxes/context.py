@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vrh_lmms.boxes.conventions import CONVENTIONS, get_convention
+from vrh_lmms.boxes.known import CONVENTIONS, get_convention
 
 ENV_VAR = "VRH_BOX_CONVENTION"
 DEFAULT = "generic"

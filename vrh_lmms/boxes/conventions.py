@@ -15,7 +15,6 @@ from vrh_lmms.boxes import extract as ex
 from vrh_lmms.boxes.geometry import clip_box, order_corners
 from vrh_lmms.boxes.resize import LMMS_EVAL_MAX_PIXELS, LMMS_EVAL_MIN_PIXELS
 from vrh_lmms.boxes.spaces import SPACES
-from vrh_lmms.tables import DerivedTable, unknown_name
 
 QWEN_BOX_PROMPT = "Locate {expression} in the image and output its bbox coordinates in JSON format."
 QWEN_POINT_PROMPT = "Locate {expression} in the image and output its point coordinates in JSON format."
@@ -175,23 +174,3 @@ GENERIC = Convention(
     "normalized to 0-1000.", "auto",
     point_prompt="Point to {expression} in the image. Output [x, y] with coordinates normalized to 0-1000.",
     source="vrh-lmms fallback for models without a known convention")
-
-
-def _conventions() -> dict[str, Convention]:
-    from vrh_lmms.families import FAMILIES  # the registry imports this module: read it when first asked
-
-    rows = {GENERIC.name: GENERIC}
-    for fam in FAMILIES.values():
-        rows.setdefault(fam.convention.name, fam.convention)
-    return dict(sorted(rows.items()))
-
-
-CONVENTIONS: DerivedTable[Convention] = DerivedTable(_conventions, "box convention")
-
-
-def get_convention(name: str) -> Convention:
-    """The convention called ``name``; a clear error lists the known ones."""
-    rows = _conventions()
-    if name not in rows:
-        raise ValueError(unknown_name("box convention", name, rows))
-    return rows[name]
