@@ -50,11 +50,11 @@ def ensure_group() -> None:
         PartialState()
         if not dist.is_initialized():  # accelerate left it to the backend (e.g. MULTI_CPU): plain gloo
             dist.init_process_group(backend="gloo")
-        if is_main():
-            import sys
+        if is_main():  # for the person: on the terminal, whatever a console session does with stderr
+            from vrh_lmms import console
 
-            print(f"vrh-lmms: {world_size()} ranks ({_backend_name()}): lmms-eval splits the docs across them, "
-                  f"rank 0 writes the files", file=sys.stderr, flush=True)
+            console.note(f"vrh-lmms: {world_size()} ranks ({_backend_name()}): lmms-eval splits the docs across them, "
+                         f"rank 0 writes the files")
 
 
 def _backend_name() -> str:

@@ -191,6 +191,7 @@ def test_demo_console_is_short_and_names_the_report_files(demo_run):
 def test_demo_report_page_puts_the_verdict_first_and_embeds_every_plot(demo_run, tmp_path):
     """report/report.html: demo_summary.md (verdict, table, k-curve) ahead of report.md, every picture embedded; in
     headless Chromium every picture decodes and shows."""
+    import html
     import re
 
     from support.chromium import SKIP_REASON, find_chromium, ink, render
@@ -198,7 +199,7 @@ def test_demo_report_page_puts_the_verdict_first_and_embeds_every_plot(demo_run,
     page = (demo_run / "report" / "report.html").read_text()
     summary_md = (demo_run / "demo_summary.md").read_text()
     verdict = re.sub(r"\*\*", "", summary_md.splitlines()[0]).split(" (")[0]
-    text = re.sub(r"<[^>]+>", "", page)
+    text = html.unescape(re.sub(r"<[^>]+>", "", page))
     assert text.index(verdict) < text.index("Visual retrieval heads: ablation report") < text.index("What was found")
     sources = re.findall(r'<img [^>]*src="([^"]{0,40})', page)
     plots = json.loads((demo_run / "report" / "report.json").read_text())["files"]["plots"]

@@ -165,8 +165,8 @@ def myvlm(tmp_path, monkeypatch):
 
 def test_guide_example_adds_a_family_with_one_record_and_its_wrapper(myvlm, tmp_path, tiny_checkpoints):
     from lmms_eval.models.registry_v2 import ModelRegistryV2
-    from test_wrappers import HEADS, QWEN_PIXELS
     from support.wrappers import run, scene_docs
+    from test_wrappers import HEADS, QWEN_PIXELS
     from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
     from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25
 

@@ -94,8 +94,9 @@ def meets_criteria(result: dict, max_share: float = 0.10) -> list[int]:
             and result["baseline_acc"] >= 0.8]
 
 
-def plot_k_curve(result: dict, path, title: str) -> None:
-    """Top-k, oracle-k, random-k and layer-matched drops against k (means with min-max bands)."""
+def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
+    """Top-k, oracle-k, random-k and layer-matched drops against k (means with min-max bands); `pool` ("live") names
+    what the random and layer-matched draws came from in the legend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -107,7 +108,9 @@ def plot_k_curve(result: dict, path, title: str) -> None:
     ax.plot(ks, [r["top_drop"] for r in rows], "o-", color="C3", label="top-k (scorer)")
     if rows and "oracle_drop" in rows[0]:
         ax.plot(ks, [r["oracle_drop"] for r in rows], "s--", color="C1", label="oracle-k (single-head effect)")
-    for kind, colour, label in (("random", "C0", "random-k"), ("layer_matched", "C2", "layer-matched random-k"),
+    lead = f"{pool} " if pool else ""
+    for kind, colour, label in (("random", "C0", f"{lead}random-k"),
+                                ("layer_matched", "C2", f"{lead}layer-matched random-k"),
                                 ("random_all", "C7", "uniform random-k, all heads")):
         kept = [r for r in rows if r.get(f"{kind}_drops")]
         if not kept:

@@ -140,7 +140,7 @@ def plot_acceptance_curve(acc: Acceptance, layers: int, heads: int, path: Path) 
              "random_all_drops": [100 * d for d in r.get("random_all_drops", [])]}
             for r in acc.rows if r["random_drops"]]
     plot_k_curve({"rows": rows, "layers": layers, "heads": heads}, path,
-                 f"demo: Acc@0.5 drops on {acc.n_eval} held-out scenes (baseline {acc.baseline_acc:.1%})")
+                 f"demo: Acc@0.5 drops on {acc.n_eval} held-out scenes (baseline {acc.baseline_acc:.1%})", pool="live")
     return path
 
 
