@@ -190,3 +190,18 @@ def test_top_k_keeps_its_ranking_and_names_its_dead_heads(tmp_path):
         [str(h) for h in top.dead]
     with pytest.raises(VRHError, match="control pool 'some'"):
         resolve_spec("random3", G, pool="some")
+
+
+def test_image_matched_draws_from_live_heads_only():
+    """The image-matched control leaves dead heads out under the live pool, and may draw them under pool=all."""
+    from vrh_lmms.sweep.controls import image_matched_heads
+
+    scores = np.arange(G.total_heads, dtype=float)[::-1].reshape(G.layers, G.heads)
+    ranking = ranking_from_scores(scores)
+    mass = np.full((G.layers, G.heads), 0.5)  # every head matches every top head: the pool decides alone
+    drawn_all = set()
+    for seed in range(100):
+        live = image_matched_heads(ranking, mass, G, 3, seed, 0.05, frozenset(DEAD))
+        assert not set(live) & set(DEAD) and not set(live) & set(ranking[:6])
+        drawn_all |= set(image_matched_heads(ranking, mass, G, 3, seed, 0.05))
+    assert drawn_all & set(DEAD)  # without the exclusion dead heads are drawn: the test can fail
