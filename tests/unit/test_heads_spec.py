@@ -205,3 +205,27 @@ def test_image_matched_draws_from_live_heads_only():
         assert not set(live) & set(DEAD) and not set(live) & set(ranking[:6])
         drawn_all |= set(image_matched_heads(ranking, mass, G, 3, seed, 0.05))
     assert drawn_all & set(DEAD)  # without the exclusion dead heads are drawn: the test can fail
+
+
+def test_random_outside_draws_k_heads_outside_the_top_k_from_the_pool(tmp_path):
+    """The paper's control for its extra models: K random heads, none of the top K, live ones by default."""
+    from vrh_lmms.sweep.plan import plan_configurations
+
+    hf, _ = make_file(tmp_path)
+    top = set(hf.ranking[:6])
+    seen = set()
+    for seed in range(300):
+        hs = resolve_spec("random_outside:top6", G, heads_file=hf, seed=seed, dead=DEAD)
+        assert hs.kind == "random_outside" and hs.pool == "live" and len(hs.heads) == 6
+        assert not set(hs.heads) & top and not set(hs.heads) & set(DEAD)
+        seen |= set(hs.heads)
+    assert seen == set(G.all_heads()) - top - set(DEAD)  # every eligible head gets drawn
+    assert resolve_spec("random_outside6", G, heads_file=hf, seed=4).heads == \
+        resolve_spec("random_outside:top6", G, heads_file=hf, seed=4).heads
+    with pytest.raises(VRHError, match="needs a heads file"):
+        resolve_spec("random_outside:top6", G)
+    ids = [c.id for c in plan_configurations([2], 2, False, ["zero"], controls=["random-outside"],
+                                             control_tolerance=0.1)]
+    specs = {c.id: c.spec for c in plan_configurations([2], 2, False, ["zero"], controls=["random-outside"],
+                                                       control_tolerance=0.1)}
+    assert "random_outside2_s1" in ids and specs["random_outside2_s1"] == "random_outside:top2"  # no tolerance

@@ -17,8 +17,9 @@ def add_model_options(parser: argparse.ArgumentParser, model_args_note: str = " 
 
 def add_control_options(parser: argparse.ArgumentParser, what: str) -> None:
     """--control image-matched and its --control-tolerance (`what`: the head sets the control adds)."""
-    parser.add_argument("--control", action="append", default=[], choices=("image-matched",),
-                        help=f"{what}: image-matched ({IMAGE_MATCHED_HELP})")
+    parser.add_argument("--control", action="append", default=[], choices=("image-matched", "random-outside"),
+                        help=f"{what}: image-matched ({IMAGE_MATCHED_HELP}); random-outside (k heads drawn at random "
+                             "outside the top k, the paper's control for its extra models)")
     parser.add_argument("--control-tolerance", type=float, default=None,
                         help="largest image-mass difference of an image-matched head (default 0.05)")
     parser.add_argument("--control-pool", default="live", choices=("live", "all"),

@@ -6,6 +6,8 @@ Forms (lists use `;` because lmms-eval splits model_args on commas):
   random<K>              K heads drawn uniformly from all heads (seeded)
   like:top<K>            layer-matched random: in each layer, as many heads as top<K> has there, drawn from that
                          layer's other heads (aliases: random_like:top<K>, layer_matched<K>)
+  random_outside:top<K>  K heads drawn at random outside the top-K set (the paper's control for its extra models;
+                         alias random_outside<K>)
   image_matched:top<K>   image-matched: per top head, a head outside the top 2K whose attention mass on all image
                          tokens (heads file `image_mass`) is within 0.05 of it; `~T` sets the tolerance
                          (image_matched:top<K>~0.02; alias image_matched<K>)
@@ -36,6 +38,7 @@ from vrh_lmms.heads.heads_file import HeadsFile
 _TOP = re.compile(r"^top(\d+)$", re.IGNORECASE)
 _RANDOM = re.compile(r"^random(\d+)$", re.IGNORECASE)
 _LIKE = re.compile(r"^(?:like|random_like|random-like)[:=]top(\d+)$|^layer_matched(\d+)$", re.IGNORECASE)
+_OUTSIDE = re.compile(r"^random_outside[:=]top(\d+)$|^random_outside(\d+)$", re.IGNORECASE)
 _POOL = re.compile(r"^(?P<spec>.+?)@(?P<pool>live|all)$", re.IGNORECASE)
 _IMATCH = re.compile(r"^(?:image_matched[:=]top(\d+)|image_matched(\d+))(?:~(\d*\.?\d+))?$", re.IGNORECASE)
 IMAGE_MATCH_TOLERANCE = 0.05
@@ -127,7 +130,7 @@ def needs_heads_file(spec: str | None) -> bool:
     text = (spec or "").strip()
     if m := _POOL.match(text):
         text = m.group("spec").strip()
-    return bool(_TOP.match(text) or _LIKE.match(text) or _IMATCH.match(text))
+    return bool(_TOP.match(text) or _LIKE.match(text) or _IMATCH.match(text) or _OUTSIDE.match(text))
 
 
 def check_pool(pool: str, where: str = "control pool") -> str:
@@ -172,6 +175,13 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
         if k > len(rank):
             raise VRHError(f"head spec {text!r} asks for more heads than the heads file ranks ({len(rank)})")
         heads, kind, used_seed = layer_matched_heads(rank[:k], geometry, seed, exclude), "layer_matched", seed
+    elif m := _OUTSIDE.match(text):
+        k = int(m.group(1) or m.group(2))
+        rank = ranking()
+        if k > len(rank):
+            raise VRHError(f"head spec {text!r} asks for more heads than the heads file ranks ({len(rank)})")
+        heads = random_heads(geometry, k, seed, exclude | frozenset(rank[:k]))
+        kind, used_seed = "random_outside", seed
     elif m := _IMATCH.match(text):
         from vrh_lmms.sweep.controls import image_matched_heads
 
@@ -192,7 +202,7 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
             except VRHError:
                 raise VRHError(
                     f"bad head spec token {tok!r} in {text!r}: use none, top<K>, random<K>, like:top<K>, "
-                    f"image_matched:top<K> or heads like L12H3;L14H0"
+                    f"random_outside:top<K>, image_matched:top<K> or heads like L12H3;L14H0"
                 ) from None
         if len(set(heads)) != len(heads):
             dup = [str(h) for h, c in Counter(heads).items() if c > 1]
@@ -200,7 +210,7 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
         k, kind, used_seed = len(heads), "explicit", None
     for h in heads:
         geometry.check(h, where=f"head spec {text!r}: head")
-    is_control = kind in ("random", "layer_matched", "image_matched")
+    is_control = kind in ("random", "layer_matched", "image_matched", "random_outside")
     silent = tuple(sorted(h for h in heads if h in frozenset(dead)))
     return HeadSet(tuple(sorted(heads)), spec.strip() if spec else text, kind, k, used_seed, hf_desc,
                    pool if is_control else None, silent)

@@ -14,11 +14,12 @@ from vrh_lmms.report.runs import RunMeta
 from vrh_lmms.report.samples import STATUSES, SampleTable
 from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
 
-_KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "random_all": 4, "layer_matched": 5,
-               "image_matched": 6}
+_KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "random_all": 4, "random_outside": 5,
+               "layer_matched": 6, "image_matched": 7}
 # control kinds and how the report names them; `random_all`: uniform draws over all heads (dead ones included)
 # beside live-pool random draws (vrh_lmms.heads.spec, control pools)
 CONTROL_NAMES = {"random": "random", "random_all": "uniform random (all heads)",
+                 "random_outside": "random outside the top-k",
                  "layer_matched": "layer-matched random", "image_matched": "image-matched"}
 CONTROL_KINDS = tuple(CONTROL_NAMES)
 

@@ -21,6 +21,7 @@ from vrh_lmms.report.fmt import pct, pct_ci, pval
 from vrh_lmms.report.pools import grouped_draws
 
 NULL_LABELS = {"random": "random-k", "random_all": "uniform random-k (all heads)",
+               "random_outside": "random-k outside the top-k",
                "layer_matched": "layer-matched random-k", "image_matched": "image-matched"}
 
 

@@ -75,9 +75,10 @@ def doc_set_lines(groups: list[dict]) -> list[str]:
     return out
 
 
-_CONTROL_COLUMNS = {"random": "Random", "random_all": "Uniform random (all heads)", "layer_matched": "Layer-matched",
+_CONTROL_COLUMNS = {"random": "Random", "random_all": "Uniform random (all heads)",
+                    "random_outside": "Random outside the top-k", "layer_matched": "Layer-matched",
                     "image_matched": "Image-matched"}
-_OPTIONAL_COLUMNS = ("random_all", "image_matched")  # shown only when some row has such draws
+_OPTIONAL_COLUMNS = ("random_all", "random_outside", "image_matched")  # shown only when some row has such draws
 
 
 def summary_section(groups: list[dict]) -> list[str]:

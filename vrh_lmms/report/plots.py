@@ -15,7 +15,8 @@ import numpy as np
 from vrh_lmms.report.heads_files import HeadsFile
 
 _COLORS = {"baseline": "0.3", "topk": "tab:red", "random": "tab:blue", "layer_matched": "tab:green",
-           "image_matched": "tab:olive", "random_all": "tab:cyan", "explicit": "tab:purple"}
+           "image_matched": "tab:olive", "random_all": "tab:cyan", "random_outside": "tab:brown",
+           "explicit": "tab:purple"}
 _STATUS_COLORS = {"correct": "tab:green", "mislocated": "tab:orange", "wrong": "tab:orange",
                   "parse_failure": "tab:gray"}
 
@@ -61,6 +62,7 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
     ax.plot(ks, [a["mean"] for a in top], "o-", color=_COLORS["topk"], label=f"{name} (cluster-adjusted Wilson CI)")
     ax.fill_between(ks, [a["ci_low"] for a in top], [a["ci_high"] for a in top], color=_COLORS["topk"], alpha=0.2)
     for kind, name in (("random", "random-k"), ("random_all", "uniform random-k (all heads)"),
+                       ("random_outside", "random-k outside the top-k"),
                        ("layer_matched", "layer-matched random-k"), ("image_matched", "image-matched")):
         pools = _by_k(configs, kind, mode)
         if not pools:

@@ -15,9 +15,10 @@ from typing import Any
 
 from vrh_lmms.errors import VRHError
 
-CONFIG_KINDS = ("baseline", "topk", "random", "random_all", "layer_matched", "image_matched", "explicit")
-_ID_PATTERN = re.compile(r"^(?P<kind>top|random_all|random|layer_matched|image_matched)(?P<k>\d+)(?:_s(?P<seed>\d+))?"
-                         r"(?:_(?P<mode>[a-z_]+))?$")
+CONFIG_KINDS = ("baseline", "topk", "random", "random_all", "random_outside", "layer_matched", "image_matched",
+                "explicit")
+_ID_PATTERN = re.compile(r"^(?P<kind>top|random_all|random_outside|random|layer_matched|image_matched)(?P<k>\d+)"
+                         r"(?:_s(?P<seed>\d+))?(?:_(?P<mode>[a-z_]+))?$")
 
 
 @dataclass(frozen=True)

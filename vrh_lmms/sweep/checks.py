@@ -185,7 +185,8 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
         plan = preload.plan_args(spec.model, spec.model_args)
         preload.refuse_head_args(plan.args, "sweep", INSTEAD)
     hf = load_heads_file(spec.heads_file) if spec.heads_file else None
-    needs_file = [c.id for c in spec.configurations if c.kind in ("topk", "layer_matched", "image_matched")]
+    needs_file = [c.id for c in spec.configurations
+                  if c.kind in ("topk", "layer_matched", "image_matched", "random_outside")]
     if needs_file and hf is None:
         raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
     means = None

@@ -66,7 +66,7 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
                                              f"like:top{k}"))
             for control in controls:
                 kind = CONTROL_OPTIONS[control]
-                tol = "" if control_tolerance is None else f"~{control_tolerance:g}"
+                tol = "" if control_tolerance is None or kind != "image_matched" else f"~{control_tolerance:g}"
                 for s in range(random_seeds):
                     out.append(Configuration(f"{kind}{k}_s{s}{sfx}", kind, k, s, mode, f"{kind}:top{k}{tol}"))
     return out
