@@ -100,9 +100,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _write_run_file(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """A finished run keeps its run file beside its outputs (rank 0 only; nothing when there is no output)."""
-    import os
+    from vrh_lmms.distributed import is_main
 
-    if int(os.environ.get("RANK", "0")) != 0:
+    if not is_main():
         return
     target = runfile.run_file_path(args.command, args.output)
     if target.parent.is_dir() and (args.command != "discover" or Path(args.output).is_file()):

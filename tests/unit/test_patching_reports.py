@@ -83,3 +83,13 @@ def test_a_version_1_noise_result_is_read_the_right_way_round():
     np.testing.assert_allclose(up["effect"]["mean"], new["effect"]["mean"])
     assert up["discovery"]["spearman"]["rho"] == pytest.approx(new["discovery"]["spearman"]["rho"])
     assert "destroys at most **100.0%**" in patching_markdown(old)
+
+
+def test_unavailable_draws_of_one_configuration_share_one_line():
+    from vrh_lmms.report.pools import grouped_draws
+
+    rows = [{"folder": "f", "id": f"layer_matched5_s{i}", "reason": "r5"} for i in range(10)]
+    rows += [{"folder": "f", "id": "layer_matched5_s0_mean", "reason": "r5"},
+             {"folder": "f", "id": "layer_matched9_s3", "reason": "r9"}, {"folder": "f", "id": "odd", "reason": "r9"}]
+    assert grouped_draws(rows) == {("f", "r5"): "layer_matched5_s0-s9 (10 draws), layer_matched5_s0_mean",
+                                   ("f", "r9"): "layer_matched9_s3, odd"}

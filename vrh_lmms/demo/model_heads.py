@@ -51,9 +51,9 @@ def geometry(model) -> tuple[int, int, int]:
     return g.layers, g.heads, g.head_dim
 
 
-def projections(model, index: int) -> HeadProjections:
-    """Layer `index`'s projections, reached through the decoder `locate_decoder` finds."""
-    decoder = locate_decoder(model)
+def projections(model, index: int, decoder=None) -> HeadProjections:
+    """Layer `index`'s projections, reached through the decoder `locate_decoder` finds (or `decoder`)."""
+    decoder = decoder or locate_decoder(model)
     attn = decoder.attns[index]
     return HeadProjections(attn.q_proj, attn.k_proj, attn.v_proj, decoder.out_projs[index], decoder.geometry.head_dim)
 
@@ -65,8 +65,9 @@ def head_groups(model, layers: tuple = (), option: str = "head_prune_layers") ->
     Assumes one key/value head per query head (the demo's designs); grouped-query attention would share k and v.
     """
     out = []
+    decoder = locate_decoder(model)
     for index, _ in chosen_layers(model, layers, option):
-        proj = projections(model, index)
+        proj = projections(model, index, decoder)
         hd, n_heads = proj.head_dim, proj.o.in_features // proj.head_dim
         if proj.k.out_features != n_heads * hd:
             raise ValueError(f"layer {index}: head groups need one key/value head per query head")

@@ -148,7 +148,8 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
     check_pool(pool)
     if m := _POOL.match(text):
         text, pool = m.group("spec").strip(), m.group("pool").lower()
-    exclude = frozenset(dead) if pool == "live" else frozenset()
+    dead_set = frozenset(dead)
+    exclude = dead_set if pool == "live" else frozenset()
     hf_desc = heads_file.describe() if heads_file is not None else None
     if heads_file is not None:
         check_heads_file_fits(heads_file, geometry, allow_cross_model=allow_cross_model)
@@ -211,6 +212,6 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
     for h in heads:
         geometry.check(h, where=f"head spec {text!r}: head")
     is_control = kind in ("random", "layer_matched", "image_matched", "random_outside")
-    silent = tuple(sorted(h for h in heads if h in frozenset(dead)))
+    silent = tuple(sorted(h for h in heads if h in dead_set))
     return HeadSet(tuple(sorted(heads)), spec.strip() if spec else text, kind, k, used_seed, hf_desc,
                    pool if is_control else None, silent)

@@ -88,7 +88,7 @@ def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout
     are the head sets the run will resolve."""
     from vrh_lmms import lmms, preload
     from vrh_lmms.heads.heads_file import load_heads_file
-    from vrh_lmms.sweep.checks import check_headsets, recorded_dead_heads
+    from vrh_lmms.sweep.checks import check_headsets, dead_heads_of
 
     if not spec.tasks:
         raise VRHError("--tasks names no task")
@@ -105,7 +105,7 @@ def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout
     hf = load_heads_file(spec.heads_file)
     heads = SimpleNamespace(configurations=list(configurations), allow_cross_model=spec.allow_cross_model,
                             control_pool=getattr(spec, "control_pool", "live"))
-    dead = tuple(getattr(lm, "vrh_dead_heads", None) or ()) if lm is not None else recorded_dead_heads(hf)
+    dead = dead_heads_of(lm, hf)
     # k against the heads file, image_mass for image-matched sets
     unavailable = check_headsets(heads, hf.geometry, hf, dead)
     folder = inspect_folder(out, manifest, layout, identity, force)

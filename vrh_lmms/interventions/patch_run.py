@@ -43,7 +43,7 @@ from vrh_lmms.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
-from vrh_lmms.sweep.checks import sha256_of
+from vrh_lmms.sweep.checks import dead_head_names, dead_heads_of, sha256_of
 
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
 
@@ -235,7 +235,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                                                                        "seed": None}))
     results = distributed.broadcast(results and {"samples": results.get("samples")})  # rank 0's gathered samples
     geometry = lm.vrh_decoder.geometry
-    sets, unavailable = head_sets(spec, hf, geometry, tuple(getattr(lm, "vrh_dead_heads", None) or ()))
+    sets, unavailable = head_sets(spec, hf, geometry, dead_heads_of(lm))
     model, decoder = lm.model, lm.vrh_decoder
     device = next(model.parameters()).device
     stops = stop_token_ids(lm, model)
@@ -295,7 +295,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     parts = [json.loads(_part_path(out, t, a, b).read_text()) for t, _, a, b in todo]
     result = aggregate(parts, sets, hf, geometry, spec)
     result["unavailable_sets"] = unavailable
-    result["dead_heads"] = None if getattr(lm, "vrh_dead_heads", None) is None else [str(h) for h in lm.vrh_dead_heads]
+    result["dead_heads"] = dead_head_names(lm)
     write_json(out / RESULT, result)
     from vrh_lmms.report.interventions import write_patching_report
 

@@ -228,7 +228,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     from vrh_lmms import distributed, lmms
     from vrh_lmms.heads.spec import resolve_spec
     from vrh_lmms.report.interventions import write_steering_report
-    from vrh_lmms.sweep.checks import check_headsets
+    from vrh_lmms.sweep.checks import check_headsets, dead_heads_of
 
     out = Path(output)
     if spec.batch_size < 1:
@@ -260,7 +260,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         if lm.vrh_headset.heads:
             raise VRHError(f"steering runs on the intact model, but model_args ablate {lm.vrh_headset.spec}")
         geometry = lm.vrh_decoder.geometry
-        dead = tuple(getattr(lm, "vrh_dead_heads", None) or ())
+        dead = dead_heads_of(lm)
         unavailable = check_headsets(SimpleNamespace(configurations=spec.configurations, control_pool=spec.control_pool,
                                                      allow_cross_model=spec.allow_cross_model), geometry, hf, dead)
         todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]

@@ -101,17 +101,13 @@ def pools_section(groups: list[dict[str, Any]], unavailable: list[dict[str, str]
 def grouped_draws(unavailable: list[dict[str, str]]) -> dict[tuple[str, str], str]:
     """(folder, reason) -> the configurations that fail for it, draws of one configuration on one line:
     `layer_matched5_s0-s9 (10 draws)`."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
+    draws: dict[tuple[str, str, str, str], list[str]] = {}  # (folder, reason, before seed, after seed) -> seeds
     for u in unavailable:
-        m = re.fullmatch(r"(.+?)_s(\d+)(_.+)?", u["id"])
-        stem = u["id"] if m is None else f"{m.group(1)}_s{{}}{m.group(3) or ''}"
-        groups.setdefault((u["folder"], u["reason"], stem), []).append(u["id"] if m is None else m.group(2))
-    out = {}
-    for (folder, reason, stem), seeds in groups.items():
-        if "{}" not in stem:
-            out[(folder, reason)] = ", ".join(filter(None, [out.get((folder, reason)), stem]))
-            continue
+        m = re.fullmatch(r"(.+?_s)(\d+)(_.+)?", u["id"])
+        before, seed, after = (m.group(1), m.group(2), m.group(3) or "") if m else (u["id"], "", "")
+        draws.setdefault((u["folder"], u["reason"], before, after), []).append(seed)
+    out: dict[tuple[str, str], list[str]] = {}
+    for (folder, reason, before, after), seeds in draws.items():
         span = seeds[0] if len(seeds) == 1 else f"{seeds[0]}-s{seeds[-1]} ({len(seeds)} draws)"
-        text = stem.format(span)
-        out[(folder, reason)] = ", ".join(filter(None, [out.get((folder, reason)), text]))
-    return out
+        out.setdefault((folder, reason), []).append(f"{before}{span}{after}")
+    return {key: ", ".join(texts) for key, texts in out.items()}

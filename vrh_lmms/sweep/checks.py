@@ -135,6 +135,20 @@ def recorded_dead_heads(heads_file) -> tuple:
     return tuple(parse_head(n) for n in names) if isinstance(names, list) else ()
 
 
+def dead_heads_of(lm, heads_file=None) -> tuple:
+    """The heads that write nothing: the loaded model's own (read from its weights at load), else, before it
+    loads, what the heads file recorded; () where neither knows."""
+    if lm is None:
+        return recorded_dead_heads(heads_file)
+    return tuple(getattr(lm, "vrh_dead_heads", None) or ())
+
+
+def dead_head_names(lm) -> list[str] | None:
+    """The loaded model's dead heads as names for the files a run writes; None where the weights were unreadable."""
+    dead = getattr(lm, "vrh_dead_heads", None)
+    return None if dead is None else [str(h) for h in dead]
+
+
 def check_headsets(spec, geometry, heads_file, dead: tuple = ()) -> dict[str, str]:
     """Resolve every configuration's head set against `geometry` and the model's `dead` heads (k too large, a
     heads file of another model), so no configuration fails after others have run. Returns the configurations
@@ -194,7 +208,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
         if hf is None:
             raise VRHError("--ablation mean needs --heads-file (its means file is written beside it)")
         means = load_means(means_path_for(spec.heads_file))
-    dead = tuple(getattr(lm, "vrh_dead_heads", None) or ()) if lm is not None else recorded_dead_heads(hf)
+    dead = dead_heads_of(lm, hf)
     unavailable: dict[str, str] = {}
     if hf is not None:  # k against the heads file (the model's own geometry follows)
         unavailable = check_headsets(spec, hf.geometry, hf, dead)

@@ -94,14 +94,14 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     if lm is None:
         lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
     geometry = lm.vrh_decoder.geometry
-    dead = getattr(lm, "vrh_dead_heads", None) or ()
+    dead = checks.dead_heads_of(lm)
     # the loaded model's own geometry and dead heads, before the first evaluation
     unavailable = checks.check_headsets(spec, geometry, hf, dead)
     todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
     checks.check_modes(spec, lm.model)
     packable = [c for c in todo if unpackable_reason(c) is None]
     pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
-    dead_names = None if getattr(lm, "vrh_dead_heads", None) is None else [str(h) for h in dead]
+    dead_names = checks.dead_head_names(lm)
     rank = distributed.rank()
     if rank == 0:
         _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names)
