@@ -29,17 +29,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("synth", "write synthetic grounding data in the hub or refer layout"),
     "tasks-path": ("tasks_path", "print the folder of the plugin's lmms-eval task YAMLs"),
     "heads": ("heads", "show a heads file or resolve a head spec against it"),
+    "replicate": ("replicate", "the paper's protocol on one model, table by table, into one report"),
 }
 
 
 # Commands that run a model: torch's CPU thread count is chosen from the free cores first (vrh_lmms.device).
-MODEL_COMMANDS = ("demo", "discover", "sweep", "export-masked", "eval")
+MODEL_COMMANDS = ("demo", "discover", "sweep", "export-masked", "eval", "replicate")
 # Commands that split their docs across the ranks of torchrun / accelerate launch (docs/scaling.md); the others
 # refuse to start on several ranks.
 RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
 # Commands that show one progress display and a closing summary, their libraries' output kept in a log file in the
 # output folder (vrh_lmms.console); `--verbose` shows everything instead.
-QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report")
+QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report", "replicate")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -69,3 +69,45 @@ def test_paper_top20_on_the_7b_geometry_ablates_table_a2(tmp_path_factory):
         assert record["heads_file"]["source"] == f"paper:{bench}" and record["spec"] == "top20"
     with pytest.raises(Exception, match="more heads than the heads file ranks \\(20\\)"):
         lmms.build_model("vrh_qwen25", f"{args},heads=paper:top30")
+
+
+@pytest.mark.slow
+def test_lmms_evals_own_task_runs_on_a_masked_model(tiny_qwen25, tmp_path):
+    """Any lmms-eval task works with a masked model: lmms-eval's own MME task (its prompts, scoring and aggregation,
+    included unchanged) on local rows in the published lmms-lab/MME schema (question_id, image, question, answer,
+    category; https://huggingface.co/datasets/lmms-lab/MME), with two heads masked."""
+    import datasets
+    import lmms_eval
+    from PIL import Image
+
+    # MME asks two questions per image (answers Yes and No) under the image's question_id; its aggregation
+    # scores the pair, and refuses an image without both
+    rows = [{"question_id": f"{category}/{i:012d}.jpg", "image": Image.new("RGB", (56, 56), (60 * i, 90, 160)),
+             "question": f"Is there a {name} in this image? Please answer yes or no.", "answer": answer,
+             "category": category}
+            for i, category in enumerate(["existence", "count"])
+            for name, answer in (("dog", "Yes"), ("cat", "No"))]
+    features = datasets.Features({"question_id": datasets.Value("string"), "image": datasets.Image(),
+                                  "question": datasets.Value("string"), "answer": datasets.Value("string"),
+                                  "category": datasets.Value("string")})
+    data = tmp_path / "mme" / "test.parquet"
+    data.parent.mkdir()
+    datasets.Dataset.from_list(rows, features=features).to_parquet(str(data))
+    mme_yaml = Path(lmms_eval.__file__).parent / "tasks" / "mme" / "mme.yaml"
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "mme_local.yaml").write_text(f"include: {mme_yaml}\ntask: mme_local\ndataset_path: parquet\n"
+                                          f"dataset_kwargs:\n  data_files:\n    test: {data}\n")
+    out = tmp_path / "lmms"
+    args = f"pretrained={tiny_qwen25},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS},heads=L0H1;L1H0"
+    cmd = [str(Path(sys.executable).with_name("lmms-eval")), "--model", "vrh_qwen25", "--model_args", args,
+           "--tasks", "mme_local", "--include_path", str(tasks), "--batch_size", "1", "--output_path", str(out),
+           "--log_samples", "--gen_kwargs", "max_new_tokens=3"]
+    proc = subprocess.run(cmd, env=offline_env(VRH_CACHE_DIR=str(tmp_path / "cache")), capture_output=True,
+                          text=True, timeout=600, check=False)
+    results = sorted(out.rglob("*_results.json"))
+    assert results, (proc.stdout + proc.stderr)[-3000:]
+    data = json.loads(results[-1].read_text())
+    assert "mme_perception_score,none" in data["results"]["mme_local"]  # existence and count are perception
+    assert data["n-samples"]["mme_local"]["effective"] == 4
+    assert data["vrh"]["ablation"]["heads"] == ["L0H1", "L1H0"]

@@ -1,0 +1,216 @@
+"""Run the paper's protocol (vrh_lmms.replicate.plan.ReplicateSpec) stage by stage into one folder.
+
+Stages write into their own subfolders and are recorded in `replicate.json` when finished, so an interrupted run
+resumes: finished stages are skipped, and the sweeps inside a stage resume configuration by configuration (as
+`vrh-lmms sweep` does). A folder holding a replication with other settings is refused (`--force` replaces it).
+One model load serves every stage of a model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms import atomic, console, owned
+from vrh_lmms.errors import VRHError
+from vrh_lmms.replicate.plan import ReplicateSpec
+
+SCHEMA = "vrh-replicate/1"
+MANIFEST = "replicate.json"
+SUMMARY = "replicate.md"
+LAYOUT: owned.Layout = {
+    MANIFEST: owned.json_with("stages", schema_prefix="vrh-replicate/"),
+    SUMMARY: owned.is_file,
+    "heads.*": None,
+    "partner": None, "sweeps": None, "efficiency": None, "report": None, "data": None, "maps": None,
+    "distribution": None, "compare": None, "scorers": None, "vrh-lmms.log": owned.log_file,
+}
+
+
+@dataclass
+class Context:
+    spec: ReplicateSpec
+    out: Path
+    progress: bool = True
+    models: dict[str, Any] = field(default_factory=dict)  # "model" / "partner" -> loaded lmms-eval model
+
+    def lm(self, which: str = "model"):
+        """The loaded model (built once per run)."""
+        if which not in self.models:
+            from vrh_lmms import lmms
+
+            args = self.spec.model_args if which == "model" else self.spec.partner_model_args
+            self.models[which] = lmms.build_model(self.spec.model, args, batch_size=1)
+        return self.models[which]
+
+    @contextmanager
+    def docs(self, which: str) -> Iterator[None]:
+        """The detection or evaluation docs: synthetic scene sets for the demo, else the tasks as they are."""
+        from vrh_lmms.demo.stages import scoped_env
+
+        values = {"VRH_CACHE_DIR": str(self.out / "data")}
+        if self.spec.scenes:
+            values["VRH_SYNTH_CONFIG"] = self.spec.scenes[which]
+        with scoped_env(**values):
+            yield
+
+    @property
+    def heads(self) -> Path:
+        return self.out / "heads.json"
+
+
+Stage = Callable[[Context], dict[str, Any]]
+
+
+def _discover(ctx: Context, which: str, output: Path) -> Path:
+    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
+    from vrh_lmms.heads.heads_file import load_heads_file
+
+    if output.is_file():
+        load_heads_file(output)  # a finished heads file from an interrupted run: checked, kept
+        return output
+    args = ctx.spec.model_args if which == "model" else ctx.spec.partner_model_args
+    with ctx.docs("detect"):
+        limit = None if ctx.spec.scenes else ctx.spec.n_detect
+        return Path(run_discovery(DiscoverySpec(model=ctx.spec.model, model_args=args,
+                                                tasks=[ctx.spec.detection_task], output=str(output), limit=limit,
+                                                gen_kwargs=ctx.spec.gen_kwargs), lm=ctx.lm(which)))
+
+
+def _sweep(ctx: Context, which: str, tasks: list[str], heads: Path, ks: list[int], output: Path,
+           allow_cross_model: bool = False) -> Path:
+    from vrh_lmms.sweep.plan import plan_configurations
+    from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
+
+    spec = ctx.spec
+    configs = plan_configurations(ks, spec.random_seeds, False, ["zero"], controls=["random-outside"])
+    lm = ctx.lm(which)
+    lm.batch_size_per_gpu = spec.batch_size
+    args = spec.model_args if which == "model" else spec.partner_model_args
+    with ctx.docs("eval"):
+        sweep = SweepSpec(model=spec.model, model_args=args, tasks=tasks, heads_file=str(heads),
+                          configurations=configs, limit=spec.limit, batch_size=spec.batch_size,
+                          gen_kwargs=spec.gen_kwargs, allow_cross_model=allow_cross_model,
+                          pack=choose_pack(None, lm, len(configs), spec.batch_size))
+        return run_sweep(sweep, output, lm=lm, progress=ctx.progress)
+
+
+def stage_discovery(ctx: Context) -> dict[str, Any]:
+    heads = _discover(ctx, "model", ctx.heads)
+    return {"files": [str(heads.relative_to(ctx.out))]}
+
+
+def stage_grounding(ctx: Context) -> dict[str, Any]:
+    out = _sweep(ctx, "model", ctx.spec.grounding_tasks, ctx.heads, ctx.spec.ks, ctx.out / "sweeps" / "grounding")
+    return {"files": [str(out.relative_to(ctx.out))]}
+
+
+def stage_vqa(ctx: Context) -> dict[str, Any]:
+    out = _sweep(ctx, "model", ctx.spec.vqa_tasks, ctx.heads, [ctx.spec.vqa_k], ctx.out / "sweeps" / "vqa")
+    return {"files": [str(out.relative_to(ctx.out))]}
+
+
+def stage_efficiency(ctx: Context) -> dict[str, Any]:
+    from vrh_lmms.commands.sample_efficiency import choose_k, load_samples
+    from vrh_lmms.discovery.efficiency import DEFAULT_NS, efficiency_markdown, efficiency_plot, sample_efficiency
+    from vrh_lmms.heads.heads_file import load_heads_file
+
+    hf = load_heads_file(ctx.heads)
+    cell = hf.scoring.get("cell") or "out,sum,mean"
+    k = choose_k(None, hf.geometry.total_heads)
+    samples = load_samples(ctx.heads)
+    ns = [n for n in DEFAULT_NS if n < len(samples)] + [len(samples)]
+    rows, _ = sample_efficiency(samples, cell, k, ns, 200, 0, freq_top_k=int(hf.scoring.get("freq_top_k") or 20))
+    out = ctx.out / "efficiency"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(out / "efficiency.md", efficiency_markdown(rows, k, cell))
+    atomic.write_text(out / "efficiency.json", json.dumps({"cell": cell, "k": k, "rows": [r.__dict__ for r in rows]},
+                                                          indent=1))
+    efficiency_plot(rows, k, cell, out / "efficiency.png")
+    return {"files": ["efficiency/efficiency.md", "efficiency/efficiency.png"], "k": k,
+            "rows": [r.__dict__ for r in rows]}
+
+
+def stage_transfer(ctx: Context) -> dict[str, Any]:
+    partner_heads = _discover(ctx, "partner", ctx.out / "partner" / "heads.json")
+    a = _sweep(ctx, "model", ctx.spec.grounding_tasks[:1], partner_heads, ctx.spec.ks,
+               ctx.out / "sweeps" / "transfer_partner_heads_on_model")
+    b = _sweep(ctx, "partner", ctx.spec.grounding_tasks[:1], ctx.heads, ctx.spec.ks,
+               ctx.out / "sweeps" / "transfer_model_heads_on_partner")
+    return {"files": [str(p.relative_to(ctx.out)) for p in (partner_heads, a, b)]}
+
+
+def stage_report(ctx: Context) -> dict[str, Any]:
+    from vrh_lmms.replicate.summary import write_summary
+    from vrh_lmms.report.build import ReportSettings, build_report
+
+    sweeps = sorted(p for p in (ctx.out / "sweeps").iterdir() if (p / "sweep.json").is_file())
+    heads = [str(ctx.heads)] + ([str(ctx.out / "partner" / "heads.json")]
+                                if (ctx.out / "partner" / "heads.json").is_file() else [])
+    report = build_report(sweeps, ctx.out / "report", ReportSettings(heads_files=tuple(heads), force=True,
+                                                                     n_resamples=2000))
+    summary = write_summary(ctx.out, ctx.spec, report)
+    return {"files": ["report/report.md", "report/report.html", str(summary.relative_to(ctx.out))]}
+
+
+def stages(spec: ReplicateSpec) -> list[tuple[str, str, Stage]]:
+    """(name, what it reproduces, function) in run order; stages the spec does not ask for are left out."""
+    out: list[tuple[str, str, Stage]] = [
+        ("discovery", f"heads from {spec.n_detect} detection docs of {spec.detection_task}", stage_discovery),
+        ("grounding", f"k-curves at k = {', '.join(map(str, spec.ks))} with random-outside and random controls "
+                      f"(Fig 4, Table A1, Fig 6)", stage_grounding),
+    ]
+    if spec.vqa_tasks:
+        out.append(("vqa", f"cross-task: top-{spec.vqa_k} masked on {', '.join(spec.vqa_tasks)} (Table 3)",
+                    stage_vqa))
+    out.append(("efficiency", "top-k overlap with all detection docs as n varies (Fig 8c)", stage_efficiency))
+    if spec.partner_model_args:
+        out.append(("transfer", "the partner model's heads and this model's, masked on each other (Fig 7)",
+                    stage_transfer))
+    out.append(("report", "statistics, plots and the comparison with the paper", stage_report))
+    return out
+
+
+def _read_manifest(out: Path, spec: ReplicateSpec, force: bool) -> dict[str, Any]:
+    if out.is_dir():
+        owned.refuse_foreign(out, owned.foreign_entries(out, LAYOUT))  # files vrh-lmms did not write: never touched
+    path = out / MANIFEST
+    fresh = {"schema": SCHEMA, "spec": spec.to_dict(), "stages": {}}
+    if not path.is_file():
+        return fresh
+    old = json.loads(path.read_text())
+    if old.get("spec") != fresh["spec"]:
+        if not force:
+            differs = sorted(k for k in fresh["spec"] if old.get("spec", {}).get(k) != fresh["spec"][k])
+            raise VRHError(f"{out} holds a replication with other settings ({', '.join(differs)} differ); choose "
+                           f"another --output or pass --force to replace it")
+        owned.prepare_output(out, LAYOUT, force=True, what="a replication")
+        return fresh
+    return old
+
+
+def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, progress: bool = True) -> Path:
+    """Run every stage not yet finished; returns the summary (replicate.md)."""
+    spec.check()
+    out = Path(output)
+    manifest = _read_manifest(out, spec, force)
+    out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / console.LOG_NAME)
+    ctx = Context(spec, out, progress)
+    plan = stages(spec)
+    for i, (name, what, fn) in enumerate(plan, 1):
+        if manifest["stages"].get(name, {}).get("status") == "done":
+            console.step(f"[{i}/{len(plan)}] {name}: done before, kept")
+            continue
+        console.step(f"[{i}/{len(plan)}] {name}: {what}")
+        started = time.time()
+        record = fn(ctx)
+        manifest["stages"][name] = {"status": "done", "what": what, "seconds": round(time.time() - started, 1),
+                                    **record}
+        atomic.write_text(out / MANIFEST, json.dumps(manifest, indent=1))
+    return out / SUMMARY
