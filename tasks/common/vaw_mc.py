@@ -66,14 +66,24 @@ class VAWMCRule:
         """A rule from JSON text or a mapping (``VRH_VAW_MC``); unknown keys are an error naming them."""
         if not text:
             return cls()
-        data = json.loads(text) if isinstance(text, str) else dict(text)
+        try:
+            data = json.loads(text) if isinstance(text, str) else dict(text)
+        except ValueError as err:
+            raise VAWMCError(f"VRH_VAW_MC is not JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise VAWMCError(f"VRH_VAW_MC must be a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
             raise VAWMCError(f"VRH_VAW_MC: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         for key in ("parents", "exclude_subtypes"):
             if key in data:
+                if not isinstance(data[key], list) or not all(isinstance(x, str) for x in data[key]):
+                    raise VAWMCError(f"VRH_VAW_MC: {key} must be a list of type names, got {data[key]!r}")
                 data[key] = tuple(data[key])
+        for key, kind in (("options", int), ("seed", int), ("distractors", str), ("split", str)):
+            if key in data and (not isinstance(data[key], kind) or isinstance(data[key], bool)):
+                raise VAWMCError(f"VRH_VAW_MC: {key} must be {kind.__name__}, got {data[key]!r}")
         return cls(**data)
 
     def as_dict(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.tasks.common import docs as D
-from vrh_lmms.tasks.common.sources import Source, resolve, spec_row
+from vrh_lmms.tasks.common.sources import Source, SourceError, resolve, spec_row
 from vrh_lmms.tasks.common.vaw_mc import VAWMCRule, build_questions, counts
 from vrh_lmms.tasks.common.vqa_data import MC_SUFFIX, load_vqa_docs, vaw_inputs, vaw_types
 
@@ -142,11 +142,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("root", help="adobe-research/vaw_dataset folder (data/<split>.json and the type files)")
     ap.add_argument("--rule", default=None, help="the rule as JSON (VRH_VAW_MC's format); default: the shipped rule")
     args = ap.parse_args(argv)
-    rule = VAWMCRule.from_json(args.rule)
     root = Path(args.root).expanduser()
     data = root / "data" if (root / "data").is_dir() else root
-    instances = json.loads((data / f"{rule.split}.json").read_text())
-    questions = build_questions(instances, vaw_types(data, str(root)), rule)
+    try:
+        rule = VAWMCRule.from_json(args.rule)
+        path = data / f"{rule.split}.json"
+        if not path.is_file():
+            raise SourceError(f"{path} is missing (VAW ships data/train_part1.json, val.json, test.json)")
+        instances = json.loads(path.read_text())
+        questions = build_questions(instances, vaw_types(data, str(root)), rule)
+    except ValueError as err:  # VAWMCError, SourceError, bad JSON: one line, no traceback
+        raise SystemExit(f"error: {err}") from None
     print(json.dumps({"rule": rule.as_dict(), **counts(questions, len(instances)), "paper": PAPER_VAW_MC}, indent=1))
 
 

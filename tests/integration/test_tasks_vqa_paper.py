@@ -86,6 +86,10 @@ def test_vaw_count_command(sources, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["instances"] == 5 and out["questions"] == 2 and out["paper"] == 6309
     assert out["per_parent"] == {"color": 1, "material": 1}
+    with pytest.raises(SystemExit, match=r"error: .*val\.json is missing"):
+        VP.main([sources["VRH_VAW_ROOT"], "--rule", '{"split": "val"}'])
+    with pytest.raises(SystemExit, match="error: VRH_VAW_MC: unknown key"):
+        VP.main([sources["VRH_VAW_ROOT"], "--rule", '{"spilt": "val"}'])
 
 
 # ------------------------------------------------------------------------------------------ lmms-eval

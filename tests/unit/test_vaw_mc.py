@@ -113,6 +113,12 @@ def test_counts_and_rule_settings(types):
         VAWMCRule(options=3, parents=("color",), seed=4)
     with pytest.raises(VAWMCError, match="unknown key.*colour"):
         VAWMCRule.from_json('{"colour": 1}')
+    with pytest.raises(VAWMCError, match="options must be int, got '4'"):
+        VAWMCRule.from_json('{"options": "4"}')
+    with pytest.raises(VAWMCError, match="parents must be a list"):
+        VAWMCRule.from_json('{"parents": "color"}')
+    with pytest.raises(VAWMCError, match="not JSON"):
+        VAWMCRule.from_json("{options: 4}")
     with pytest.raises(VAWMCError, match="options=1"):
         VAWMCRule(options=1)
     with pytest.raises(VAWMCError, match="distractors='random'"):
