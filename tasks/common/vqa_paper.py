@@ -81,7 +81,11 @@ def select(docs, keep: Sequence[bool], task: str):
     """The kept docs, re-keyed (``vrh_key`` = task + position among the kept docs)."""
     if len(keep) != len(docs):
         raise ValueError(f"{task}: filter returned {len(keep)} flags for {len(docs)} docs")
-    kept = docs.select([i for i, k in enumerate(keep) if k])
+    rows = [i for i, k in enumerate(keep) if k]
+    if not rows:
+        raise SourceError(f"{task}: none of the {len(docs)} rows loaded is in the paper's subset (wrong data or "
+                          f"split? docs/tasks.md 'vrh_vqa_paper' lists the fields each subset reads)")
+    kept = docs.select(rows)
     if "vrh_key" in kept.column_names:
         kept = kept.remove_columns("vrh_key")
     return D.with_keys(kept.flatten_indices(), task)
@@ -109,8 +113,13 @@ def vaw_mc_docs(source: Source, rule: VAWMCRule):
     """Docs of the VAW multiple-choice questions (images: Visual Genome, instance outlined or cropped)."""
     vaw = vaw_inputs(source, rule.split)
     boxed = vaw.mode == "box"
+    instances = vaw.instances()
+    questions = build_questions(instances, vaw.types, rule)
+    if not questions:
+        raise SourceError(f"{vaw.origin}: none of the {len(instances)} VAW instances in {vaw.path} qualifies for a "
+                          f"multiple-choice question under {json.dumps(rule.as_dict())} (VRH_VAW_MC)")
     records = []
-    for q in build_questions(vaw.instances(), vaw.types, rule):
+    for q in questions:
         box = xywh_to_xyxy(list(q.box_xywh))
         records.append({
             "image": str(vaw.image(q.image_id)), "vrh_prompt": q.prompt(MC_SUFFIX, boxed),

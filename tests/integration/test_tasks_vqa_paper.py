@@ -15,6 +15,7 @@ from conftest import offline_env
 from support import vqa_paper_data as data
 from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_paper as VP
+from vrh_lmms.tasks.common.sources import SourceError
 from vrh_lmms.tasks.common.vaw_mc import VAWMCError
 
 from vrh_lmms.paths import tasks_path
@@ -40,6 +41,14 @@ def test_each_subset_keeps_exactly_the_papers_rows(task, paper_env, placeholder)
     assert docs["question_id"] == data.KEPT[task]
     assert docs["vrh_key"] == [f"{task}#{i}" for i in range(len(docs))]  # re-keyed after the filter
     assert VP.PAPER_SIZES[task] in (6309, 670, 266, 2638, 1500, 491, 1000)
+
+
+def test_a_subset_with_no_rows_is_an_error_naming_the_task(paper_env, placeholder):
+    from vrh_lmms.tasks.common.vqa_data import load_vqa_docs
+
+    docs = load_vqa_docs("mathvista", "testmini", "vrh_vqa_paper_mathvista_mcq", placeholder())
+    with pytest.raises(SourceError, match="vrh_vqa_paper_mathvista_mcq: none of the 5 rows"):
+        VP.select(docs, [False] * len(docs), "vrh_vqa_paper_mathvista_mcq")
 
 
 def test_subset_filters_read_the_benchmarks_fields(paper_env, placeholder):
@@ -76,6 +85,9 @@ def test_vaw_mc_docs(paper_env, placeholder):
     paper_env.setenv("VRH_VAW_MC", json.dumps({"options": 3, "parents": ["color", "material", "action"]}))
     more = VP.vrh_vqa_paper_vaw_mc(placeholder())
     assert more["question_id"] == ["2370001001:mc", "2370002002:mc", "2370003003:mc", "2370004004:mc"]
+    paper_env.setenv("VRH_VAW_MC", '{"parents": ["shape"]}')
+    with pytest.raises(SourceError, match=r"none of the 5 VAW instances .*qualifies.*\"shape\""):
+        VP.vrh_vqa_paper_vaw_mc(placeholder())
     paper_env.setenv("VRH_VAW_MC", '{"option": 3}')
     with pytest.raises(VAWMCError, match="unknown key.*option"):
         VP.vrh_vqa_paper_vaw_mc(placeholder())
