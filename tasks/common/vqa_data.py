@@ -197,13 +197,31 @@ def vaw_types(data_dir: Path, origin: str) -> VAWTypes:
     return VAWTypes(read(VAW_TYPE_FILES[0]), read(VAW_TYPE_FILES[1]), head_tail)
 
 
-def vaw_local(source: Source, split: str):
-    """Yes/no questions from VAW's JSON (adobe-research/vaw_dataset) over Visual Genome images.
+@dataclass(frozen=True)
+class VAWInputs:
+    """Where one VAW split's files are: the instances JSON, the Visual Genome image folders, the taxonomy, and the
+    display mode (``box`` or ``crop``)."""
 
-    Each labelled (instance, attribute) pair becomes one question, "yes" for positive and "no" for negative
-    attributes. Mode ``box`` (default) shows the whole image with the instance outlined in red; ``crop`` shows the
-    instance's box only (set by ``VRH_VAW_MODE`` or the spec's ``mode``).
-    """
+    path: Path
+    folders: list[Path]
+    types: VAWTypes
+    mode: str
+    origin: str
+
+    def instances(self) -> list[dict[str, Any]]:
+        return json.loads(self.path.read_text())
+
+    def image(self, image_id: Any) -> Path:
+        name = f"{image_id}.jpg"
+        img = resolve_image_path(name, self.folders)
+        if img is None:
+            raise SourceError(f"{self.origin}: Visual Genome image {name} not found in "
+                              f"{', '.join(map(str, self.folders))}")
+        return img
+
+
+def vaw_inputs(source: Source, split: str) -> VAWInputs:
+    """VAW's files for ``split`` under ``VRH_VAW_ROOT`` (adobe-research/vaw_dataset), with clear errors."""
     root = Path(source.require("root", "set VRH_VAW_ROOT to the vaw_dataset folder (holding data/<split>.json)"))
     root = root.expanduser()
     data_dir = root / "data" if (root / "data").is_dir() else root
@@ -219,14 +237,21 @@ def vaw_local(source: Source, split: str):
     folders = [f for f in folders if f.is_dir()]
     if not folders:
         raise SourceError(f"{source.origin}: no Visual Genome image folder; set VRH_VAW_IMAGES")
-    types = vaw_types(data_dir, source.origin)
+    return VAWInputs(path, folders, vaw_types(data_dir, source.origin), mode, source.origin)
+
+
+def vaw_local(source: Source, split: str):
+    """Yes/no questions from VAW's JSON (adobe-research/vaw_dataset) over Visual Genome images.
+
+    Each labelled (instance, attribute) pair becomes one question, "yes" for positive and "no" for negative
+    attributes. Mode ``box`` (default) shows the whole image with the instance outlined in red; ``crop`` shows the
+    instance's box only (set by ``VRH_VAW_MODE`` or the spec's ``mode``).
+    """
+    vaw = vaw_inputs(source, split)
+    types, mode = vaw.types, vaw.mode
     records = []
-    for inst in json.loads(path.read_text()):
-        name = f"{inst['image_id']}.jpg"
-        img = resolve_image_path(name, folders)
-        if img is None:
-            raise SourceError(f"{source.origin}: Visual Genome image {name} not found in "
-                              f"{', '.join(map(str, folders))}")
+    for inst in vaw.instances():
+        img = vaw.image(inst["image_id"])
         box = xywh_to_xyxy(inst["instance_bbox"])
         obj = str(inst["object_name"]).strip()
         where = "in the red box " if mode == "box" else ""
