@@ -83,19 +83,22 @@ def _discover(ctx: Context, which: str, output: Path) -> Path:
 
 
 def _sweep(ctx: Context, which: str, tasks: list[str], heads: Path, ks: list[int], output: Path,
-           allow_cross_model: bool = False) -> Path:
+           controls: bool = True) -> Path:
+    """A packed sweep of the top-k of `heads` at `ks`, with random and random-outside draws unless `controls` is
+    False (transfer: the model's own sweep already holds its controls, on the same docs)."""
     from vrh_lmms.sweep.plan import plan_configurations
     from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
 
     spec = ctx.spec
-    configs = plan_configurations(ks, spec.random_seeds, False, ["zero"], controls=["random-outside"])
+    configs = plan_configurations(ks, spec.random_seeds if controls else 0, False, ["zero"], random=controls,
+                                  controls=["random-outside"] if controls else [])
     lm = ctx.lm(which)
     lm.batch_size_per_gpu = spec.batch_size
     args = spec.model_args if which == "model" else spec.partner_model_args
     with ctx.docs("eval"):
         sweep = SweepSpec(model=spec.model, model_args=args, tasks=tasks, heads_file=str(heads),
                           configurations=configs, limit=spec.limit, batch_size=spec.batch_size,
-                          gen_kwargs=spec.gen_kwargs, allow_cross_model=allow_cross_model,
+                          gen_kwargs=spec.gen_kwargs,
                           pack=choose_pack(None, lm, len(configs), spec.batch_size))
         return run_sweep(sweep, output, lm=lm, progress=ctx.progress)
 
@@ -138,11 +141,13 @@ def stage_efficiency(ctx: Context) -> dict[str, Any]:
 
 def stage_transfer(ctx: Context) -> dict[str, Any]:
     partner_heads = _discover(ctx, "partner", ctx.out / "partner" / "heads.json")
-    a = _sweep(ctx, "model", ctx.spec.grounding_tasks[:1], partner_heads, ctx.spec.ks,
-               ctx.out / "sweeps" / "transfer_partner_heads_on_model")
-    b = _sweep(ctx, "partner", ctx.spec.grounding_tasks[:1], ctx.heads, ctx.spec.ks,
-               ctx.out / "sweeps" / "transfer_model_heads_on_partner")
-    return {"files": [str(p.relative_to(ctx.out)) for p in (partner_heads, a, b)]}
+    task = ctx.spec.grounding_tasks[:1]
+    a = _sweep(ctx, "model", task, partner_heads, ctx.spec.ks, ctx.out / "sweeps" / "transfer_partner_heads_on_model",
+               controls=False)
+    own = _sweep(ctx, "partner", task, partner_heads, ctx.spec.ks, ctx.out / "sweeps" / "partner_own")
+    b = _sweep(ctx, "partner", task, ctx.heads, ctx.spec.ks, ctx.out / "sweeps" / "transfer_model_heads_on_partner",
+               controls=False)
+    return {"files": [str(p.relative_to(ctx.out)) for p in (partner_heads, a, own, b)]}
 
 
 def stage_report(ctx: Context) -> dict[str, Any]:
