@@ -84,3 +84,32 @@ def test_locate_figures_recompute_from_the_records(runs):
         assert not set(s["heads"]) & (dead | set(top["heads"]))
         assert s["acc50"] == pytest.approx(np.mean(np.array(s["iou"]) >= 0.5))
     assert row["random"]["mean"] == pytest.approx(np.mean([s["acc50"] for s in draws]))
+
+
+def test_the_report_shows_the_maps_and_the_locator_table(runs, tmp_path):
+    """A sweep folder (the documented format, tests/support/sweep_files) with the two map folders beside it."""
+    from support.sweep_files import make_docs, sample_line, vrh_block, write_config, write_manifest
+
+    from vrh_lmms.cli import main
+
+    sweep = tmp_path / "sweep"
+    docs = make_docs(np.random.default_rng(0), n_images=10)
+    write_manifest(sweep)
+    write_config(sweep, "baseline", vrh_block("baseline", "baseline", 0, None),
+                 [sample_line(d, "correct") for d in docs])
+    write_config(sweep, "top3", vrh_block("top3", "topk", 3, None), [sample_line(d, "mislocated") for d in docs])
+    out = tmp_path / "report"
+    assert main(["report", str(sweep), str(runs / "maps"), str(runs / "locate"), "--output", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert "## Attention maps over the image and the locator" in text
+    for doc_id in (0, 2):
+        name = f"plots/maps_1_map_vrh_synth_grounding_{doc_id}.png"
+        assert f"]({name})" in text
+        assert (out / name).read_bytes() == (runs / "maps" / f"map_vrh_synth_grounding_{doc_id}.png").read_bytes()
+    row = json.loads((runs / "locate" / "locate.json").read_text())["rows"][0]
+    top = row["topk"]
+    shown = f"{100 * top['mean']:.1f} [{100 * top['ci_low']:.1f}, {100 * top['ci_high']:.1f}]"
+    assert any(line.startswith("| 3 | ") and shown in line for line in text.splitlines())
+    report = json.loads((out / "report.json").read_text())
+    assert report["maps"]["locate"][0]["rows"] == json.loads((runs / "locate" / "locate.json").read_text())["rows"]
+    assert "report.html" in {p.name for p in out.iterdir()}

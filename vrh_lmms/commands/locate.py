@@ -32,7 +32,8 @@ def _pct(v: float) -> str:
 
 
 def summary_table(result: dict[str, Any]):
-    """The console table: per k, Acc@0.5 [95% CI] of the answer, the top-k locator and the controls."""
+    """The console table: per k, Acc@0.5 [95% CI] of the answer, the top-k locator and the controls (a control's
+    interval is over docs for its fixed draws; the draws' own spread is shown beside it)."""
     from rich.table import Table
 
     table = Table(title=f"Locator Acc@0.5 (%), {result['n_docs']} docs, intervals clustered by "
@@ -51,7 +52,8 @@ def summary_table(result: dict[str, Any]):
             if not c["draws"]:
                 table.add_row(k, f"{name} located", "unavailable", "", "")
                 continue
-            table.add_row(k, f"{name} located ({c['draws']} draws)", _pct(c["mean"]),
+            spread = f"{_pct(min(c['per_seed']))}-{_pct(max(c['per_seed']))}"
+            table.add_row(k, f"{name} located ({c['draws']} draws, each {spread})", _pct(c["mean"]),
                           f"{_pct(c['ci_low'])}-{_pct(c['ci_high'])}", _diff_text(c["topk_minus"]))
     return table
 
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     console.step("locating boxes")
     result = evaluate_sets(docs, sets, settings, seed=args.seed)
     data = {"schema": SCHEMA, "model": args.model, "model_args": args.model_args, "tasks": run_.tasks,
-            "heads_file": str(Path(args.heads_file).resolve()), "rows": args.rows, "locator": settings.to_dict(),
+            "heads_file": str(Path(args.heads_file).resolve()), "query_rows": args.rows, "locator": settings.to_dict(),
             "control_pool": args.control_pool, "random_seeds": args.random_seeds,
             "dead_heads": [str(h) for h in dead], **result,
             "docs": [{"task": d.task, "doc_id": d.doc_id, "image_id": d.image_id, "gt_box": list(d.gt_box),

@@ -9,7 +9,8 @@ makes it unavailable, reported, never padded). Per k the figures are:
   prints for drops (`stats.paired_drop`);
 - each control kind: the mean over seeds of the per-doc located-correct share, with the cluster-robust t interval
   (`stats.accuracy`, bounded), each seed's own accuracy, and top-k minus that per-doc share (`stats.paired_drop`,
-  cluster-robust t).
+  cluster-robust t). That interval is over docs for the draws made; how much the draws differ from each other
+  (a draw holding one reader head locates well, the others do not) is in `per_seed`, shown beside it.
 """
 
 from __future__ import annotations
