@@ -94,6 +94,7 @@ def test_the_report_shows_the_maps_and_the_locator_table(runs, tmp_path):
 
     sweep = tmp_path / "sweep"
     docs = make_docs(np.random.default_rng(0), n_images=10)
+    sweep.mkdir()
     write_manifest(sweep)
     write_config(sweep, "baseline", vrh_block("baseline", "baseline", 0, None),
                  [sample_line(d, "correct") for d in docs])
@@ -103,7 +104,7 @@ def test_the_report_shows_the_maps_and_the_locator_table(runs, tmp_path):
     text = (out / "report.md").read_text()
     assert "## Attention maps over the image and the locator" in text
     for doc_id in (0, 2):
-        name = f"plots/maps_1_map_vrh_synth_grounding_{doc_id}.png"
+        name = f"plots/maps_0_map_vrh_synth_grounding_{doc_id}.png"  # the first map folder
         assert f"]({name})" in text
         assert (out / name).read_bytes() == (runs / "maps" / f"map_vrh_synth_grounding_{doc_id}.png").read_bytes()
     row = json.loads((runs / "locate" / "locate.json").read_text())["rows"][0]
