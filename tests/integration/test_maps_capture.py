@@ -71,3 +71,12 @@ def test_the_png_is_written_and_shows_the_maps(one_sample, tmp_path):
                         located=(0, 0, 28, 28))
     again = mpimg.imread(other)[..., :3]
     assert again.shape != pixels.shape or not np.array_equal(again, pixels)
+
+
+def test_rows_before_the_image_are_refused(one_sample):
+    from vrh_lmms.errors import VRHError
+
+    model, batch, tmap = one_sample
+    first = int(tmap.positions.min())
+    with pytest.raises(VRHError, match="come before the image"):
+        image_attention(model, dict(batch), [0, first - 1], tmap)

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from vrh_lmms.console import LOG_NAME
     from vrh_lmms.errors import VRHError
     from vrh_lmms.maps.collect import collect_maps
-    from vrh_lmms.maps.evaluate import evaluate_sets, locator_sets
+    from vrh_lmms.maps.evaluate import evaluate_sets, locate_doc, locator_sets
     from vrh_lmms.maps.locator import LocatorSettings, parse_threshold
     from vrh_lmms.maps.setup import check_output, prepare
     from vrh_lmms.sweep.checks import dead_heads_of
@@ -92,14 +92,19 @@ def run(args: argparse.Namespace) -> int:
     sets = locator_sets(run_.heads_file, geometry, ks, args.random_seeds, dead, pool=args.control_pool)
     out.mkdir(parents=True, exist_ok=True)
     console.log_to(out / LOG_NAME)
-    console.step("capturing attention maps")
+    console.step("capturing attention maps and locating boxes")
     limit = None if args.limit is None or args.limit < 0 else args.limit
+    located: dict[tuple[str, int], dict] = {}
+
+    def locate_and_drop(doc) -> None:  # boxes of every head set now; the doc's maps are not kept
+        located[(doc.task, doc.doc_id)] = locate_doc(doc, sets, settings)
+        doc.per_head = None
+
     docs = collect_maps(run_.lm, run_.tasks, run_.tm, None, limit, args.rows, gen_kwargs=args.gen_kwargs,
-                        seed=args.seed)
+                        seed=args.seed, on_doc=locate_and_drop)
     if not docs:
         raise VRHError("no doc was captured; is the task a grounding task with images?")
-    console.step("locating boxes")
-    result = evaluate_sets(docs, sets, settings, seed=args.seed)
+    result = evaluate_sets(docs, sets, [located[(d.task, d.doc_id)] for d in docs], seed=args.seed)
     data = {"schema": SCHEMA, "model": args.model, "model_args": args.model_args, "tasks": run_.tasks,
             "heads_file": str(Path(args.heads_file).resolve()), "query_rows": args.rows, "locator": settings.to_dict(),
             "control_pool": args.control_pool, "random_seeds": args.random_seeds,

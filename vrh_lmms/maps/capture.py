@@ -44,6 +44,10 @@ def image_attention(model: torch.nn.Module, inputs: dict[str, torch.Tensor], row
     positions = tmap.positions.tolist()
     if not positions:
         raise VRHError("the image has no tokens with a cell; nothing to map")
+    if max(rows) < min(positions):
+        raise VRHError(f"the query rows (positions {min(rows)}-{max(rows)}) all come before the image (from position "
+                       f"{min(positions)}): causal attention cannot reach it from them; use rows after the image "
+                       f"(--rows answer or last)")
     keys = {}
     for i, pos in enumerate(positions):
         mask = torch.zeros(1, seq_len, dtype=torch.bool)

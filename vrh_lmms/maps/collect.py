@@ -4,7 +4,7 @@ ground-truth box and the model's predicted box and Acc@0.5 as the task scored th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +28,7 @@ class DocMaps:
     n_rows: int
     image_size: tuple[int, int]
     gt_box: tuple[float, float, float, float]
-    per_head: np.ndarray
+    per_head: np.ndarray | None  # None once a caller has reduced it (collect_maps' on_doc)
     cells: np.ndarray
     views: list[str]
     image: np.ndarray | None = None  # (h, w, 3) uint8 when kept for figures
@@ -53,7 +53,8 @@ class MapCollector:
     """GenerateInterceptor callback: capture the maps of wanted docs; others get an empty answer without running
     the model (their generation would only cost time), and are left out of the results."""
 
-    def __init__(self, lm, rows: str, wanted: set[int] | None, keep_images: bool) -> None:
+    def __init__(self, lm, rows: str, wanted: set[int] | None, keep_images: bool,
+                 on_doc: Callable[[DocMaps], None] | None = None) -> None:
         from vrh_lmms.discovery.collector import backend_processor, stop_token_ids
 
         self.lm, self.rows, self.wanted, self.keep_images = lm, rows, wanted, keep_images
@@ -63,6 +64,7 @@ class MapCollector:
         self.tokenizer = getattr(lm, "tokenizer", None) or self.processor.tokenizer
         self.stop_ids = stop_token_ids(lm, self.model)
         self.maps: dict[tuple[str, int], DocMaps] = {}
+        self.on_doc = on_doc
 
     def skip(self, ctx) -> tuple[torch.Tensor, bool] | None:
         if self.wanted is None or ctx.doc_id in self.wanted:
@@ -96,11 +98,14 @@ class MapCollector:
         image = None
         if self.keep_images and hasattr(ctx.doc.get("image"), "convert"):
             image = np.asarray(ctx.doc["image"].convert("RGB"))
-        self.maps[(ctx.task, ctx.doc_id)] = DocMaps(
+        doc = DocMaps(
             task=ctx.task, doc_id=ctx.doc_id, image_id=target.image_id, expression=target.expression,
             answer=self.tokenizer.decode(answer.tolist(), skip_special_tokens=True), rows=self.rows,
             n_rows=len(rows), image_size=target.image_size, gt_box=target.box, per_head=per_head,
             cells=tmap.cells.numpy().astype(float), views=list(tmap.view), image=image)
+        if self.on_doc is not None:
+            self.on_doc(doc)
+        self.maps[(ctx.task, ctx.doc_id)] = doc
 
 
 def _attach_scores(maps: dict[tuple[str, int], DocMaps], results: dict[str, Any]) -> None:
@@ -120,9 +125,11 @@ def _attach_scores(maps: dict[tuple[str, int], DocMaps], results: dict[str, Any]
 
 
 def collect_maps(lm, tasks: Sequence[str], tm, docs: Sequence[int] | None, limit: int | None, rows: str,
-                 gen_kwargs: str | None = None, keep_images: bool = False, seed: int = 0) -> list[DocMaps]:
+                 gen_kwargs: str | None = None, keep_images: bool = False, seed: int = 0,
+                 on_doc: Callable[[DocMaps], None] | None = None) -> list[DocMaps]:
     """Run `tasks` through lmms-eval on `lm` (batch size 1) and capture the maps of `docs` (None: every doc up to
-    `limit`). Returns them in task, doc order."""
+    `limit`). Returns them in task, doc order. `on_doc` sees each doc as it is captured (and may drop its
+    per_head maps to keep memory flat on long runs)."""
     from vrh_lmms import lmms
     from vrh_lmms.discovery.interceptor import DocTracker, GenerateInterceptor
     from vrh_lmms.maps.capture import ROWS
@@ -135,7 +142,7 @@ def collect_maps(lm, tasks: Sequence[str], tm, docs: Sequence[int] | None, limit
         limit = max(docs) + 1
     tracker = DocTracker(lm.task_dict)
     lm.task_dict = tracker
-    collector = MapCollector(lm, rows, None if docs is None else set(docs), keep_images)
+    collector = MapCollector(lm, rows, None if docs is None else set(docs), keep_images, on_doc)
     interceptor = GenerateInterceptor(lm.model, tracker, collector, collector.skip)
     try:
         results = lmms.evaluate(lm, list(tasks), tm, limit=limit, gen_kwargs=gen_kwargs, seed=seed)

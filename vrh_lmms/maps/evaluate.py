@@ -69,16 +69,18 @@ def locator_sets(heads_file, geometry: Geometry, ks: Sequence[int], seeds: int, 
     return out
 
 
-def located_ious(docs: Sequence[DocMaps], heads: Sequence[HeadRef], settings: LocatorSettings,
-                 ) -> tuple[list[list[float]], np.ndarray]:
-    """Each doc's located box (pixels) from `heads`' mean map, and its IoU with the ground truth."""
-    boxes, ious = [], []
-    for doc in docs:
-        grid = cell_grid(doc.cells, doc.views, doc.image_size)
-        box = locate_box(grid.to_grid(head_set_map(doc.per_head, heads)), grid, settings)
-        boxes.append([round(v, 3) for v in box])
-        ious.append(iou(box, doc.gt_box))
-    return boxes, np.asarray(ious)
+def locate_doc(doc: DocMaps, sets: Sequence[LocatorSet], settings: LocatorSettings,
+               ) -> dict[str, tuple[list[float], float]]:
+    """set id -> (located box in pixels, its IoU with the ground truth) for one doc, every available set. Called as
+    each doc is captured, so a long run keeps boxes, not every head's map of every doc."""
+    grid = cell_grid(doc.cells, doc.views, doc.image_size)
+    out = {}
+    for s in sets:
+        if s.unavailable:
+            continue
+        box = locate_box(grid.to_grid(head_set_map(doc.per_head, s.heads)), grid, settings)
+        out[s.id] = ([round(v, 3) for v in box], iou(box, doc.gt_box))
+    return out
 
 
 def _clusters(docs: Sequence[DocMaps]) -> np.ndarray | None:
@@ -98,9 +100,9 @@ def _diff(a: np.ndarray, b: np.ndarray, clusters, seed: int) -> dict[str, Any]:
     return {"diff": d.drop, "ci_low": d.ci_low, "ci_high": d.ci_high, "method": d.method}
 
 
-def evaluate_sets(docs: Sequence[DocMaps], sets: Sequence[LocatorSet], settings: LocatorSettings,
-                  seed: int = 0) -> dict[str, Any]:
-    """Per-set located boxes / IoUs and per-k summary rows (module docstring)."""
+def evaluate_sets(docs: Sequence[DocMaps], sets: Sequence[LocatorSet],
+                  located: Sequence[dict[str, tuple[list[float], float]]], seed: int = 0) -> dict[str, Any]:
+    """Per-set located boxes / IoUs and per-k summary rows (module docstring); located[i]: `locate_doc` of docs[i]."""
     clusters = _clusters(docs)
     answer = np.array([1.0 if d.correct else 0.0 for d in docs])
     per_set: dict[str, dict[str, Any]] = {}
@@ -109,7 +111,8 @@ def evaluate_sets(docs: Sequence[DocMaps], sets: Sequence[LocatorSet], settings:
         if s.unavailable:
             per_set[s.id] = {"kind": s.kind, "k": s.k, "seed": s.seed, "unavailable": s.unavailable}
             continue
-        boxes, ious = located_ious(docs, s.heads, settings)
+        boxes = [entry[s.id][0] for entry in located]
+        ious = np.array([entry[s.id][1] for entry in located])
         correct[s.id] = (ious >= THRESHOLD).astype(float)
         per_set[s.id] = {"kind": s.kind, "k": s.k, "seed": s.seed, "heads": [str(h) for h in s.heads],
                          "acc50": float(correct[s.id].mean()), "mean_iou": float(ious.mean()),
