@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks-path": ("tasks_path", "print the folder of the plugin's lmms-eval task YAMLs"),
     "heads": ("heads", "show a heads file or resolve a head spec against it"),
     "replicate": ("replicate", "the paper's protocol on one model, table by table, into one report"),
+    "attention-maps": ("attention_maps", "each head's attention over the image for chosen docs: PNG per doc + grids"),
+    "locate": ("locate", "training-free locator: boxes from the top-k heads' attention maps, Acc@0.5 vs controls"),
 }
 
 
@@ -41,6 +43,8 @@ RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
 # Commands that show one progress display and a closing summary, their libraries' output kept in a log file in the
 # output folder (vrh_lmms.console); `--verbose` shows everything instead.
 QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report", "replicate")
+MODEL_COMMANDS += ("attention-maps", "locate")
+QUIET_COMMANDS += ("attention-maps", "locate")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -25,6 +25,7 @@ from vrh_lmms.report.discover import discover
 from vrh_lmms.report.heads_files import ScoringLookup, heads_label, overlap_block, read_heads_file
 from vrh_lmms.report.html import HTML_NAME, write_report_html
 from vrh_lmms.report.jsonable import jsonable
+from vrh_lmms.report.maps_panel import is_maps_folder, maps_block, maps_markdown
 from vrh_lmms.report.markdown import render
 from vrh_lmms.report.pools import control_dead_shares, unavailable_configurations
 from vrh_lmms.report.runs import read_run_meta
@@ -150,6 +151,10 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     out = Path(output)
     replaced = _check_output(out, settings.force)
     heads = [read_heads_file(p) for p in settings.heads_files]
+    map_dirs = [d for d in dirs if is_maps_folder(d)]  # attention-maps / locate folders: their own panel
+    dirs = [d for d in dirs if d not in map_dirs]
+    if not dirs:
+        raise VRHError("give at least one sweep or lmms-eval output folder beside the attention-maps / locate ones")
     runs, warnings = load_runs(dirs, settings.score_field)
     stats_settings = Settings(settings.alpha, settings.n_resamples, settings.seed, settings.score_field,
                               settings.intersection, settings.score_quantity)
@@ -204,7 +209,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     console.log_to(out / LOG_NAME)
     if settings.plots:
         report["files"]["plots"] = _make_plots(report, heads, out)
+    report["maps"] = jsonable(maps_block(map_dirs, out))
     _write_text(out / "report.json", json.dumps(report, indent=1, allow_nan=False))
-    _write_text(out / "report.md", render(report))
+    _write_text(out / "report.md", render(report) + maps_markdown(report["maps"]))
     write_report_html(out)
     return report
