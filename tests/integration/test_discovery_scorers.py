@@ -110,7 +110,9 @@ def test_key_token_rule_reaches_the_box_mask(rule, cells, lm, tmp_path, monkeypa
 
 
 def test_query_sets_localization_input_and_presets(lm, tmp_path, monkeypatch):
-    hf, parts, inputs, maps, expressions = discover(lm, tmp_path, monkeypatch)
+    hf, parts, inputs, maps, expressions = discover(lm, tmp_path, monkeypatch, primary="qrhead")
+    assert hf.scoring["preset"] == "qrhead" and hf.scoring["cell"] == "in,sum,mean"
+    assert hf.ranking == hf.cell_ranking("in,sum,mean")
     assert set(maps) == set(parts)
     for key, part in parts.items():
         batch = inputs[key]

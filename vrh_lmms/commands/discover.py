@@ -42,7 +42,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     limit = None if args.limit is None or args.limit < 0 else (
         int(args.limit) if float(args.limit).is_integer() else args.limit)
-    primary = parse_cells(args.scoring)[0]
+    primary = args.scoring.strip() if args.scoring.strip() in PRESETS else parse_cells(args.scoring)[0]
     cells = all_cells() if args.cells == "all" else parse_cells(args.cells)
     spec = DiscoverySpec(model=args.model, model_args=args.model_args,
                          tasks=[t for t in args.tasks.split(",") if t], output=args.output, limit=limit,

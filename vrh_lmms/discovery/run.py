@@ -243,7 +243,15 @@ def dead_heads_block(dead, ranking) -> dict[str, Any]:
 def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> Path:
     from vrh_lmms import __version__, lmms
     from vrh_lmms.ablation import save_means
-    from vrh_lmms.discovery.scoring import default_freq_top_k, parse_cell, presets_for, rank, score_all
+    from vrh_lmms.discovery.scoring import (
+        LOCALIZATION,
+        PRESETS,
+        default_freq_top_k,
+        parse_cell,
+        presets_for,
+        rank,
+        score_all,
+    )
     from vrh_lmms.heads.geometry import HeadRef, head_name
     from vrh_lmms.heads.heads_file import HeadsFile, save_heads_file
 
@@ -263,6 +271,8 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
                       "ranking": [head_name(l, h) for l, h in rank(s)]} for c, s in scored.items()}
     parsed = parse_cell(primary)
     q, k, a = (primary, primary, "mean") if isinstance(parsed, str) else (parsed.query, parsed.key, parsed.aggregate)
+    if parsed == LOCALIZATION:
+        q, k, a = "last_input", "spatial_entropy", "freq"
     baseline = {}
     for task in spec.tasks:
         res = (results.get("results") or {}).get(task, {})
@@ -276,6 +286,7 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "version": __version__,
                "samples_file": paths["samples"].name,
                "samples_without_box_tokens": sum(1 for p in parts if p.meta.get("n_box_tokens", 0) == 0)}
+    scoring |= {"preset": spec.primary} if spec.primary in PRESETS else {}
     primary_scores = np.nan_to_num(scored[primary], nan=0.0)
     from vrh_lmms.discovery.controls import heads_file_extras
 
