@@ -170,7 +170,7 @@ class SampleCollector:
         key_sets = {"box": box.view(1, -1), "image": tmap.key_mask(seq_len).view(1, -1)}
         grid = main_view_grid(tmap) if localize else None
         if grid is not None:
-            key_sets.update(_grid_key_sets(tmap.positions, grid, seq_len))
+            key_sets.update(grid_key_sets(tmap.positions, grid, seq_len))
         geometry = self.lm.vrh_decoder.geometry
         head_sums, tokens = None, 0
         nan = np.full((geometry.layers, geometry.heads), np.nan)
@@ -200,7 +200,7 @@ class SampleCollector:
         return stats, info, head_sums, tokens
 
 
-def _grid_key_sets(positions: torch.Tensor, grid: torch.Tensor, seq_len: int) -> dict[str, torch.Tensor]:
+def grid_key_sets(positions: torch.Tensor, grid: torch.Tensor, seq_len: int) -> dict[str, torch.Tensor]:
     """One single-token key set per cell of the token grid that has a token (its mass = that token's attention)."""
     out = {}
     for cell, index in enumerate(grid.flatten().tolist()):
