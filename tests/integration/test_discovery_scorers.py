@@ -149,3 +149,14 @@ def test_query_sets_localization_input_and_presets(lm, tmp_path, monkeypatch):
     # The tiny model has 2 layers, and the released method drops layers 0 and 1: every sample falls back to its one
     # head of largest image mass, so the frequencies sum to 1.
     assert np.asarray(hf.cells["localization_heads"]["scores"]).sum() == pytest.approx(1.0)
+
+
+def test_unknown_key_token_rule_is_refused_before_anything_loads(tmp_path):
+    from vrh_lmms.discovery.run import preflight
+    from vrh_lmms.errors import VRHError
+
+    spec = DiscoverySpec(model="vrh_qwen25", model_args="pretrained=nowhere", tasks=["vrh_synth_grounding"],
+                         output=str(tmp_path / "heads.json"), key_tokens="half")
+    with pytest.raises(VRHError, match="--key-tokens 'half': use one of overlap, any, center"):
+        preflight(spec, force=False)
+    assert not any(tmp_path.iterdir())
