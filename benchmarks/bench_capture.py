@@ -12,7 +12,8 @@ Memory is the peak *extra* memory of the forward over what is resident just befo
 - CUDA: `torch.cuda.max_memory_allocated()` after `reset_peak_memory_stats()`, minus the allocated memory before.
 Time is the median wall time of `--reps` forwards after one warm-up (CUDA synchronised).
 Query rows: the last `--rows` positions (where an answer would be); key sets: the image tokens inside a central box
-(through the layout) and all image tokens.
+(through the layout) and all image tokens. Mode `grid` adds what discovery's `localization_heads` cell captures:
+one single-token key set per image token of the main view's grid (vrh_lmms.discovery.collector.grid_key_sets).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-MODES = ("plain", "capture", "eager")
+MODES = ("plain", "capture", "grid", "eager")
 SHAPE_7B = {
     "text": {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
              "num_key_value_heads": 4, "head_dim": 128},
@@ -70,28 +71,33 @@ def make_inputs(processor, side: int, device: str):
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def make_plan(model, processor, batch, rows: int, side: int):
+def make_plans(model, processor, batch, rows: int, side: int) -> dict:
+    """The capture plan of mode `capture`, and of mode `grid` (the same plus one key set per grid token)."""
     from vrh_lmms.capture import CapturePlan
     from vrh_lmms.capture.extras import layout_extras
-    from vrh_lmms.capture.layouts import box_key_mask, image_token_map
+    from vrh_lmms.capture.layouts import box_key_mask, image_token_map, main_view_grid
+    from vrh_lmms.discovery.collector import grid_key_sets
 
     ids = batch["input_ids"].cpu()
     t = ids.shape[1]
     tmap = image_token_map("qwen2_5_vl", ids[0], (side, side), layout_extras("qwen2_5_vl", processor, batch, 0))
     box = box_key_mask(tmap, [side * 0.3, side * 0.3, side * 0.7, side * 0.7], t)
     device = batch["input_ids"].device
-    return CapturePlan(query_positions=torch.arange(t - rows, t)[None].to(device),
-                       key_sets={"box": box[None].to(device), "image": tmap.key_mask(t)[None].to(device)})
+    sets = {"box": box[None].to(device), "image": tmap.key_mask(t)[None].to(device)}
+    grid = {k: v.to(device) for k, v in grid_key_sets(tmap.positions, main_view_grid(tmap), t).items()}
+    query = torch.arange(t - rows, t)[None].to(device)
+    return {"capture": CapturePlan(query_positions=query, key_sets=sets),
+            "grid": CapturePlan(query_positions=query, key_sets=sets | grid)}
 
 
-def forward(mode: str, model, batch, plan):
+def forward(mode: str, model, batch, plans: dict):
     from vrh_lmms.capture import capture_attention
 
     with torch.no_grad():
         if mode == "plain":
             return model(**batch, use_cache=False).logits
-        if mode == "capture":
-            with capture_attention(model, plan) as handle:
+        if mode in plans:
+            with capture_attention(model, plans[mode]) as handle:
                 model(**batch, use_cache=False)
             return handle.result()
         model.set_attn_implementation({"text_config": "eager"})
@@ -158,7 +164,7 @@ def worker(args) -> None:
     torch.set_num_threads(args.threads)
     model, processor = build(args.shape, args.device, args.max_tokens)
     batch = make_inputs(processor, args.worker_size, args.device)
-    plan = make_plan(model, processor, batch, args.rows, args.worker_size)
+    plan = make_plans(model, processor, batch, args.rows, args.worker_size)
     print(json.dumps({"mib": memory_mode(args.worker_mode, model, batch, plan, args.device)}))
 
 
@@ -195,14 +201,15 @@ def main(argv: list[str] | None = None) -> None:
     model, processor = build(args.shape, args.device, args.max_tokens)
     print(f"# Qwen2.5-VL {args.shape} shape, random weights, {args.device}, {args.rows} query rows, "
           f"{locate_layers(model)} text layers; time = median of {args.reps}; memory = peak extra MiB of one forward")
-    header = (f"{'side':>5} {'img':>5} {'T':>5} | {'plain ms':>9} {'capture':>9} {'x':>5} {'eager':>9} {'x':>5} | "
-              f"{'plain MiB':>9} {'capture':>9} {'x':>5} {'eager':>9} {'x':>5}")
+    header = (f"{'side':>5} {'img':>5} {'T':>5} | {'plain ms':>9} {'capture':>9} {'x':>5} {'grid':>9} {'x':>5} "
+              f"{'eager':>9} {'x':>5} | {'plain MiB':>9} {'capture':>9} {'x':>5} {'grid':>9} {'x':>5} {'eager':>9} "
+              f"{'x':>5}")
     print(header)
     rows = []
     for side in sizes:
         batch = make_inputs(processor, side, args.device)
-        plan = make_plan(model, processor, batch, args.rows, side)
-        n_img = int(plan.key_sets["image"].sum())
+        plan = make_plans(model, processor, batch, args.rows, side)
+        n_img = int(plan["capture"].key_sets["image"].sum())
         t = batch["input_ids"].shape[1]
         ms = time_modes(model, batch, plan, args.reps, args.device)
         if args.device == "cuda":
@@ -213,8 +220,9 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(row)
         r = {m: mib[m] / max(mib["plain"], 1e-9) for m in MODES}
         print(f"{side:>5} {n_img:>5} {t:>5} | {ms['plain']:>9.1f} {ms['capture']:>9.1f} "
-              f"{ms['capture'] / ms['plain']:>5.2f} {ms['eager']:>9.1f} {ms['eager'] / ms['plain']:>5.2f} | "
-              f"{mib['plain']:>9.1f} {mib['capture']:>9.1f} {r['capture']:>5.2f} "
+              f"{ms['capture'] / ms['plain']:>5.2f} {ms['grid']:>9.1f} {ms['grid'] / ms['plain']:>5.2f} "
+              f"{ms['eager']:>9.1f} {ms['eager'] / ms['plain']:>5.2f} | "
+              f"{mib['plain']:>9.1f} {mib['capture']:>9.1f} {r['capture']:>5.2f} {mib['grid']:>9.1f} {r['grid']:>5.2f} "
               f"{mib['eager']:>9.1f} {r['eager']:>5.2f}", flush=True)
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}, indent=1))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.discovery.queries import coord_rows, expression_rows, out_rows, token_pieces
+from vrh_lmms.discovery.queries import coord_rows, expression_rows, out_rows, random_row, token_pieces, union_rows
 from vrh_lmms.discovery.sample_stats import reduce_sample
 from vrh_lmms.discovery.scoring import (
     DEFAULT_CELL,
@@ -14,6 +14,7 @@ from vrh_lmms.discovery.scoring import (
     cell_scores,
     parse_cell,
     parse_cells,
+    presets_for,
     rank,
     top_k_membership,
 )
@@ -37,8 +38,14 @@ def fake_samples(n=7, layers=3, heads=4, seed=0):
 
 def test_cells_cover_design_space():
     cells = all_cells()
-    assert len(cells) == 13 and DEFAULT_CELL in cells and "retrieval" in cells
+    assert len(cells) == 5 * 2 * 2 + 2 and DEFAULT_CELL in cells and "retrieval" in cells
+    assert {"out_random1,sum,mean", "in+out,sum,mean", "in+out,argmax,freq", "localization_heads"} <= set(cells)
     assert parse_cells("out,sum,mean+in,argmax,freq") == ["out,sum,mean", "in,argmax,freq"]
+    # `in+out` is one query set inside a '+'-separated list
+    assert parse_cells("in+out,sum,mean+out_random1,sum,mean+in,sum,freq") == [
+        "in+out,sum,mean", "out_random1,sum,mean", "in,sum,freq"]
+    assert parse_cells("out,sum,mean+in+out,argmax,mean") == ["out,sum,mean", "in+out,argmax,mean"]
+    assert parse_cell("in+out,sum,mean").quantity == "in+out_sum"
     with pytest.raises(VRHError, match="Phi='max'"):
         parse_cell("out,max,mean")
     with pytest.raises(VRHError, match="expected Q,Phi,Omega"):
@@ -121,3 +128,39 @@ def test_reduce_sample_against_manual():
             assert got["retrieval"][l, h] == pytest.approx(np.mean(hits))
     empty = reduce_sample(mass, argmax, rows, {"in": [], "out": [8], "out_coords": []}, box, seq, needle)
     assert np.isnan(empty["in_sum"]).all() and not np.isnan(empty["out_sum"]).any()
+
+
+def test_presets_resolve_to_the_paper_fig3_cells():
+    assert parse_cells("retrieval_heads+qrhead+ocr_heads+vera+vrh+localization_heads") == [
+        "out,argmax,mean", "in,sum,mean", "out,sum,mean", "localization_heads"]
+    assert parse_cell("qrhead") == parse_cell("in,sum,mean")
+    assert presets_for(["in,sum,mean", "out,sum,mean"]) == {"qrhead": "in,sum,mean", "vera": "out,sum,mean",
+                                                            "vrh": "out,sum,mean"}
+    with pytest.raises(VRHError, match="preset"):
+        parse_cell("qr_head")
+
+
+def test_new_query_sets_against_manual():
+    torch.manual_seed(1)
+    layers, heads, T = 2, 3, 14
+    rows = [2, 3, 8, 9, 10, 11]
+    mass = torch.rand(layers, heads, len(rows))
+    argmax = torch.randint(0, T, (layers, heads, len(rows)))
+    box = torch.zeros(T, dtype=torch.bool)
+    box[[1, 5]] = True
+    q = {"in": [2, 3], "out": [8, 9, 10, 11], "out_coords": [9]}
+    q["out_random1"] = random_row(q["out"], "vrh_synth_grounding__test__4")
+    q["in+out"] = union_rows(q["in"], q["out"])
+    got = reduce_sample(mass, argmax, rows, q, box, torch.zeros(T, dtype=torch.long), torch.arange(T) < 8)
+    col = rows.index(q["out_random1"][0])
+    np.testing.assert_allclose(got["out_random1_sum"], mass[:, :, col].double().numpy())
+    np.testing.assert_allclose(got["in+out_sum"], mass.double().mean(-1).numpy())
+    np.testing.assert_allclose(got["in+out_argmax"], box[argmax].double().mean(-1).numpy())
+
+
+def test_random_row_is_seeded_by_the_doc_key():
+    rows = list(range(40, 60))
+    draws = {random_row(rows, f"task__val__{i}")[0] for i in range(200)}
+    assert draws == set(rows)  # every row can be drawn
+    assert all(random_row(rows, f"task__val__{i}") == random_row(rows, f"task__val__{i}") for i in range(20))
+    assert random_row([], "k") == [] and random_row([7], "k") == [7]

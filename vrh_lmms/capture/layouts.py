@@ -26,6 +26,8 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.tables import did_you_mean
 
 RULES = ("overlap", "any", "center")
+# The view that shows the whole image once, for a per-image token grid (multi-view layouts: the base / global view).
+MAIN_VIEWS = ("image", "base", "thumbnail", "global")
 
 
 @dataclass
@@ -169,3 +171,25 @@ def box_key_mask(tmap: ImageTokenMap, box_xyxy, seq_len: int, rule: str = "overl
     mask = torch.zeros(seq_len, dtype=torch.bool)
     mask[tmap.positions[box_token_indices(tmap, box_xyxy, rule)]] = True
     return mask
+
+
+def main_view_grid(tmap: ImageTokenMap) -> torch.Tensor:
+    """(rows, cols) long: for each cell of the main view's token grid, its index into tmap.positions (-1 where no
+    token covers image pixels). The main view is the first of MAIN_VIEWS the layout has (Qwen's single `image`,
+    LLaVA-NeXT's `base`, InternVL's `thumbnail`, the `global` view of tiled layouts), or its only view."""
+    views = set(tmap.view)
+    main = next((v for v in MAIN_VIEWS if v in views), None)
+    if main is None:
+        if len(views) != 1:
+            raise VRHError(f"no main view among the image's views {sorted(views)}; a token grid needs one of "
+                           f"{', '.join(MAIN_VIEWS)}")
+        main = next(iter(views))
+    idx = torch.tensor([i for i, v in enumerate(tmap.view) if v == main], dtype=torch.long)
+    xs = torch.unique(tmap.cells[idx, 0])
+    ys = torch.unique(tmap.cells[idx, 1])
+    row, col = torch.searchsorted(ys, tmap.cells[idx, 1]), torch.searchsorted(xs, tmap.cells[idx, 0])
+    if torch.unique(row * len(xs) + col).numel() != idx.numel():
+        raise VRHError(f"the {main!r} view covers some image cells twice; it has no single token grid")
+    grid = torch.full((len(ys), len(xs)), -1, dtype=torch.long)
+    grid[row, col] = idx
+    return grid

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     ranking = hf.cell_ranking(args.cell) if args.cell else hf.ranking
-    scores = np.asarray(hf.cells[args.cell]["scores"]) if args.cell else hf.scores
+    scores = np.asarray(hf.cells[hf.cell_name(args.cell)]["scores"]) if args.cell else hf.scores
     for i, h in enumerate(ranking[:args.top], 1):
         print(f"{i:3d}  {h}  {scores[h.layer, h.head]:.4f}")
     return 0

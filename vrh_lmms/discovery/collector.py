@@ -14,10 +14,20 @@ import torch
 from vrh_lmms.ablation import HeadMeanCollector
 from vrh_lmms.capture.attention import CapturePlan, capture_attention
 from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import box_key_mask, image_token_map
+from vrh_lmms.capture.layouts import box_key_mask, image_token_map, main_view_grid
+from vrh_lmms.discovery import localization
 from vrh_lmms.discovery.interceptor import DocContext
-from vrh_lmms.discovery.queries import answer_length, coord_rows, expression_rows, out_rows, token_pieces
+from vrh_lmms.discovery.queries import (
+    answer_length,
+    coord_rows,
+    expression_rows,
+    out_rows,
+    random_row,
+    token_pieces,
+    union_rows,
+)
 from vrh_lmms.discovery.sample_stats import reduce_sample
+from vrh_lmms.discovery.scoring import QUERIES, RETRIEVAL
 from vrh_lmms.discovery.store import PartStore, SamplePart
 from vrh_lmms.discovery.targets import target_from_doc
 from vrh_lmms.errors import VRHError
@@ -25,6 +35,7 @@ from vrh_lmms.errors import VRHError
 # How each per-token input continues over the answer tokens in a teacher-forced forward.
 SEQUENCE_FILL = {"attention_mask": 1, "token_type_ids": 1, "mm_token_type_ids": 0}
 DROP = {"position_ids", "cache_position", "labels"}  # no loss is computed; positions are rebuilt
+GRID_PREFIX = "grid:"  # key sets of single grid tokens (Localization Heads' maps)
 
 
 def _image_flags(inputs: dict[str, torch.Tensor]) -> torch.Tensor | None:
@@ -87,10 +98,14 @@ class SampleCollector:
     """Callback for GenerateInterceptor: capture, reduce, and store one part per doc.
 
     null_query: also score the content-free query (the expression replaced by "N/A", vrh_lmms.discovery.controls),
-    stored as `null_<quantity>` beside each quantity."""
+    stored as `null_<quantity>` beside each quantity. key_tokens: the rule mapping the box to key tokens
+    (vrh_lmms.capture.layouts.RULES). localization: also capture the last input token's attention over the main
+    view's token grid and store the Localization Heads statistics (vrh_lmms.discovery.localization)."""
 
-    def __init__(self, lm, store: PartStore, collect_means: bool = True, null_query: bool = False) -> None:
+    def __init__(self, lm, store: PartStore, collect_means: bool = True, null_query: bool = False,
+                 key_tokens: str = "overlap", localization: bool = False) -> None:
         self.lm, self.store, self.collect_means, self.null_query = lm, store, collect_means, null_query
+        self.key_tokens, self.localization = key_tokens, localization
         self.model = lm.model
         self.family = lm.vrh_family_spec
         self.processor = backend_processor(lm)
@@ -103,8 +118,9 @@ class SampleCollector:
         cont = continuation.detach().cpu()
         n = answer_length(cont.tolist(), self.stop_ids)
         answer = cont[:n]
-        stats, info, head_sums, tokens = self._sample(tensors, answer, target.expression, target,
-                                                      collect_means=self.collect_means)
+        stats, info, head_sums, tokens = self._sample(tensors, answer, target.expression, target, ctx.key,
+                                                      collect_means=self.collect_means,
+                                                      localize=self.localization)
         meta: dict[str, Any] = {"task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id, "image_id": target.image_id,
                                 "n_answer": n, "output_includes_prompt": output_includes_prompt, **info,
                                 "answer": self.tokenizer.decode(answer.tolist(), skip_special_tokens=True)}
@@ -114,7 +130,8 @@ class SampleCollector:
             prompt_pieces = token_pieces(self.tokenizer, tensors["input_ids"][0].tolist())
             null = content_free_prompt(tensors, self.tokenizer, prompt_pieces, target.expression)
             if null is not None:
-                null_stats = self._sample(null, answer, NULL_EXPRESSION, target, collect_means=False)[0]
+                null_stats = self._sample(null, answer, NULL_EXPRESSION, target, ctx.key, collect_means=False,
+                                          localize=False)[0]
             else:
                 null_stats = {k: np.full_like(v, np.nan) for k, v in stats.items()}
             stats.update({NULL_PREFIX + k: v for k, v in null_stats.items()})
@@ -122,9 +139,11 @@ class SampleCollector:
         self.store.write(SamplePart(key=ctx.key, stats=stats, answer_ids=cont.numpy(), meta=meta,
                                     head_sums=head_sums, tokens=tokens))
 
-    def _sample(self, tensors: dict[str, torch.Tensor], answer: torch.Tensor, expression: str, target,
-                collect_means: bool) -> tuple[dict[str, np.ndarray], dict[str, Any], np.ndarray | None, int]:
-        """Per-head statistics of one teacher-forced prompt + answer (and the o_proj input sums for means)."""
+    def _sample(self, tensors: dict[str, torch.Tensor], answer: torch.Tensor, expression: str, target, key: str,
+                collect_means: bool, localize: bool,
+                ) -> tuple[dict[str, np.ndarray], dict[str, Any], np.ndarray | None, int]:
+        """Per-head statistics of one teacher-forced prompt + answer (and the o_proj input sums for means).
+        key: the doc's key, which seeds the `out_random1` draw (reruns agree)."""
         from vrh_lmms.discovery.controls import IMAGE_MASS
 
         prompt = tensors["input_ids"][0]
@@ -139,19 +158,24 @@ class SampleCollector:
             "out_coords": coord_rows(prompt_len, pieces[prompt_len:prompt_len + n]),
             "in": expression_rows(pieces, expression, limit=prompt_len) if expression else [],
         }
+        rows_by_set["out_random1"] = random_row(rows_by_set["out"], key)
+        rows_by_set["in+out"] = union_rows(rows_by_set["in"], rows_by_set["out"])
         extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm)
         tmap = image_token_map(self.family.name, prompt.detach().cpu(), target.image_size, extras)
-        box = box_key_mask(tmap, target.box, seq_len)
-        rows = sorted({r for rs in rows_by_set.values() for r in rs})
+        box = box_key_mask(tmap, target.box, seq_len, rule=self.key_tokens)
+        last = prompt_len - 1  # Localization Heads' query: the last input token
+        rows = sorted({r for rs in rows_by_set.values() for r in rs} | ({last} if localize else set()))
         info = {"prompt_len": prompt_len, "n_box_tokens": int(box.sum()), "n_image_tokens": int(tmap.positions.numel()),
-                "rows": {k: len(v) for k, v in rows_by_set.items()}}
+                "rows": {k: len(v) for k, v in rows_by_set.items()}, "out_random1_row": rows_by_set["out_random1"]}
+        key_sets = {"box": box.view(1, -1), "image": tmap.key_mask(seq_len).view(1, -1)}
+        grid = main_view_grid(tmap) if localize else None
+        if grid is not None:
+            key_sets.update(grid_key_sets(tmap.positions, grid, seq_len))
         geometry = self.lm.vrh_decoder.geometry
         head_sums, tokens = None, 0
         nan = np.full((geometry.layers, geometry.heads), np.nan)
         if rows:
-            plan = CapturePlan(query_positions=torch.tensor([rows], dtype=torch.long),
-                               key_sets={"box": box.view(1, -1), "image": tmap.key_mask(seq_len).view(1, -1)},
-                               argmax=True)
+            plan = CapturePlan(query_positions=torch.tensor([rows], dtype=torch.long), key_sets=key_sets, argmax=True)
             means = HeadMeanCollector(self.model, self.lm.vrh_decoder) if collect_means else None
             with torch.no_grad(), capture_attention(self.model, plan) as handle:
                 if means is not None:
@@ -165,9 +189,36 @@ class SampleCollector:
             out_cols = [rows.index(r) for r in rows_by_set["out"]]
             stats[IMAGE_MASS] = (result.mass["image"][0][:, :, out_cols].double().mean(-1).cpu().numpy()
                                  if out_cols else nan.copy())
+            if grid is not None:
+                stats.update(localization.sample_statistics(grid_maps(result.mass, grid, rows.index(last))))
             if means is not None:
                 head_sums, tokens = means.sums.numpy().astype(np.float32), means.count
         else:
-            stats = {k: nan.copy() for k in ("in_sum", "in_argmax", "out_sum", "out_argmax", "out_coords_sum",
-                                             "out_coords_argmax", "retrieval", IMAGE_MASS)}
+            names = [f"{q}_{k}" for q in QUERIES for k in ("sum", "argmax")] + [RETRIEVAL, IMAGE_MASS]
+            names += [localization.ENTROPY, localization.IMAGE_SUM] if localize else []
+            stats = {k: nan.copy() for k in names}
         return stats, info, head_sums, tokens
+
+
+def grid_key_sets(positions: torch.Tensor, grid: torch.Tensor, seq_len: int) -> dict[str, torch.Tensor]:
+    """One single-token key set per cell of the token grid that has a token (its mass = that token's attention)."""
+    out = {}
+    for cell, index in enumerate(grid.flatten().tolist()):
+        if index >= 0:
+            mask = torch.zeros(1, seq_len, dtype=torch.bool)
+            mask[0, int(positions[index])] = True
+            out[f"{GRID_PREFIX}{cell}"] = mask
+    return out
+
+
+
+def grid_maps(mass: dict[str, torch.Tensor], grid: torch.Tensor, column: int) -> np.ndarray:
+    """(layers, heads, rows, cols): the captured row `column`'s attention on each grid cell's token (0 where the
+    grid has no token)."""
+    first = mass["box"]
+    layers, heads = first.shape[1], first.shape[2]
+    out = np.zeros((layers, heads, grid.numel()))
+    for cell, index in enumerate(grid.flatten().tolist()):
+        if index >= 0:
+            out[:, :, cell] = mass[f"{GRID_PREFIX}{cell}"][0, :, :, column].double().cpu().numpy()
+    return out.reshape(layers, heads, *grid.shape)

@@ -54,6 +54,11 @@ def content_free_prompt(tensors: dict[str, torch.Tensor], tokenizer, pieces: Seq
     return out
 
 
+# Localization Heads' per-sample statistics are an entropy and a selection input, not masses on the box: subtracting
+# the content-free query's would mean nothing, so they pass through uncorrected (vrh_lmms.discovery.localization).
+UNCORRECTED = frozenset({"loc_entropy", "loc_image_sum"})
+
+
 def corrected_stats(stats: Sequence[dict[str, np.ndarray]]) -> list[dict[str, np.ndarray]]:
     """Per sample, every scored quantity minus its content-free counterpart (NaN where a sample has none)."""
     out = []
@@ -61,6 +66,9 @@ def corrected_stats(stats: Sequence[dict[str, np.ndarray]]) -> list[dict[str, np
         row = {}
         for key, value in s.items():
             if key.startswith(NULL_PREFIX) or key == IMAGE_MASS:
+                continue
+            if key in UNCORRECTED:  # not a mass: kept as measured on the real query
+                row[key] = value
                 continue
             null = s.get(NULL_PREFIX + key)
             row[key] = value - null if null is not None else np.full_like(value, np.nan)

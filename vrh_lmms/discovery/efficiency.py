@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vrh_lmms.discovery.scoring import RETRIEVAL, aggregate, parse_cell, per_sample_matrix, rank
+from vrh_lmms.discovery.scoring import LOCALIZATION, RETRIEVAL, aggregate, parse_cell, per_sample_matrix, rank
 from vrh_lmms.errors import VRHError
 
 DEFAULT_NS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
@@ -28,10 +28,15 @@ class EfficiencyRow:
     exact_share: float  # share of resamples whose top-k equals the full top-k as a set
 
 
-def _cell_matrix(samples: Sequence[dict[str, np.ndarray]], cell: str) -> tuple[np.ndarray, str]:
+def _cell_matrix(samples: Sequence[dict[str, np.ndarray]], cell: str, freq_top_k: int) -> tuple[np.ndarray, str]:
     parsed = parse_cell(cell)
     if parsed == RETRIEVAL:
         return per_sample_matrix(samples, RETRIEVAL), "mean"
+    if parsed == LOCALIZATION:  # each sample's selection; their mean is the frequency
+        from vrh_lmms.discovery.localization import ENTROPY, IMAGE_SUM, selection
+
+        pairs = zip(per_sample_matrix(samples, ENTROPY), per_sample_matrix(samples, IMAGE_SUM), strict=True)
+        return np.stack([selection(e, s, freq_top_k) for e, s in pairs]), "mean"
     return per_sample_matrix(samples, parsed.quantity), parsed.aggregate
 
 
@@ -42,7 +47,7 @@ def top_set(scores: np.ndarray, k: int) -> set[tuple[int, int]]:
 def sample_efficiency(samples: Sequence[dict[str, np.ndarray]], cell: str, k: int, ns: Sequence[int] = DEFAULT_NS,
                       resamples: int = 200, seed: int = 0, freq_top_k: int = 20) -> tuple[list[EfficiencyRow], set]:
     """Overlap table for every n not larger than the number of samples (the full n is always included)."""
-    per_sample, how = _cell_matrix(samples, cell)
+    per_sample, how = _cell_matrix(samples, cell, freq_top_k)
     valid = ~np.isnan(per_sample).all(axis=(1, 2))
     per_sample = per_sample[valid]
     total = per_sample.shape[0]

@@ -3,13 +3,17 @@
 For a teacher-forced sequence `prompt + answer`, the row that *emits* answer token t sits one position earlier
 (the decoding step that produced it). `out` = those rows for every answer token; `out_coords` = the rows emitting
 tokens that carry digits (coordinates, PaliGemma's <locNNNN>); `in` = the referring expression's own tokens in the
-prompt, found by matching the decoded text so it works for any tokenizer.
+prompt, found by matching the decoded text so it works for any tokenizer; `out_random1` = one `out` row drawn at
+random, seeded by the doc key so reruns agree (paper Fig 8b); `in+out` = the union of `in` and `out` (Table A8).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
+
+import numpy as np
 
 _STRIP = re.compile(r"[\sĠ▁Ċ]+")
 
@@ -55,3 +59,15 @@ def expression_rows(pieces: Sequence[str], expression: str, limit: int | None = 
 def token_pieces(tokenizer, ids: Sequence[int]) -> list[str]:
     """Each token's own text (special tokens included), for matching and for spotting digits."""
     return [tokenizer.decode([int(t)], skip_special_tokens=False) for t in ids]
+
+
+def random_row(rows: Sequence[int], key: str) -> list[int]:
+    """One of `rows`, drawn with a generator seeded by the doc key (sha256), so every rerun draws the same one."""
+    if not rows:
+        return []
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
+    return [int(rows[int(np.random.default_rng(seed).integers(len(rows)))])]
+
+
+def union_rows(*sets: Sequence[int]) -> list[int]:
+    return sorted({int(r) for rows in sets for r in rows})

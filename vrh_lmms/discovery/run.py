@@ -24,6 +24,9 @@ from vrh_lmms.errors import VRHError
 from vrh_lmms.runfile import run_file_path
 
 IDENTITY = "identity.json"
+# Version of what a part holds: 2 added the out_random1 / in+out query sets and the Localization Heads statistics,
+# so parts written before (without them) belong to another discovery.
+STATS_VERSION = 2
 
 
 @dataclass
@@ -40,10 +43,14 @@ class DiscoverySpec:
     gen_kwargs: str | None = None
     seed: int = 0
     null_query: bool = False  # subtract each head's score on the content-free query (discovery/controls.py)
+    # GT box -> key tokens (vrh_lmms.capture.layouts.RULES): `overlap` = at least half a cell inside the box (centre
+    # cell as fallback), the default; `any` = every token whose cell overlaps the box, the paper's rule; `center`.
+    key_tokens: str = "overlap"
 
     def identity(self) -> dict[str, Any]:
         out = {"model": self.model, "model_args": self.model_args, "tasks": self.tasks, "limit": self.limit,
-               "gen_kwargs": self.gen_kwargs, "seed": self.seed}
+               "gen_kwargs": self.gen_kwargs, "seed": self.seed, "stats": STATS_VERSION}
+        out |= {"key_tokens": self.key_tokens} if self.key_tokens != "overlap" else {}
         return out | ({"null_query": True} if self.null_query else {})
 
 
@@ -143,6 +150,10 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
         raise VRHError(f"--limit must be positive (or -1 for all docs), got {spec.limit}")
     if spec.freq_top_k is not None and spec.freq_top_k < 1:
         raise VRHError(f"--freq-top-k must be at least 1, got {spec.freq_top_k}")
+    from vrh_lmms.capture.layouts import RULES
+
+    if spec.key_tokens not in RULES:
+        raise VRHError(f"--key-tokens {spec.key_tokens!r}: use one of {', '.join(RULES)}")
     plan = None
     if lm is None:
         plan = preload.plan_args(spec.model, spec.model_args)
@@ -164,7 +175,7 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     from vrh_lmms import distributed, lmms
     from vrh_lmms.discovery.scoring import all_cells, parse_cells
 
-    cells = spec.cells or all_cells()
+    cells = parse_cells("+".join(spec.cells)) if spec.cells else all_cells()
     primary = parse_cells(spec.primary)[0]
     if primary not in cells:
         cells = [primary, *cells]
@@ -187,7 +198,10 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     store = PartStore(paths["parts"])
     tracker = DocTracker(lm.task_dict)
     lm.task_dict = tracker
-    collector = SampleCollector(lm, store, collect_means=spec.collect_means, null_query=spec.null_query)
+    from vrh_lmms.discovery.scoring import LOCALIZATION
+
+    collector = SampleCollector(lm, store, collect_means=spec.collect_means, null_query=spec.null_query,
+                                key_tokens=spec.key_tokens, localization=LOCALIZATION in cells)
     interceptor = GenerateInterceptor(lm.model, tracker, collector, lambda ctx: store.cached_answer(ctx.key))
     try:
         results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)
@@ -229,7 +243,15 @@ def dead_heads_block(dead, ranking) -> dict[str, Any]:
 def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> Path:
     from vrh_lmms import __version__, lmms
     from vrh_lmms.ablation import save_means
-    from vrh_lmms.discovery.scoring import default_freq_top_k, parse_cell, rank, score_all
+    from vrh_lmms.discovery.scoring import (
+        LOCALIZATION,
+        PRESETS,
+        default_freq_top_k,
+        parse_cell,
+        presets_for,
+        rank,
+        score_all,
+    )
     from vrh_lmms.heads.geometry import HeadRef, head_name
     from vrh_lmms.heads.heads_file import HeadsFile, save_heads_file
 
@@ -249,18 +271,22 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
                       "ranking": [head_name(l, h) for l, h in rank(s)]} for c, s in scored.items()}
     parsed = parse_cell(primary)
     q, k, a = (primary, primary, "mean") if isinstance(parsed, str) else (parsed.query, parsed.key, parsed.aggregate)
+    if parsed == LOCALIZATION:
+        q, k, a = "last_input", "spatial_entropy", "freq"
     baseline = {}
     for task in spec.tasks:
         res = (results.get("results") or {}).get(task, {})
         if "acc50,none" in res:
             baseline[task] = {"acc50": res["acc50,none"], "n": len((results.get("samples") or {}).get(task, []))}
     scoring = {"query": q, "key": k, "aggregate": a, "cell": primary, "task": ",".join(spec.tasks),
-               "n_samples": len(parts), "limit": spec.limit, "freq_top_k": freq_k, "box_rule": "overlap",
+               "n_samples": len(parts), "limit": spec.limit, "freq_top_k": freq_k, "box_rule": spec.key_tokens,
+               "key_tokens": spec.key_tokens,
                "model_args": spec.model_args, "model": spec.model, "gen_kwargs": spec.gen_kwargs,
                "command": " ".join(["vrh-lmms", *sys.argv[1:]]) if sys.argv else None,
                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "version": __version__,
                "samples_file": paths["samples"].name,
                "samples_without_box_tokens": sum(1 for p in parts if p.meta.get("n_box_tokens", 0) == 0)}
+    scoring |= {"preset": spec.primary} if spec.primary in PRESETS else {}
     primary_scores = np.nan_to_num(scored[primary], nan=0.0)
     from vrh_lmms.discovery.controls import heads_file_extras
 
@@ -268,7 +294,8 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
                    geometry=geometry, scores=primary_scores,
                    ranking=[HeadRef(l, h) for l, h in rank(scored[primary])],
                    scoring=scoring, cells=cell_block, baseline=baseline or None,
-                   extra=heads_file_extras(parts, primary_scores, primary, spec.null_query)
+                   extra={"presets": presets_for(cell_block)}
+                   | heads_file_extras(parts, primary_scores, primary, spec.null_query)
                    | dead_heads_block(getattr(lm, "vrh_dead_heads", None), rank(scored[primary])))
     # Side outputs first, the heads file last: its presence means the run is complete.
     common = [name for name in parts[0].stats if all(name in p.stats for p in parts)]

@@ -1,16 +1,21 @@
 """The head-scoring design space: query tokens Q x key aggregation Phi x sample aggregation Omega, plus retrieval.
 
 Per sample, capture yields for each query set Q (`in`: referring-expression tokens, `out`: the positions emitting
-the answer tokens, `out_coords`: those emitting coordinate tokens) and each head:
+the answer tokens, `out_coords`: those emitting coordinate tokens, `out_random1`: ONE answer-emitting row drawn at
+random per sample, seeded by the doc key (paper Fig 8b), `in+out`: the union of the `in` and `out` rows (paper
+Table A8)) and each head:
   - `sum`:    the attention mass that the rows put on the box's image tokens, averaged over rows;
   - `argmax`: the share of rows whose most-attended key lies in the box;
 and the copy-paste retrieval score of Wu et al. (share of answer tokens that a head's top-1 key copies).
 Across samples, Omega `mean` averages the per-sample scores and `freq` counts how often a head is among a sample's
-top-k heads. Everything here is pure numpy on those per-sample arrays.
+top-k heads. `localization_heads` is the Localization Heads scorer of Kang et al. (vrh_lmms.discovery.localization).
+Presets name the cells the paper's Fig 3 uses for prior methods (PRESETS); they resolve to a cell everywhere a cell
+is accepted. Everything here is pure numpy on those per-sample arrays.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -18,11 +23,22 @@ import numpy as np
 
 from vrh_lmms.errors import VRHError
 
-QUERIES = ("in", "out", "out_coords")
+QUERIES = ("in", "out", "out_coords", "out_random1", "in+out")
 KEYS = ("argmax", "sum")
 AGGREGATES = ("mean", "freq")
 RETRIEVAL = "retrieval"
+LOCALIZATION = "localization_heads"
 DEFAULT_CELL = "out,sum,mean"
+# Prior methods as cells of the design space, as the paper's Fig 3 scores them (paper-protocol.md, Fig 3 row).
+PRESETS = {
+    "retrieval_heads": "out,argmax,mean",  # Wu et al.: the paper's Fig 3 cell (the copy-paste score is `retrieval`)
+    "qrhead": "in,sum,mean",  # QRHead
+    "ocr_heads": "out,argmax,mean",  # OCR Heads
+    "vera": "out,sum,mean",  # VERA
+    "vrh": "out,sum,mean",  # this paper's default
+    "localization_heads": LOCALIZATION,  # Kang et al.: Q = last input token, spatial entropy, freq
+}
+_UNION = re.compile(r"(?<![A-Za-z0-9_])in\+out(?=,)")  # the `in+out` query set inside a '+'-separated list
 
 
 @dataclass(frozen=True)
@@ -42,17 +58,30 @@ class Cell:
 
 
 def all_cells() -> list[str]:
-    return [f"{q},{k},{a}" for q in QUERIES for k in KEYS for a in AGGREGATES] + [RETRIEVAL]
+    return [f"{q},{k},{a}" for q in QUERIES for k in KEYS for a in AGGREGATES] + [RETRIEVAL, LOCALIZATION]
+
+
+def preset_cell(text: str) -> str:
+    """A preset's cell name (`qrhead` -> `in,sum,mean`); any other text unchanged."""
+    return PRESETS.get(text.strip(), text)
+
+
+def presets_for(cells: Iterable[str]) -> dict[str, str]:
+    """The heads file's `presets` block: every preset whose cell these cells hold, preset name -> cell name."""
+    held = set(cells)
+    return {name: cell for name, cell in PRESETS.items() if cell in held}
 
 
 def parse_cell(text: str) -> Cell | str:
-    """`out,sum,mean` -> Cell; `retrieval` -> "retrieval". Names the bad part otherwise."""
-    text = text.strip().replace(" ", "").replace(";", ",").replace("/", ",")
-    if text == RETRIEVAL:
-        return RETRIEVAL
+    """`out,sum,mean` -> Cell; `retrieval` / `localization_heads` -> that name; a preset -> its cell. Names the bad
+    part otherwise."""
+    text = preset_cell(text.strip().replace(" ", "").replace(";", ",").replace("/", ","))
+    if text in (RETRIEVAL, LOCALIZATION):
+        return text
     parts = text.split(",")
     if len(parts) != 3:
-        raise VRHError(f"scoring cell {text!r}: expected Q,Phi,Omega such as 'out,sum,mean', or 'retrieval'")
+        raise VRHError(f"scoring cell {text!r}: expected Q,Phi,Omega such as 'out,sum,mean', 'retrieval', or a "
+                       f"preset ({', '.join(PRESETS)})")
     q, k, a = parts
     for value, allowed, axis in ((q, QUERIES, "Q"), (k, KEYS, "Phi"), (a, AGGREGATES, "Omega")):
         if value not in allowed:
@@ -61,13 +90,16 @@ def parse_cell(text: str) -> Cell | str:
 
 
 def parse_cells(text: str | None) -> list[str]:
-    """`all`, a single cell, or several separated by `+` (cells themselves contain commas)."""
+    """`all`, a single cell or preset, or several separated by `+` (cells themselves contain commas; the query set
+    `in+out` is read as one name). Presets become their cells; each cell is listed once."""
     if not text or text == "all":
         return all_cells()
-    out = []
-    for chunk in text.split("+"):
-        cell = parse_cell(chunk)
-        out.append(cell if isinstance(cell, str) else cell.name)
+    out: list[str] = []
+    for chunk in _UNION.sub("in\0out", text).split("+"):
+        cell = parse_cell(chunk.replace("\0", "+"))
+        name = cell if isinstance(cell, str) else cell.name
+        if name not in out:
+            out.append(name)
     return out
 
 
@@ -116,6 +148,10 @@ def cell_scores(samples: Sequence[dict[str, np.ndarray]], cell: str, freq_top_k:
     parsed = parse_cell(cell)
     if parsed == RETRIEVAL:
         return aggregate(per_sample_matrix(samples, RETRIEVAL), "mean", freq_top_k)
+    if parsed == LOCALIZATION:
+        from vrh_lmms.discovery.localization import ENTROPY, IMAGE_SUM, frequency
+
+        return frequency(per_sample_matrix(samples, ENTROPY), per_sample_matrix(samples, IMAGE_SUM), freq_top_k)
     return aggregate(per_sample_matrix(samples, parsed.quantity), parsed.aggregate, freq_top_k)
 
 

@@ -41,10 +41,19 @@ class HeadsFile:
             raise VRHError(f"top{k} asks for more heads than the heads file ranks ({len(self.ranking)})")
         return list(self.ranking[:k])
 
+    def cell_name(self, cell: str) -> str:
+        """The key in `cells` of a cell or of a preset named in the file's `presets` block (`qrhead` ->
+        `in,sum,mean`), so a scorer's ranking is reachable by either name."""
+        if cell in self.cells:
+            return cell
+        presets = self.extra.get("presets") or {}
+        if cell in presets and presets[cell] in self.cells:
+            return presets[cell]
+        known = [*self.cells, *presets]
+        raise VRHError(f"heads file has no scoring cell or preset {cell!r}; it has: {', '.join(known) or 'none'}")
+
     def cell_ranking(self, cell: str) -> list[HeadRef]:
-        if cell not in self.cells:
-            raise VRHError(f"heads file has no scoring cell {cell!r}; it has: {', '.join(self.cells) or 'none'}")
-        return [parse_head(h) for h in self.cells[cell]["ranking"]]
+        return [parse_head(h) for h in self.cells[self.cell_name(cell)]["ranking"]]
 
     def to_json(self) -> dict[str, Any]:
         out = {
