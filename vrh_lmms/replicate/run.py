@@ -139,6 +139,30 @@ def stage_efficiency(ctx: Context) -> dict[str, Any]:
             "rows": [r.__dict__ for r in rows]}
 
 
+def stage_maps(ctx: Context) -> dict[str, Any]:
+    """Attention over the image of a few evaluation docs: all heads, the top-k VRHs, all but them (Figs A1/A2)."""
+    from vrh_lmms import lmms
+    from vrh_lmms.heads.heads_file import load_heads_file
+    from vrh_lmms.maps.collect import collect_maps
+    from vrh_lmms.maps.locator import LocatorSettings
+    from vrh_lmms.maps.outputs import png_name, write_maps
+
+    spec = ctx.spec
+    hf = load_heads_file(ctx.heads)
+    k = min(max(spec.ks), len(hf.ranking))
+    task = spec.grounding_tasks[0]
+    lm = ctx.lm("model")
+    lm.batch_size_per_gpu = 1  # maps are captured one doc at a time
+    with ctx.docs("eval"):
+        maps = collect_maps(lm, [task], lmms.task_manager(spec.model, tasks=[task]), spec.map_docs, None, "answer",
+                            gen_kwargs=spec.gen_kwargs, keep_images=True)
+    out = ctx.out / "maps"
+    path = write_maps(maps, hf.ranking[:k], LocatorSettings(), out,
+                      {"model": spec.model, "model_args": spec.model_args, "tasks": [task],
+                       "heads_file": str(ctx.heads.resolve()), "rows": "answer"})
+    return {"files": [str(path.relative_to(ctx.out))] + [f"maps/{png_name(m)}" for m in maps], "k": k}
+
+
 def stage_transfer(ctx: Context) -> dict[str, Any]:
     partner_heads = _discover(ctx, "partner", ctx.out / "partner" / "heads.json")
     task = ctx.spec.grounding_tasks[:1]
@@ -155,6 +179,7 @@ def stage_report(ctx: Context) -> dict[str, Any]:
     from vrh_lmms.report.build import ReportSettings, build_report
 
     sweeps = sorted(p for p in (ctx.out / "sweeps").iterdir() if (p / "sweep.json").is_file())
+    sweeps += [ctx.out / "maps"] if (ctx.out / "maps").is_dir() else []  # the report's attention-map panel
     heads = [str(ctx.heads)] + ([str(ctx.out / "partner" / "heads.json")]
                                 if (ctx.out / "partner" / "heads.json").is_file() else [])
     report = build_report(sweeps, ctx.out / "report", ReportSettings(heads_files=tuple(heads), force=True,
@@ -174,6 +199,9 @@ def stages(spec: ReplicateSpec) -> list[tuple[str, str, Stage]]:
         out.append(("vqa", f"cross-task: top-{spec.vqa_k} masked on {', '.join(spec.vqa_tasks)} (Table 3)",
                     stage_vqa))
     out.append(("efficiency", "top-k overlap with all detection docs as n varies (Fig 8c)", stage_efficiency))
+    if spec.map_docs:
+        out.append(("maps", f"attention over the image of evaluation docs {', '.join(map(str, spec.map_docs))}: "
+                            "all heads, top-k, all but the top-k (Figs A1/A2)", stage_maps))
     if spec.partner_model_args:
         out.append(("transfer", "the partner model's heads and this model's, masked on each other (Fig 7)",
                     stage_transfer))

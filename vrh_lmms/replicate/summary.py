@@ -165,6 +165,8 @@ def write_summary(out: Path, spec: ReplicateSpec, report: dict[str, Any]) -> Pat
              "- `report/report.html`, `report/report.md`: every configuration with intervals, tests and plots",
              "- `heads.json`: the detected heads (all scoring cells); `efficiency/efficiency.png`: Fig 8c",
              "- `sweeps/`: one lmms-eval results folder per configuration; `replicate.json`: stages and timings"]
+    if (out / "maps").is_dir():
+        text.append("- `maps/map_*.png`: attention over the image, all heads / top-k / all but the top-k (Figs A1/A2)")
     if (out / "partner").is_dir():
         text.append("- `partner/heads.json`, `sweeps/transfer_*`: transfer between the two models (Fig 7)")
     text += ["", "Stage times (s): " + ", ".join(f"{k} {v.get('seconds', '?')}" for k, v in stages.items())]
