@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "synth": ("synth", "write synthetic grounding data in the hub or refer layout"),
     "tasks-path": ("tasks_path", "print the folder of the plugin's lmms-eval task YAMLs"),
     "heads": ("heads", "show a heads file or resolve a head spec against it"),
+    "compare-heads": ("compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files"),
 }
 
 
