@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tasks-path": ("tasks_path", "print the folder of the plugin's lmms-eval task YAMLs"),
     "heads": ("heads", "show a heads file or resolve a head spec against it"),
     "compare-heads": ("compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files"),
+    "score-distribution": ("score_distribution", "share of heads above score thresholds, with a log-scale plot"),
 }
 
 
