@@ -15,7 +15,7 @@ from vrh_lmms.heads.geometry import Geometry
 from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
 
 PIXELS = 224 * 224
-K = 5
+K = 3
 OTHER_CELL = "out,argmax,mean"
 
 
