@@ -116,3 +116,28 @@ def test_different_geometries_refused_in_one_line_unless_allowed():
     pair = compare([a, b], k=5, allow_cross_geometry=True)["pairs"][0]
     assert pair["spearman"] is None and pair["p_value"] is None and pair["chance"] is None
     assert pair["overlap"] == len(set(a.ranking[:5]) & set(b.ranking[:5]))
+
+
+def test_heads_that_write_nothing_are_left_out_of_live_statistics():
+    """A pruned head attends uniformly (the demo models have 54 of them, all with one score): the live-head Spearman
+    and score shares leave out every head either file lists under dead_heads."""
+    from vrh_lmms.report.score_distribution import distribution
+
+    scores = np.array([[0.0139, 0.0139, 0.2], [0.002, 0.0139, 0.0]])
+    hf = _heads_file(scores)
+    hf.extra = {"dead_heads": {"heads": ["L0H0", "L0H1", "L1H1"]}}
+    row = distribution([from_heads_file(hf, "a.json")], [1e-3, 5e-3])["inputs"][0]
+    assert row["above"] == {"0.001": pytest.approx(5 / 6), "0.005": pytest.approx(4 / 6)}
+    assert row["live"] == {"heads": 3, "above": {"0.001": pytest.approx(2 / 3), "0.005": pytest.approx(1 / 3)}}
+
+    rng = np.random.default_rng(11)
+    a, b = rng.gamma(0.3, size=(4, 8)), rng.gamma(0.3, size=(4, 8))
+    ha, hb = _heads_file(a, "A"), _heads_file(b, "B")
+    ha.extra = {"dead_heads": {"heads": ["L0H0", "L3H7"]}}
+    hb.extra = {"dead_heads": {"heads": ["L1H2"]}}
+    pair = compare([from_heads_file(ha, "a.json"), from_heads_file(hb, "b.json")], k=3)["pairs"][0]
+    live = np.ones(a.shape, dtype=bool)
+    live[0, 0] = live[3, 7] = live[1, 2] = False
+    assert pair["n_live"] == 29
+    assert pair["spearman_live"] == pytest.approx(sps.spearmanr(a[live], b[live]).statistic, rel=1e-12)
+    assert pair["spearman"] == pytest.approx(sps.spearmanr(a.ravel(), b.ravel()).statistic, rel=1e-12)

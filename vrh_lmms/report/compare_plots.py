@@ -12,6 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from vrh_lmms.heads.geometry import parse_head
 from vrh_lmms.report.head_compare import HeadScores
@@ -38,6 +39,8 @@ def _score_map(ax, fig, item: HeadScores, k: int) -> None:
     top = [parse_head(n) for n in item.ranking[:k]]
     ax.scatter([h.head for h in top], [h.layer for h in top], s=28, facecolors="none", edgecolors="red",
                linewidths=1.2, label=f"top-{k}")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(item.label, fontsize=9)

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms.errors import VRHError
+from vrh_lmms.heads.geometry import head_name
 from vrh_lmms.report.head_compare import HeadScores
 from vrh_lmms.stats.distribution import share_above
 
@@ -37,8 +38,21 @@ def distribution(items: list[HeadScores], thresholds: list[float]) -> dict[str, 
                      "count_above": {f"{t:g}": int(np.count_nonzero(flat > t)) for t in thresholds},
                      "non_positive": int(np.count_nonzero(~(flat > 0))),
                      "max": float(np.nanmax(flat)), "median": float(np.nanmedian(flat)),
-                     "quantiles": {q: float(np.nanquantile(flat, float(q))) for q in ("0.5", "0.9", "0.98", "0.99")}})
+                     "quantiles": {q: float(np.nanquantile(flat, float(q))) for q in ("0.5", "0.9", "0.98", "0.99")},
+                     "live": _live_shares(item, thresholds)})
     return {"schema": SCHEMA, "thresholds": [float(t) for t in thresholds], "inputs": rows, "paper": PAPER_NOTE}
+
+
+def _live_shares(item: HeadScores, thresholds: list[float]) -> dict[str, Any] | None:
+    """The shares among the heads that write something, where the file records heads that write nothing (a pruned
+    head attends uniformly, so its score is the keys' average box share, not a retrieval score); None otherwise."""
+    if not item.dead:
+        return None
+    live = np.array([[head_name(layer, head) not in item.dead for head in range(item.heads)]
+                     for layer in range(item.layers)])
+    scores = np.asarray(item.scores, dtype=float)[live]
+    shares = share_above(scores, thresholds)
+    return {"heads": int(live.sum()), "above": {f"{t:g}": shares[t] for t in thresholds}}
 
 
 def distribution_markdown(block: dict[str, Any], plot_name: str | None = None) -> str:
@@ -55,6 +69,14 @@ def distribution_markdown(block: dict[str, Any], plot_name: str | None = None) -
         lines.append(f"| {r['label']} | {r['cell']} | {r['heads']} | " +
                      " | ".join(f"{100 * r['above'][k]:.1f}%" for k in keys) +
                      f" | {r['median']:.3g} | {r['quantiles']['0.99']:.3g} | {r['max']:.3g} |")
+    live = [r for r in block["inputs"] if r.get("live")]
+    if live:
+        lines += ["", "Among the heads that write something (the files list heads whose o_proj columns are zero):", "",
+                  "| input | live heads | " + " | ".join(f"share above {k}" for k in keys) + " |",
+                  "|---|---|" + "---|" * len(keys)]
+        for r in live:
+            lines.append(f"| {r['label']} | {r['live']['heads']} | " +
+                         " | ".join(f"{100 * r['live']['above'][k]:.1f}%" for k in keys) + " |")
     lines += ["", block["paper"]]
     if any(r["non_positive"] for r in block["inputs"]):
         lines.append("Scores at or below zero (e.g. after `--null-query` calibration) are counted in the shares but "
