@@ -141,3 +141,23 @@ def test_heads_that_write_nothing_are_left_out_of_live_statistics():
     assert pair["n_live"] == 29
     assert pair["spearman_live"] == pytest.approx(sps.spearmanr(a[live], b[live]).statistic, rel=1e-12)
     assert pair["spearman"] == pytest.approx(sps.spearmanr(a.ravel(), b.ravel()).statistic, rel=1e-12)
+
+
+def test_two_cells_of_one_discovery_compared_as_two_inputs(tmp_path):
+    from vrh_lmms.heads.heads_file import save_heads_file
+
+    rng = np.random.default_rng(5)
+    sum_mean, argmax_mean = rng.gamma(0.3, size=(6, 16)), rng.gamma(0.3, size=(6, 16))
+    cells = {c: {"scores": s.tolist(), "ranking": [str(h) for h in ranking_from_scores(s)]}
+             for c, s in (("out,sum,mean", sum_mean), ("out,argmax,mean", argmax_mean))}
+    hf = _heads_file(sum_mean, "Org/model")
+    hf.cells = cells
+    path = save_heads_file(hf, tmp_path / "heads.json")
+    a, b = load_inputs([str(path), str(path)], ["out,sum,mean", "out,argmax,mean"])
+    assert (a.label, b.label) == ("model [out,sum,mean]", "model [out,argmax,mean]")
+    pair = compare([a, b], k=9)["pairs"][0]
+    assert pair["spearman"] == pytest.approx(sps.spearmanr(sum_mean.ravel(), argmax_mean.ravel()).statistic)
+    tops = [set(cells[c]["ranking"][:9]) for c in ("out,sum,mean", "out,argmax,mean")]
+    assert pair["overlap"] == len(tops[0] & tops[1])
+    with pytest.raises(VRHError, match="--cell given 2 times for 3 inputs"):
+        load_inputs([str(path)] * 3, ["out,sum,mean", "out,argmax,mean"])

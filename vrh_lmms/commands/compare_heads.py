@@ -26,8 +26,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="two or more heads files (vrh-heads/1), or paper:<model>[:<benchmark>] for a published "
                              "top-20 list, e.g. paper:Qwen2.5-VL-7B:refcoco")
     parser.add_argument("--k", type=int, default=20, help="top-k heads to compare (default 20, the paper's)")
-    parser.add_argument("--cell", default=None,
-                        help="scoring cell to compare, from each file's cells block (default: each file's primary)")
+    parser.add_argument("--cell", action="append", default=None,
+                        help="scoring cell to compare, from each file's cells block (default: each file's primary); "
+                             "once for every input, or once per input in order (e.g. the same file twice with "
+                             "--cell out,sum,mean --cell in,sum,mean)")
     parser.add_argument("--allow-cross-geometry", action="store_true",
                         help="compare files of different layers x heads by head name only (no chance level, p value "
                              "or Spearman)")

@@ -37,8 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("heads_files", nargs="+", metavar="HEADS", help="one or more heads files (vrh-heads/1)")
     parser.add_argument("--thresholds", default=",".join(f"{t:g}" for t in PAPER_THRESHOLDS),
                         help="score thresholds (default 0.001,0.005: the paper's Fig 5)")
-    parser.add_argument("--cell", default=None,
-                        help="scoring cell, from each file's cells block (default: each file's primary)")
+    parser.add_argument("--cell", action="append", default=None,
+                        help="scoring cell, from each file's cells block (default: each file's primary); once for "
+                             "every input, or once per input in order")
     parser.add_argument("--output", required=True, help=f"folder for {JSON}, {MARKDOWN} and {PLOT}")
     parser.add_argument("--force", action="store_true", help="replace a distribution written here before")
 

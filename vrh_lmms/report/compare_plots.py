@@ -52,8 +52,13 @@ def score_maps_plot(items: list[HeadScores], block: dict[str, Any], path: Path) 
     k = block["k"]
     n = len(items)
     panels = n + (1 if n >= 3 else 0)
-    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels, 4.2), squeeze=False)
-    for ax, item in zip(axes[0], items, strict=False):
+    cols = 2 if panels == 4 else min(panels, 3)
+    rows = -(-panels // cols)
+    fig, grid = plt.subplots(rows, cols, figsize=(4.6 * cols, 4.2 * rows), squeeze=False)
+    axes = list(grid.ravel())
+    for ax in axes[panels:]:
+        ax.set_visible(False)
+    for ax, item in zip(axes, items, strict=False):
         _score_map(ax, fig, item, k)
     if n == 2:
         p = block["pairs"][0]
@@ -61,7 +66,7 @@ def score_maps_plot(items: list[HeadScores], block: dict[str, Any], path: Path) 
         chance = "" if p["chance"] is None else f" (chance {p['chance']:.2f})"
         fig.suptitle(f"top-{k} overlap {p['overlap']} / {k}{chance}; Spearman {rho}", fontsize=10)
     else:
-        ax = axes[0][-1]
+        ax = axes[panels - 1]
         mat = np.asarray(block["overlap_matrix"])
         ax.imshow(mat, vmin=0, vmax=k, cmap="magma")
         for i in range(n):

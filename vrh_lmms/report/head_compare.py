@@ -38,6 +38,7 @@ class HeadScores:
     ranking: list[str]
     cell: str | None
     dead: frozenset[str] | None = None  # heads that write nothing, where the file records them
+    extra_label: str = ""  # what tells two inputs of one label apart (set by load_inputs)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -71,13 +72,26 @@ def from_heads_file(hf: HeadsFile, source: str, cell: str | None = None) -> Head
                       np.asarray(scores, dtype=float), ranking, used, _dead(hf))
 
 
-def load_inputs(sources: list[str], cell: str | None = None) -> list[HeadScores]:
-    """Each source (a path or `paper:<model>[:<benchmark>]`) as HeadScores; equal labels get their source added."""
-    items = [from_heads_file(load_heads_input(s), s, cell) for s in sources]
+def load_inputs(sources: list[str], cell: str | list[str] | None = None) -> list[HeadScores]:
+    """Each source (a path or `paper:<model>[:<benchmark>]`) as HeadScores, scored by `cell`: one cell for every
+    input, or one per input (two cells of one discovery: the same file twice). Equal labels get what tells them
+    apart added: the cell where the cells differ, else the source."""
+    cells = cell if isinstance(cell, list) else [cell] * len(sources)
+    if len(cells) == 1:
+        cells = cells * len(sources)
+    if len(cells) != len(sources):
+        raise VRHError(f"--cell given {len(cells)} times for {len(sources)} inputs: give it once (every input) or "
+                       f"once per input, in order")
+    items = [from_heads_file(load_heads_input(s), s, c) for s, c in zip(sources, cells, strict=True)]
     labels = [i.label for i in items]
     for item in items:
+        twins = [i for i in items if i.label == item.label]
+        if len(twins) > 1:
+            by_cell = len({i.cell for i in twins}) == len(twins)
+            item.extra_label = f"{item.cell}" if by_cell else item.source
+    for item in items:
         if labels.count(item.label) > 1:
-            item.label = f"{item.label} [{item.source}]"
+            item.label = f"{item.label} [{item.extra_label}]"
     return items
 
 
