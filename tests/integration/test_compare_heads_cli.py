@@ -103,6 +103,14 @@ def test_geometries_refused_and_published_lists_on_the_command_line(discovered, 
     block = json.loads((out / "compare.json").read_text())
     assert block["pairs"][0]["overlap"] == 15  # the paper's Fig 7 figure for this same-backbone pair
     assert len(block["overlap_matrix"]) == 3 and all(p["spearman"] is None for p in block["pairs"])
+    # a folder holding a file vrh-lmms did not write is refused, --force or not, and left as it was
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "compare.md").write_text("my notes")
+    for extra in ([], ["--force"]):
+        assert main(["compare-heads", "paper:Qwen2.5-VL-7B", "paper:InternVL3-8B", "--output", str(mine), *extra]) == 2
+        assert "did not write" in capsys.readouterr().err
+    assert [p.name for p in mine.iterdir()] == ["compare.md"] and (mine / "compare.md").read_text() == "my notes"
 
 
 def test_score_distribution_shares_are_the_files_shares(discovered, tmp_path, capsys):
