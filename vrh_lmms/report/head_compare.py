@@ -63,7 +63,10 @@ def from_heads_file(hf: HeadsFile, source: str, cell: str | None = None) -> Head
     if cell is None:
         scores, ranking, used = hf.scores, [str(h) for h in hf.ranking], hf.scoring.get("cell")
     else:
-        ranking = [str(h) for h in hf.cell_ranking(cell)]
+        try:
+            ranking = [str(h) for h in hf.cell_ranking(cell)]
+        except VRHError as exc:
+            raise VRHError(f"{source}: {exc}") from None
         scores, used = np.asarray(hf.cells[cell].get("scores"), dtype=float), cell
         if scores.shape != (g.layers, g.heads):
             raise VRHError(f"{source}: cell {cell!r} has scores of shape {scores.shape}, geometry says "
