@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replicate": ("replicate", "the paper's protocol on one model, table by table, into one report"),
     "attention-maps": ("attention_maps", "each head's attention over the image for chosen docs: PNG per doc + grids"),
     "locate": ("locate", "training-free locator: boxes from the top-k heads' attention maps, Acc@0.5 vs controls"),
+    "compare-heads": ("compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files"),
+    "score-distribution": ("score_distribution", "share of heads above score thresholds, with a log-scale plot"),
 }
 
 

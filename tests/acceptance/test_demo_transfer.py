@@ -34,6 +34,11 @@ def test_transfer_with_a_twin_equals_the_models_own_heads(twin, tmp_path):
     report = (out / "report" / "report.md").read_text()
     assert "## Cross-model transfer of heads" in report and "top5@demo_twin" in report
     assert "Transfer between the two VLMs" in (out / "demo_summary.md").read_text()
+    # compare-heads on the two heads files: a twin's top-5 is the model's own, its score map the same
+    agreement = summary["transfer_heads"]
+    assert [(r["k"], r["overlap"]) for r in agreement] == [(5, 5)]
+    assert agreement[0]["spearman"] == pytest.approx(1.0) and agreement[0]["spearman_live"] == pytest.approx(1.0)
+    assert "top-5: 5 shared (chance 0.26" in (out / "demo_summary.md").read_text()
     transfer_sweeps = sorted(p.name for p in (out / "transfer").glob("sweep*"))
     assert transfer_sweeps == ["sweep", "sweep_first_with_second_heads", "sweep_second_with_first_heads"]
     assert not (out / "transfer" / "sweep_second_with_first_heads" / "configs" / "baseline").exists()

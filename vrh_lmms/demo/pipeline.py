@@ -354,15 +354,16 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     if intervention_summary is not None:
         summary["interventions"] = intervention_summary
     if settings.transfer_model:
-        from vrh_lmms.demo.transfer import transfer_figures, transfer_markdown
+        from vrh_lmms.demo.transfer import agreement_markdown, heads_agreement, transfer_figures, transfer_markdown
 
         summary["transfer"] = transfer_figures(json.loads((out / "report" / "report.json").read_text()))
+        summary["transfer_heads"] = heads_agreement(heads, out / TRANSFER_DIR / "heads.json", ks)
     (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
     markdown = summary_markdown(acc, geometry.total_heads, seconds)
     if intervention_summary is not None:
         markdown += interventions_markdown(intervention_summary)
     if settings.transfer_model:
-        markdown += transfer_markdown(summary["transfer"])
+        markdown += transfer_markdown(summary["transfer"]) + agreement_markdown(summary["transfer_heads"])
     markdown += "\n![k-curve](kcurve.png)\n"
     (out / "demo_summary.md").write_text(markdown)
     from vrh_lmms.report.html import write_report_html

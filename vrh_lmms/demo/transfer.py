@@ -83,6 +83,35 @@ def transfer_figures(report: dict[str, Any]) -> list[dict[str, Any]]:
             for r in report["transfer"]]
 
 
+def heads_agreement(first: Path, second: Path, ks: list[int]) -> list[dict[str, Any]]:
+    """`vrh-lmms compare-heads` on the two models' heads files at each k (those up to half the heads): top-k overlap
+    against chance, hypergeometric p and Spearman over all heads and over heads live in both."""
+    from vrh_lmms.report.head_compare import compare, load_inputs
+
+    items = load_inputs([str(first), str(second)])
+    total = items[0].layers * items[0].heads
+    rows = []
+    for k in ks:
+        if 2 * k <= total:
+            pair = compare(items, k)["pairs"][0]
+            rows.append({key: pair.get(key) for key in ("k", "overlap", "chance", "p_value", "jaccard", "spearman",
+                                                         "spearman_live", "n_live")})
+    return rows
+
+
+def agreement_markdown(rows: list[dict[str, Any]]) -> str:
+    """One line per k: how many top-k heads the two models share, against chance, and their maps' Spearman."""
+    if not rows:
+        return ""
+    parts = [f"top-{r['k']}: {r['overlap']} shared (chance {r['chance']:.2f}, p = {r['p_value']:.2g})" for r in rows]
+    rho = rows[0]["spearman"]
+    live = rows[0].get("spearman_live")
+    text = ("\nHeads in common between the two VLMs (`vrh-lmms compare-heads`, docs/compare.md): " + "; ".join(parts) +
+            ("" if rho is None else f"; Spearman of their score maps {rho:.3f} over all heads") +
+            ("" if live is None else f", {live:.3f} over the {rows[0]['n_live']} heads live in both") + ".\n")
+    return text
+
+
 def transfer_markdown(rows: list[dict[str, Any]]) -> str:
     def name(model: str) -> str:
         return Path(model).name

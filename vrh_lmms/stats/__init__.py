@@ -8,12 +8,20 @@ Pure numpy/scipy/statsmodels on arrays; nothing here reads files or knows about 
 from vrh_lmms.stats.accuracy import AccuracyResult, accuracy, is_binary
 from vrh_lmms.stats.bootstrap import BootstrapResult, paired_bootstrap_drop
 from vrh_lmms.stats.clusters import DesignEffect, cluster_totals, design_effect
+from vrh_lmms.stats.distribution import share_above
 from vrh_lmms.stats.drop import DropResult, paired_drop
 from vrh_lmms.stats.interval import ALTERNATIVES, ConfidenceInterval
 from vrh_lmms.stats.mcnemar import McNemarResult, exact_mcnemar
 from vrh_lmms.stats.multiple import adjust_pvalues, benjamini_hochberg, holm
 from vrh_lmms.stats.null import NullComparison, topk_vs_random
-from vrh_lmms.stats.overlap import jaccard, topk_jaccard_matrix
+from vrh_lmms.stats.overlap import (
+    TopkOverlap,
+    hypergeom_tail,
+    jaccard,
+    score_spearman,
+    topk_jaccard_matrix,
+    topk_overlap,
+)
 from vrh_lmms.stats.signflip import SignFlipResult, sign_flip_test
 from vrh_lmms.stats.tango import tango_interval
 
@@ -27,6 +35,7 @@ __all__ = [
     "McNemarResult",
     "NullComparison",
     "SignFlipResult",
+    "TopkOverlap",
     "accuracy",
     "adjust_pvalues",
     "benjamini_hochberg",
@@ -34,12 +43,16 @@ __all__ = [
     "design_effect",
     "exact_mcnemar",
     "holm",
+    "hypergeom_tail",
     "is_binary",
     "jaccard",
     "paired_bootstrap_drop",
     "paired_drop",
+    "score_spearman",
+    "share_above",
     "sign_flip_test",
     "tango_interval",
     "topk_jaccard_matrix",
+    "topk_overlap",
     "topk_vs_random",
 ]
