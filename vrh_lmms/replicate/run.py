@@ -139,6 +139,37 @@ def stage_efficiency(ctx: Context) -> dict[str, Any]:
             "rows": [r.__dict__ for r in rows]}
 
 
+def stage_distribution(ctx: Context) -> dict[str, Any]:
+    """Share of heads above the paper's thresholds and the sorted scores (Fig 5)."""
+    from vrh_lmms.report.compare_plots import distribution_plot
+    from vrh_lmms.report.head_compare import load_inputs
+    from vrh_lmms.report.score_distribution import PAPER_THRESHOLDS, distribution, distribution_markdown
+
+    items = load_inputs([str(ctx.heads)])
+    block = distribution(items, list(PAPER_THRESHOLDS))
+    out = ctx.out / "distribution"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(out / "distribution.json", json.dumps(block, indent=1))
+    distribution_plot(items, list(PAPER_THRESHOLDS), out / "distribution.png")
+    atomic.write_text(out / "distribution.md", distribution_markdown(block, "distribution.png"))
+    return {"files": ["distribution/distribution.md", "distribution/distribution.png"], "block": block}
+
+
+def _compare_heads(ctx: Context, files: list[Path], k: int) -> dict[str, Any]:
+    """Top-k overlap (against chance), Jaccard and Spearman between two heads files (Fig 7, Table A13)."""
+    from vrh_lmms.report.compare_plots import score_maps_plot
+    from vrh_lmms.report.head_compare import compare, compare_markdown, load_inputs
+
+    items = load_inputs([str(f) for f in files])
+    block = compare(items, k)
+    out = ctx.out / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(out / "compare.json", json.dumps(block, indent=1))
+    score_maps_plot(items, block, out / "compare.png")
+    atomic.write_text(out / "compare.md", compare_markdown(block, "compare.png"))
+    return block
+
+
 def stage_maps(ctx: Context) -> dict[str, Any]:
     """Attention over the image of a few evaluation docs: all heads, the top-k VRHs, all but them (Figs A1/A2)."""
     from vrh_lmms import lmms
@@ -171,7 +202,10 @@ def stage_transfer(ctx: Context) -> dict[str, Any]:
     own = _sweep(ctx, "partner", task, partner_heads, ctx.spec.ks, ctx.out / "sweeps" / "partner_own")
     b = _sweep(ctx, "partner", task, ctx.heads, ctx.spec.ks, ctx.out / "sweeps" / "transfer_model_heads_on_partner",
                controls=False)
-    return {"files": [str(p.relative_to(ctx.out)) for p in (partner_heads, a, own, b)]}
+    k = min(max(ctx.spec.ks), ctx.lm("model").vrh_decoder.geometry.total_heads)
+    block = _compare_heads(ctx, [ctx.heads, partner_heads], k)
+    return {"files": [str(p.relative_to(ctx.out)) for p in (partner_heads, a, own, b)] + ["compare/compare.md"],
+            "pairs": block["pairs"]}
 
 
 def stage_report(ctx: Context) -> dict[str, Any]:
@@ -199,6 +233,7 @@ def stages(spec: ReplicateSpec) -> list[tuple[str, str, Stage]]:
         out.append(("vqa", f"cross-task: top-{spec.vqa_k} masked on {', '.join(spec.vqa_tasks)} (Table 3)",
                     stage_vqa))
     out.append(("efficiency", "top-k overlap with all detection docs as n varies (Fig 8c)", stage_efficiency))
+    out.append(("distribution", "share of heads above the paper's score thresholds (Fig 5)", stage_distribution))
     if spec.map_docs:
         out.append(("maps", f"attention over the image of evaluation docs {', '.join(map(str, spec.map_docs))}: "
                             "all heads, top-k, all but the top-k (Figs A1/A2)", stage_maps))
