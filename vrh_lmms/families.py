@@ -185,6 +185,7 @@ for _fam in (
     # Magma: Llama-3 text behind `language_model`.
     Family("magma", ("magma",), ("language_model.model.layers", "model.language_model.layers"),
            text_config_paths=("text_config", ""), convention=conv.MAGMA, layout="magma",
+           layout_builder="vrh_lmms.capture.tilings:magma_crops",
            wrappers=(Wrapper("vrh_magma", "magma", "VRHMagma"),), remote_code=True),
 ):
     register(_fam)

@@ -14,7 +14,7 @@ import torch
 from vrh_lmms.ablation import HeadMeanCollector
 from vrh_lmms.capture.attention import CapturePlan, capture_attention
 from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import box_key_mask, image_token_map
+from vrh_lmms.capture.layouts import box_key_mask, image_token_map, lm_input_ids
 from vrh_lmms.discovery.interceptor import DocContext
 from vrh_lmms.discovery.queries import answer_length, coord_rows, expression_rows, out_rows, token_pieces
 from vrh_lmms.discovery.sample_stats import reduce_sample
@@ -127,11 +127,13 @@ class SampleCollector:
         """Per-head statistics of one teacher-forced prompt + answer (and the o_proj input sums for means)."""
         from vrh_lmms.discovery.controls import IMAGE_MASS
 
-        prompt = tensors["input_ids"][0]
+        # Positions count the sequence the language model sees (Magma expands its `<image>` in the forward).
+        extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm)
+        prompt = lm_input_ids(self.family.name, tensors["input_ids"][0].detach().cpu(), target.image_size, extras)
         prompt_len = prompt.numel()
         n = answer.numel()
         inputs = teacher_forced_inputs(tensors, answer, self.family.forward_fills)
-        full = inputs["input_ids"][0].detach().cpu()
+        full = lm_input_ids(self.family.name, inputs["input_ids"][0].detach().cpu(), target.image_size, extras)
         seq_len = full.numel()
         pieces = token_pieces(self.tokenizer, full.tolist())
         rows_by_set = {
@@ -139,8 +141,7 @@ class SampleCollector:
             "out_coords": coord_rows(prompt_len, pieces[prompt_len:prompt_len + n]),
             "in": expression_rows(pieces, expression, limit=prompt_len) if expression else [],
         }
-        extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm)
-        tmap = image_token_map(self.family.name, prompt.detach().cpu(), target.image_size, extras)
+        tmap = image_token_map(self.family.name, prompt, target.image_size, extras)
         box = box_key_mask(tmap, target.box, seq_len)
         rows = sorted({r for rs in rows_by_set.values() for r in rs})
         info = {"prompt_len": prompt_len, "n_box_tokens": int(box.sum()), "n_image_tokens": int(tmap.positions.numel()),
