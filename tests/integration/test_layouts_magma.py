@@ -72,6 +72,14 @@ def _map(processor, size):
     return batch, extras, ids, image_token_map("magma", ids, size, extras)
 
 
+def test_every_registered_family_has_a_layout():
+    """Discovery maps image tokens through the family's layout; Magma was the one family without (issue 28.5)."""
+    from vrh_lmms.capture.layouts import layout_name
+    from vrh_lmms.families import FAMILIES
+
+    assert {name: layout_name(name) for name in FAMILIES}["magma"] == "magma"
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_layout_equals_published_expansion(size, processor):
     """Token count, order and cells equal the oracle's: every image position holds the crop feature (or the row
