@@ -80,6 +80,16 @@ def test_every_registered_family_has_a_layout():
     assert {name: layout_name(name) for name in FAMILIES}["magma"] == "magma"
 
 
+def test_family_of_published_magma_config():
+    """MagmaConfig copies its text config's attributes onto itself: the instance says model_type "llama" (as the
+    published class does under transformers 5.25); the family still resolves, through the config class."""
+    from vrh_lmms.families import family_for_config
+
+    config = ms.build(64, 5).config
+    assert config.model_type == "llama" and type(config).model_type == "magma"
+    assert family_for_config(config).name == "magma"
+
+
 @pytest.mark.parametrize("size", SIZES)
 def test_layout_equals_published_expansion(size, processor):
     """Token count, order and cells equal the oracle's: every image position holds the crop feature (or the row

@@ -10,6 +10,8 @@ Source: github microsoft/Magma @ 1b784e4 (the files shipped with the hub checkpo
   `view(rows, cols, s, s, d).permute(0, 2, 1, 3, 4).flatten(2, 3).flatten(0, 1)`, `row_seperator` appended to every
   row, flattened; `_merge_input_ids_with_image_features` writes these features where the single `<image>` token
   was (positions by cumsum, left padding), attention mask 1 there, position ids from the mask's cumsum.
+- `magma/configuration_magma.py::MagmaConfig` copies every attribute of the text config onto itself, `model_type`
+  included: a loaded Magma config says `model_type == "llama"` on the instance ("magma" on the class).
 - Magma-8B's real settings: preprocessor_config.json `anyres_strategy` "crop", `base_img_size` 512, `num_crops` 4;
   config.json `image_token_index` 128257, `img_size` 512.
 
@@ -121,7 +123,11 @@ class MagmaConfig(PretrainedConfig):
         self.vision_config = vision_config or {}
         self.image_token_index = image_token_index
         if isinstance(text_config, dict):
-            text_config = LlamaConfig(**{k: v for k, v in text_config.items() if k != "model_type"})
+            text_config = LlamaConfig(**text_config)  # CONFIG_MAPPING[text_config["model_type"]](**text_config)
+        if text_config is not None:  # as published: "copy all variables in text_config to self"
+            for key, value in text_config.__dict__.items():
+                if not key.startswith("_"):
+                    setattr(self, key, value)
         self.text_config = text_config
         super().__init__(**kwargs)
 
@@ -230,8 +236,8 @@ class MagmaForCausalLM(PreTrainedModel):
 def build(vocab: int, image_token_index: int, seed: int = 0) -> MagmaForCausalLM:
     """A tiny Magma: Llama text of 2 layers x 4 heads (GQA 2), width 64; the real 512 px crops and 4-crop grid."""
     torch.manual_seed(seed)
-    text = {"vocab_size": vocab, "hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 2,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 8192}
+    text = {"model_type": "llama", "vocab_size": vocab, "hidden_size": 64, "intermediate_size": 96,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 8192}
     vision = {"img_anyres_strategy": "crop", "vision_backbone": "convnextxxlarge", "mm_hidden_size": 16,
               "hidden_size": 64, "mm_projector_type": "mlp2x_gelu", "vision_feature_layer": "clip_vis_dense",
               "img_size": BASE_IMG_SIZE, "max_num_crops": NUM_CROPS}
