@@ -185,6 +185,7 @@ for _fam in (
     # Magma: Llama-3 text behind `language_model`.
     Family("magma", ("magma",), ("language_model.model.layers", "model.language_model.layers"),
            text_config_paths=("text_config", ""), convention=conv.MAGMA, layout="magma",
+           layout_builder="vrh_lmms.capture.tilings:magma_crops",
            wrappers=(Wrapper("vrh_magma", "magma", "VRHMagma"),), remote_code=True),
 ):
     register(_fam)
@@ -192,11 +193,15 @@ del _fam
 
 
 def family_for_config(config) -> Family:
-    """Family of a loaded model's config, by `model_type` (the first registered family that claims it)."""
+    """Family of a loaded model's config, by `model_type` (the first registered family that claims it).
+
+    The config class's `model_type` is read first: Magma's MagmaConfig copies every attribute of its text config onto
+    itself, so a loaded Magma config says "llama" on the instance and "magma" only on the class."""
     model_type = getattr(config, "model_type", None)
-    for fam in FAMILIES.values():
-        if model_type in fam.model_types:
-            return fam
+    for candidate in (getattr(type(config), "model_type", None), model_type):
+        for fam in FAMILIES.values():
+            if candidate and candidate in fam.model_types:
+                return fam
     known = sorted(t for f in FAMILIES.values() for t in f.model_types)
     raise VRHError(f"model_type {model_type!r} is not a supported family{did_you_mean(str(model_type), known)}; "
                    f"known model types: {', '.join(known)}")

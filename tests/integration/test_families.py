@@ -34,7 +34,8 @@ OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "gl
 OLD_BUILDERS = {"qwen2_5_vl": "merged_patch_grid", "qwen3_vl": "merged_patch_grid", "glm4v": "merged_patch_grid",
                 "internvl": "internvl_tiles", "llava_next": "llava_next_anyres", "paligemma": "square_grid",
                 "deepseek_vl": "deepseek_vl_padded", "deepseek_vl2": "deepseek_vl2_tiles",
-                "phi4_multimodal": "phi4_dynamic_hd", "idefics3": "idefics3_tiles"}
+                "phi4_multimodal": "phi4_dynamic_hd", "idefics3": "idefics3_tiles",
+                "magma": "magma_crops"}  # magma: added with its layout (issue 28 item 5)
 OLD_CONVENTIONS = {"qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "deepseek_vl2",
                    "phi4_multimodal", "magma", "generic"}
 # the twelve vrh_* lines the grounding template carried before the wrappers' set_active made them redundant

@@ -189,7 +189,8 @@ def test_internvl_remote_wrappers(internvl_loader, name):
 # -------------------------------------------------------------------------------------------------- Magma
 class MagmaProcessorStandIn:
     """MagmaProcessor's interface: __call__(images=, texts=) -> input_ids, attention_mask, pixel_values,
-    image_sizes (the backend adds the leading batch axis)."""
+    image_sizes (the backend adds the leading batch axis). image_sizes are (rows, cols) of crops, here one 64 px
+    crop per image (the real crop arithmetic: tests/oracles/magma_standin.py)."""
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
@@ -202,7 +203,7 @@ class MagmaProcessorStandIn:
         if images:
             arrays = [np.asarray(i.resize((64, 64)), dtype=np.float32) / 255 for i in images]
             data["pixel_values"] = torch.stack([torch.from_numpy(a).permute(2, 0, 1) for a in arrays])
-            data["image_sizes"] = torch.tensor([[i.height, i.width] for i in images])
+            data["image_sizes"] = torch.tensor([[1, 1] for _ in images])
         return BatchFeature(data)
 
 

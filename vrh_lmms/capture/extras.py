@@ -95,13 +95,39 @@ class RemoteInternVLProcessor:
         return cls(backend.tokenizer, int(tile), int(tokens), cap, order)
 
 
+def _magma_token_id(processor: Any, backend: Any) -> int:
+    """MagmaProcessor names no image token: the model config's `image_token_index` (128257 in Magma-8B), else the
+    id the tokenizer gives the `<image>` the backend's prompt writes."""
+    config = getattr(getattr(backend, "model", None), "config", None)
+    tid = getattr(config, "image_token_index", None)
+    if isinstance(tid, int):
+        return tid
+    tid = processor.tokenizer.convert_tokens_to_ids("<image>")
+    if not isinstance(tid, int) or tid == getattr(processor.tokenizer, "unk_token_id", None):
+        raise VRHError("Magma tokenizer has no <image> token and no model config names image_token_index")
+    return tid
+
+
+def _magma_extras(processor: Any, batch: Any, index: int) -> dict[str, Any]:
+    """MagmaImageProcessor's crop size and strategy, and the sample's (rows, cols) crop grid from `image_sizes`
+    ((images, 2) from the processor, (batch, images, 2) once the backend adds the batch axis)."""
+    ip = processor.image_processor
+    sizes = _row(batch, "image_sizes", index)
+    grids = [sizes] if sizes and not isinstance(sizes[0], list) else [g for g in sizes if sum(g) > 0]
+    if len(grids) != 1:
+        raise VRHError(f"Magma sample {index} has {len(grids)} images; layouts cover one image per sample")
+    return {"image_sizes": [int(v) for v in grids[0]], "crop_size": int(ip.base_img_size),
+            "anyres_strategy": str(getattr(ip, "anyres_strategy", "crop"))}
+
+
 def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backend: Any = None) -> dict[str, Any]:
     """Extras for `image_token_map` for sample `index` of a processor output `batch` (one image per sample).
 
     `backend`: the lmms-eval model that ran the processor, whose per-call settings override the processor's."""
     name = layout_name(family)
     ip = getattr(processor, "image_processor", None)
-    out: dict[str, Any] = {"image_token_id": _token_id(processor)}
+    out: dict[str, Any] = {"image_token_id": _magma_token_id(processor, backend) if name == "magma"
+                           else _token_id(processor)}
     if name in ("qwen2_5_vl", "qwen3_vl", "glm4v"):
         out.update(image_grid_thw=_row(batch, "image_grid_thw", index), patch_size=int(ip.patch_size),
                    merge_size=int(ip.merge_size))
@@ -129,6 +155,8 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
     elif name == "phi4_multimodal":
         out.update(crop_size=int(_get(ip.size, "height")), patch_size=int(ip.patch_size),
                    dynamic_hd=int(getattr(ip, "dynamic_hd", 36)))
+    elif name == "magma":
+        out.update(_magma_extras(processor, batch, index))
     elif name == "deepseek_vl2":
         out.update(image_size=int(processor.image_size), patch_size=int(processor.patch_size),
                    downsample_ratio=int(processor.downsample_ratio),

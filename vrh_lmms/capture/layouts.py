@@ -2,7 +2,8 @@
 
 `image_token_map(family, input_ids_row, image_size, extras)` pairs every image placeholder of one sample with the
 cell of the *original* image (pixels, [x1, y1, x2, y2]) that its vision token covers; placeholders that cover no
-image pixels (newline columns, view separators, tokens entirely in padding) are listed in `no_cell`.
+image pixels (newline columns, view separators, tokens entirely in padding) are listed in `no_cell`. Positions are
+those of the language model's sequence: for Magma, whose forward expands each `<image>`, map `lm_input_ids(...)`.
 
 Box -> tokens rule (`box_key_mask`), applied per view (a view is one rendering of the image: "image", "tile",
 "thumbnail", "base", "anyres", "global", ...):
@@ -101,6 +102,32 @@ def assemble(blocks: list[Grid | Gap], placeholders: torch.Tensor, image_size: t
                          no_cell=torch.tensor(sorted(no_cell), dtype=torch.long), image_size=(int(w), int(h)))
 
 
+# Layouts whose model receives one placeholder per image and puts the image's features there inside its forward
+# (Magma: `MagmaForCausalLM._merge_input_ids_with_image_features`), so the language model's sequence is longer
+# than input_ids; every other processor writes one placeholder per image token itself.
+EXPANDED_IN_FORWARD = frozenset({"magma"})
+
+
+def lm_input_ids(family: str, input_ids_row: torch.Tensor, image_size: tuple[int, int],
+                 extras: dict[str, Any]) -> torch.Tensor:
+    """The ids at the positions the language model sees: for a layout in EXPANDED_IN_FORWARD, the one image
+    placeholder repeated as many times as the image has tokens (query rows, key masks and the layout then all count
+    positions of the sequence the attention runs over); other layouts' ids unchanged. Idempotent."""
+    name = layout_name(family)
+    if name not in EXPANDED_IN_FORWARD:
+        return input_ids_row
+    w, h = (int(v) for v in image_size)
+    n = sum(b.n_tokens for b in BUILDERS[name](w, h, {"n_tokens": 0, **extras}))
+    places = placeholder_positions(input_ids_row, extras["image_token_id"])
+    if len(places) == n:
+        return input_ids_row  # already the language model's sequence
+    if len(places) != 1:
+        raise VRHError(f"{family} input has {len(places)} image placeholders; its layout covers one image per sample")
+    p = int(places[0])
+    row = input_ids_row.cpu()
+    return torch.cat([row[:p], row[p:p + 1].repeat(n), row[p + 1:]])
+
+
 def image_token_map(family: str, input_ids_row: torch.Tensor, image_size: tuple[int, int],
                     extras: dict[str, Any]) -> ImageTokenMap:
     """Map one sample's image tokens to original-image cells.
@@ -115,6 +142,9 @@ def image_token_map(family: str, input_ids_row: torch.Tensor, image_size: tuple[
     if "image_token_id" not in extras:
         raise VRHError("layout extras lack image_token_id")
     placeholders = placeholder_positions(input_ids_row, extras["image_token_id"])
+    if name in EXPANDED_IN_FORWARD and len(placeholders) == 1:
+        raise VRHError(f"{family} expands its one image placeholder inside the model's forward: map the ids "
+                       "lm_input_ids() returns (the language model's sequence), not the processor's")
     extras = {"n_tokens": len(placeholders), **extras}
     return assemble(BUILDERS[name](w, h, extras), placeholders, (w, h))
 

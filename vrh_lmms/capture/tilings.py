@@ -279,6 +279,29 @@ def idefics3_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
     return blocks
 
 
+# --- Magma (remote code, read not run): the image squashed onto a rows x cols grid of crops, one ConvNeXt feature
+# per 32 px of the canvas, crops stitched into one grid, a row separator token ending every feature row
+MAGMA_FEATURE_STRIDE = 32  # ConvNeXt trunk output (`clip_vis_dense`, res5): stem /4, three /2 downsamplings
+
+
+def magma_crops(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
+    """MagmaImageProcessor resizes the whole image (bilinear, no padding) to (cols x crop, rows x crop) and cuts it
+    into crops; MagmaForCausalLM stitches the crops' feature maps back into one (rows x s, cols x s) grid and
+    appends `row_seperator` to every row, s = crop // 32. `image_sizes` is (rows, cols) as the processor wrote it.
+    Both anyres strategies ("crop": tower per crop; "global": tower on the re-stitched canvas) give this grid."""
+    (rows, cols), crop = _need(extras, "image_sizes", "crop_size")
+    rows, cols, crop = int(rows), int(cols), int(crop)
+    stride = int(extras.get("feature_stride", MAGMA_FEATURE_STRIDE))
+    strategy = extras.get("anyres_strategy", "crop")
+    if strategy not in ("crop", "global"):
+        raise VRHError(f"Magma anyres strategy {strategy!r} is not one the model implements (crop, global)")
+    side = crop // stride
+    if rows < 1 or cols < 1 or side < 1:
+        raise VRHError(f"Magma image_sizes ({rows}, {cols}) with crop size {crop} give no feature grid")
+    return [Grid(strategy, spans(cols * side, w / (cols * side)), spans(rows * side, h / (rows * side)),
+                 newline=True)]
+
+
 Builder = Callable[[int, int, dict[str, Any]], list[Block]]
 # Builders of layouts no registered family uses (DeepSeek-VL v1's padded square: kept for its count tests).
 UNREGISTERED_LAYOUTS: dict[str, Builder] = {"deepseek_vl": deepseek_vl_padded}

@@ -20,7 +20,7 @@ from torch import nn
 
 from vrh_lmms.backbone import _get_path, locate_decoder
 from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import ImageTokenMap, box_key_mask, image_token_map
+from vrh_lmms.capture.layouts import ImageTokenMap, box_key_mask, image_token_map, lm_input_ids
 
 
 @contextmanager
@@ -105,8 +105,9 @@ def check_layout(model: nn.Module, processor, family: str, image_size: tuple[int
     """
     flat = Image.new("RGB", image_size, background)
     batch = make_batch(processor, flat)
-    row = batch["input_ids"][0]
-    tmap = image_token_map(family, row, image_size, layout_extras(family, processor, batch, 0))
+    extras = layout_extras(family, processor, batch, 0)
+    row = lm_input_ids(family, batch["input_ids"][0], image_size, extras)  # positions of layer 0's input
+    tmap = image_token_map(family, row, image_size, extras)
     rect, clearance = clear_rect(tmap, frac)
     drawn = flat.copy()
     ImageDraw.Draw(drawn).rectangle([rect[0], rect[1], rect[2] - 1, rect[3] - 1], fill=fill)

@@ -14,7 +14,7 @@ import torch
 from vrh_lmms.ablation import HeadMeanCollector
 from vrh_lmms.capture.attention import CapturePlan, capture_attention
 from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import box_key_mask, image_token_map, main_view_grid
+from vrh_lmms.capture.layouts import box_key_mask, image_token_map, lm_input_ids, main_view_grid
 from vrh_lmms.discovery import localization
 from vrh_lmms.discovery.interceptor import DocContext
 from vrh_lmms.discovery.queries import (
@@ -146,11 +146,13 @@ class SampleCollector:
         key: the doc's key, which seeds the `out_random1` draw (reruns agree)."""
         from vrh_lmms.discovery.controls import IMAGE_MASS
 
-        prompt = tensors["input_ids"][0]
+        # Positions count the sequence the language model sees (Magma expands its `<image>` in the forward).
+        extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm)
+        prompt = lm_input_ids(self.family.name, tensors["input_ids"][0].detach().cpu(), target.image_size, extras)
         prompt_len = prompt.numel()
         n = answer.numel()
         inputs = teacher_forced_inputs(tensors, answer, self.family.forward_fills)
-        full = inputs["input_ids"][0].detach().cpu()
+        full = lm_input_ids(self.family.name, inputs["input_ids"][0].detach().cpu(), target.image_size, extras)
         seq_len = full.numel()
         pieces = token_pieces(self.tokenizer, full.tolist())
         rows_by_set = {
@@ -160,8 +162,7 @@ class SampleCollector:
         }
         rows_by_set["out_random1"] = random_row(rows_by_set["out"], key)
         rows_by_set["in+out"] = union_rows(rows_by_set["in"], rows_by_set["out"])
-        extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm)
-        tmap = image_token_map(self.family.name, prompt.detach().cpu(), target.image_size, extras)
+        tmap = image_token_map(self.family.name, prompt, target.image_size, extras)
         box = box_key_mask(tmap, target.box, seq_len, rule=self.key_tokens)
         last = prompt_len - 1  # Localization Heads' query: the last input token
         rows = sorted({r for rs in rows_by_set.values() for r in rs} | ({last} if localize else set()))

@@ -115,12 +115,13 @@ class Steerer:
     def row_keys(self, ctx: DocContext, tensors: dict, row: int, check_expression: bool) -> torch.Tensor:
         """(P,) bool steering keys of batch row `row` (the distractor's image tokens minus the doc's own box)."""
         from vrh_lmms.capture.extras import layout_extras
-        from vrh_lmms.capture.layouts import box_key_mask, image_token_map
+        from vrh_lmms.capture.layouts import box_key_mask, image_token_map, lm_input_ids
         from vrh_lmms.discovery.queries import expression_rows, token_pieces
 
         idx = self.index(ctx.task, ctx.split)
         target = idx.targets[ctx.doc_id]
-        ids = tensors["input_ids"][row].detach().cpu()
+        extras = layout_extras(self.family, self.processor, tensors, row)
+        ids = lm_input_ids(self.family, tensors["input_ids"][row].detach().cpu(), target.image_size, extras)
         n = ids.numel()
         if check_expression and target.expression:
             if not expression_rows(token_pieces(self.tokenizer, ids.tolist()), target.expression):
@@ -132,8 +133,7 @@ class Steerer:
         keys = torch.zeros(n, dtype=torch.bool)
         if other is not None:
             box = idx.targets[other].box
-            tmap = image_token_map(self.family, ids, target.image_size,
-                                   layout_extras(self.family, self.processor, tensors, row))
+            tmap = image_token_map(self.family, ids, target.image_size, extras)
             keys = box_key_mask(tmap, box, n, self.rule) & ~box_key_mask(tmap, target.box, n, self.rule)
             info.update(steer_box=[float(v) for v in box], n_steer_tokens=int(keys.sum()), steerable=bool(keys.any()),
                         steered=bool(keys.any() and self.heads))
