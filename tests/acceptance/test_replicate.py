@@ -34,8 +34,8 @@ def _acc(folder, config, task="vrh_synth_grounding"):
 def test_every_stage_writes_its_artefact_and_the_summary_leads_with_verdicts(replication):
     out, _ = replication
     manifest = json.loads((out / "replicate.json").read_text())
-    assert list(manifest["stages"]) == ["discovery", "grounding", "vqa", "efficiency", "maps", "transfer",
-                                          "report"]
+    assert list(manifest["stages"]) == ["discovery", "grounding", "vqa", "efficiency", "distribution",
+                                          "maps", "transfer", "report"]
     assert all(s["status"] == "done" for s in manifest["stages"].values())
     for path in ("heads.json", "efficiency/efficiency.png", "report/report.html", "partner/heads.json",
                  "maps/map_vrh_synth_grounding_0.png", "maps/attention_maps.json"):

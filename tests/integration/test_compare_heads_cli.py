@@ -79,7 +79,9 @@ def test_compare_heads_numbers_are_scipy_on_the_files(discovered, tmp_path, caps
     pair = _pair(out)
     assert pair["overlap"] == K and pair["spearman"] == pytest.approx(1.0)
     assert main(["compare-heads", str(a), str(b), "--cell", "nope", "--output", str(tmp_path / "x")]) == 2
-    assert f"{a}: heads file has no scoring cell 'nope'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{a}: heads file has no scoring cell or preset 'nope'" in err
+    assert err.count("localization_heads") == 1  # a preset named like its cell is listed once
 
 
 def test_geometries_refused_and_published_lists_on_the_command_line(discovered, tmp_path, capsys):

@@ -49,7 +49,7 @@ class HeadsFile:
         presets = self.extra.get("presets") or {}
         if cell in presets and presets[cell] in self.cells:
             return presets[cell]
-        known = [*self.cells, *presets]
+        known = list(dict.fromkeys([*self.cells, *presets]))  # a preset may share its cell's name
         raise VRHError(f"heads file has no scoring cell or preset {cell!r}; it has: {', '.join(known) or 'none'}")
 
     def cell_ranking(self, cell: str) -> list[HeadRef]:
