@@ -4,6 +4,7 @@ and write results in lmms-eval's own file formats. The rest of the core stays fr
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +81,25 @@ def check_task_names(tasks: list[str], include_path: str | list[str] | None = No
 
 
 def evaluate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwargs: str | None = None,
-             bootstrap_iters: int = 0, seed: int = 0) -> dict[str, Any] | None:
+             bootstrap_iters: int = 0, seed: int = 0,
+             offsets: Mapping[str, int] | None = None) -> dict[str, Any] | None:
     """lmms-eval's simple_evaluate with samples logged; None on non-zero ranks. On several ranks the executor
-    backend fits the launch and rank 0 aggregates in one-process doc order (vrh_lmms.distributed)."""
+    backend fits the launch and rank 0 aggregates in one-process doc order (vrh_lmms.distributed).
+
+    `offsets` skips each named task's first docs (lmms-eval's own `offset`, so doc ids stay the dataset's): tasks
+    with different offsets run as separate evaluator passes whose results are merged task by task."""
+    groups: dict[int, list[str]] = {}
+    for task in tasks:
+        groups.setdefault(int((offsets or {}).get(task, 0)), []).append(task)
+    parts = [_evaluate_once(lm, names, tm, limit, gen_kwargs, bootstrap_iters, seed, offset)
+             for offset, names in groups.items()]
+    if any(p is None for p in parts):
+        return None
+    return merge_results(parts)
+
+
+def _evaluate_once(lm, tasks: list[str], tm, limit, gen_kwargs, bootstrap_iters: int, seed: int,
+                   offset: int) -> dict[str, Any] | None:
     from lmms_eval import evaluator
 
     from vrh_lmms import distributed
@@ -92,7 +109,20 @@ def evaluate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwa
             model=lm, tasks=tasks, task_manager=tm, limit=limit, log_samples=True, gen_kwargs=gen_kwargs or None,
             bootstrap_iters=bootstrap_iters, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,
             fewshot_random_seed=seed, batch_size=getattr(lm, "batch_size", 1), verbosity="WARNING",
-            distributed_executor_backend=distributed.executor_backend(lm))
+            distributed_executor_backend=distributed.executor_backend(lm), offset=offset)
+
+
+def merge_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results dict from evaluator passes over disjoint task lists: per-task tables (results, samples,
+    configs, ...) are united; run-level fields (config, date, ...) are the first pass's."""
+    merged = dict(parts[0])
+    for part in parts[1:]:
+        for key, value in part.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            elif key not in merged:
+                merged[key] = value
+    return merged
 
 
 def _default(o: Any):

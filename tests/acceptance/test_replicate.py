@@ -46,7 +46,16 @@ def test_every_stage_writes_its_artefact_and_the_summary_leads_with_verdicts(rep
     assert "the paper has no figures for this model" in text and "| top-5 VRHs |" in text
     sweep = json.loads((out / "sweeps" / "grounding" / "sweep.json").read_text())
     kinds = {c["kind"] for c in sweep["configurations"]}
-    assert kinds == {"baseline", "topk", "random", "random_outside"}
+    assert kinds == {"baseline", "topk", "random", "random_outside", "scorer_topk"}
+    # Figs 2/3/8b and Table A8: every other scoring cell's top-k, compared in the report and the summary
+    cells = {c["cell"] for c in sweep["configurations"] if c["kind"] == "scorer_topk"}
+    assert cells == {"in,sum,mean", "out,argmax,mean", "out,sum,freq", "localization_heads",
+                     "out_random1,sum,mean", "in+out,sum,mean"}
+    assert sweep["control_pool"] == "live"  # 54 of the demo's 96 heads write nothing: controls draw live heads
+    (block,) = json.loads((out / "report" / "report.json").read_text())["scorers"]
+    assert len(block["rows"]) == 1 + len(cells) + 1 and block["ks"] == [1, 5]
+    assert "Scorers compared at k = 5" in text
+    assert json.loads((out / "heads.json").read_text())["scoring"]["key_tokens"] == "any"  # the paper's rule
 
 
 def test_twin_partner_heads_score_exactly_the_models_own(replication):

@@ -8,20 +8,24 @@ from vrh_lmms import console
 from vrh_lmms.commands.options import add_model_options
 from vrh_lmms.discovery.run import DiscoverySpec, run_discovery
 from vrh_lmms.discovery.scoring import DEFAULT_CELL, PRESETS, all_cells, parse_cells
+from vrh_lmms.protocol import DISCOVER_PRESETS, resolve
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser, model_args_note="")
     parser.add_argument("--tasks", required=True, help="grounding task(s), e.g. vrh_refcoco_val")
-    parser.add_argument("--limit", type=float, default=200, help="docs per task (default 200; -1 for all)")
-    parser.add_argument("--scoring", default=DEFAULT_CELL,
+    parser.add_argument("--limit", type=float, default=None, help="docs per task (default 200; -1 for all)")
+    parser.add_argument("--preset", default=None, choices=sorted(DISCOVER_PRESETS),
+                        help="the paper's protocol (vrh_lmms.protocol): paper = 200 docs, key tokens 'any', "
+                             "out,sum,mean. Explicit flags win")
+    parser.add_argument("--scoring", default=None,
                         help=f"primary cell Q,Phi,Omega (default {DEFAULT_CELL}); Q in "
                              "in|out|out_coords|out_random1|in+out, Phi in argmax|sum, Omega in mean|freq; or "
                              f"'retrieval', 'localization_heads', or a preset: {', '.join(PRESETS)}")
     parser.add_argument("--cells", default="all",
                         help="cells stored in the heads file besides the primary one: 'all' (default) or a "
                              "'+'-separated list of cells and presets")
-    parser.add_argument("--key-tokens", default="overlap", choices=("overlap", "any", "center"),
+    parser.add_argument("--key-tokens", default=None, choices=("overlap", "any", "center"),
                         help="which image tokens of the ground-truth box are the key tokens: 'overlap' (default) = "
                              "at least HALF of the token's cell inside the box (centre cell if none), not the "
                              "paper's rule despite the name; 'any' = every token whose cell overlaps the box "
@@ -40,15 +44,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    limit = None if args.limit is None or args.limit < 0 else (
-        int(args.limit) if float(args.limit).is_integer() else args.limit)
-    primary = args.scoring.strip() if args.scoring.strip() in PRESETS else parse_cells(args.scoring)[0]
+    opts = resolve(DISCOVER_PRESETS, args.preset,
+                   {"limit": args.limit, "key_tokens": args.key_tokens, "scoring": args.scoring})
+    limit = None if opts["limit"] < 0 else (int(opts["limit"]) if float(opts["limit"]).is_integer() else opts["limit"])
+    scoring = opts["scoring"].strip()
+    primary = scoring if scoring in PRESETS else parse_cells(scoring)[0]
     cells = all_cells() if args.cells == "all" else parse_cells(args.cells)
     spec = DiscoverySpec(model=args.model, model_args=args.model_args,
                          tasks=[t for t in args.tasks.split(",") if t], output=args.output, limit=limit,
                          cells=cells, primary=primary, freq_top_k=args.freq_top_k, collect_means=not args.no_means,
                          gen_kwargs=args.gen_kwargs, seed=args.seed, null_query=args.null_query,
-                         key_tokens=args.key_tokens)
+                         key_tokens=opts["key_tokens"])
     console.step(f"discovery: {args.model} on {', '.join(spec.tasks)}", line=False)
     path = run_discovery(spec, force=args.force)
     if path is not None:

@@ -15,14 +15,16 @@ def add_model_options(parser: argparse.ArgumentParser, model_args_note: str = " 
                         help=f"lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct{model_args_note}")
 
 
-def add_control_options(parser: argparse.ArgumentParser, what: str) -> None:
-    """--control image-matched and its --control-tolerance (`what`: the head sets the control adds)."""
-    parser.add_argument("--control", action="append", default=[], choices=("image-matched", "random-outside"),
+def add_control_options(parser: argparse.ArgumentParser, what: str, preset: bool = False) -> None:
+    """--control image-matched and its --control-tolerance (`what`: the head sets the control adds). With `preset`,
+    unset flags stay None so a `--preset` can fill them (vrh_lmms.protocol)."""
+    parser.add_argument("--control", action="append", default=None if preset else [],
+                        choices=("image-matched", "random-outside"),
                         help=f"{what}: image-matched ({IMAGE_MATCHED_HELP}); random-outside (k heads drawn at random "
                              "outside the top k, the paper's control for its extra models)")
     parser.add_argument("--control-tolerance", type=float, default=None,
                         help="largest image-mass difference of an image-matched head (default 0.05)")
-    parser.add_argument("--control-pool", default="live", choices=("live", "all"),
+    parser.add_argument("--control-pool", default=None if preset else "live", choices=("live", "all"),
                         help="what control draws are drawn from: live (default; heads whose o_proj columns are all "
                              "zero write nothing and are left out) or all (uniform over all heads, the paper's "
                              "definition; the report then states each draw's dead heads)")

@@ -33,6 +33,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partner", default=None,
                         help="model args of a second model on the same backbone (transfer, Fig 7); with --demo a "
                              "checkpoint folder such as docs/experiments/checkpoints/p21_s1")
+    parser.add_argument("--compare-cells", default="paper",
+                        help="scoring cells whose top-k the grounding sweep also masks (Figs 2/3/8b, Table A8): "
+                             "paper (default: all of fig2, fig3, fig8b, a8), one of those, a '+'-separated list of "
+                             "cells, or none")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--output", required=True, help="replication folder (resumed if it holds the same run)")
     parser.add_argument("--force", action="store_true", help="replace a replication with other settings")
@@ -45,6 +49,7 @@ def spec_from_args(args: argparse.Namespace) -> ReplicateSpec:
                          n_eval=args.limit or DEMO_N_EVAL)
         spec.ks = ks
         spec.vqa_k = args.vqa_k
+        spec.compare_cells = _cells(args.compare_cells)
         return spec
     if not args.model_args:
         raise VRHError("replicate needs --model_args pretrained=... (or --demo for the shipped demo model)")
@@ -52,7 +57,12 @@ def spec_from_args(args: argparse.Namespace) -> ReplicateSpec:
     return ReplicateSpec(model=args.model, model_args=args.model_args, detection_task=args.detection_task,
                          grounding_tasks=grounding, vqa_tasks=[t for t in args.vqa_tasks.split(",") if t],
                          ks=ks, vqa_k=args.vqa_k, random_seeds=args.random_seeds, n_detect=args.n_detect,
-                         limit=args.limit, partner_model_args=args.partner, batch_size=args.batch_size)
+                         limit=args.limit, partner_model_args=args.partner, batch_size=args.batch_size,
+                         compare_cells=_cells(args.compare_cells))
+
+
+def _cells(text: str) -> str | None:
+    return None if text.strip().lower() in ("none", "") else text.strip()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -225,6 +225,19 @@ def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
     return sorted(keys, key=lambda k: (k.rsplit("__", 2)[0], int(k.rsplit("__", 1)[1])))
 
 
+def discovery_docs_block(keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Heads-file field `discovery_docs`: per task, the split and doc ids the heads were found on, so a sweep can
+    leave them out (`vrh-lmms sweep --exclude-discovery-docs`, vrh_lmms.sweep.exclusion)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        task, split, doc_id = key.rsplit("__", 2)
+        entry = out.setdefault(task, {"split": split, "doc_ids": []})
+        entry["doc_ids"].append(int(doc_id))
+    for entry in out.values():
+        entry["doc_ids"].sort()
+    return out
+
+
 def dead_heads_block(dead, ranking) -> dict[str, Any]:
     """Heads-file field `dead_heads`: the heads that write nothing (o_proj columns all zero), and where the ranking
     puts them, so a top-k that holds one says so (controls draw from the other, live heads)."""
@@ -294,7 +307,7 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
                    geometry=geometry, scores=primary_scores,
                    ranking=[HeadRef(l, h) for l, h in rank(scored[primary])],
                    scoring=scoring, cells=cell_block, baseline=baseline or None,
-                   extra={"presets": presets_for(cell_block)}
+                   extra={"presets": presets_for(cell_block), "discovery_docs": discovery_docs_block(keys)}
                    | heads_file_extras(parts, primary_scores, primary, spec.null_query)
                    | dead_heads_block(getattr(lm, "vrh_dead_heads", None), rank(scored[primary])))
     # Side outputs first, the heads file last: its presence means the run is complete.

@@ -37,6 +37,8 @@ class ReplicateSpec:
     batch_size: int = 1
     gen_kwargs: str | None = None
     map_docs: list[int] = field(default_factory=lambda: [0, 1, 2, 3])
+    # scoring cells whose top-k the grounding sweep also masks (Figs 2/3/8b, Table A8; vrh_lmms.protocol); None: none
+    compare_cells: str | None = "paper"
     # synthetic scenes (the demo): VRH_SYNTH_CONFIG for the detection and for the evaluation docs; None: real tasks,
     # whose evaluation leaves out the detection docs (sweep's exclude-discovery-docs)
     scenes: dict[str, str] | None = None

@@ -18,6 +18,7 @@ from typing import Any
 
 from vrh_lmms import atomic, console, owned
 from vrh_lmms.errors import VRHError
+from vrh_lmms.protocol import DISCOVER_PRESETS, SWEEP_PRESETS
 from vrh_lmms.replicate.plan import ReplicateSpec
 
 SCHEMA = "vrh-replicate/1"
@@ -79,19 +80,22 @@ def _discover(ctx: Context, which: str, output: Path) -> Path:
         limit = None if ctx.spec.scenes else ctx.spec.n_detect
         return Path(run_discovery(DiscoverySpec(model=ctx.spec.model, model_args=args,
                                                 tasks=[ctx.spec.detection_task], output=str(output), limit=limit,
-                                                gen_kwargs=ctx.spec.gen_kwargs), lm=ctx.lm(which)))
+                                                gen_kwargs=ctx.spec.gen_kwargs,
+                                                key_tokens=DISCOVER_PRESETS["paper"]["key_tokens"]),
+                                  lm=ctx.lm(which)))
 
 
 def _sweep(ctx: Context, which: str, tasks: list[str], heads: Path, ks: list[int], output: Path,
-           controls: bool = True) -> Path:
+           controls: bool = True, cells: list[str] = ()) -> Path:
     """A packed sweep of the top-k of `heads` at `ks`, with random and random-outside draws unless `controls` is
     False (transfer: the model's own sweep already holds its controls, on the same docs)."""
     from vrh_lmms.sweep.plan import plan_configurations
     from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
 
     spec = ctx.spec
+    paper = SWEEP_PRESETS["paper"]
     configs = plan_configurations(ks, spec.random_seeds if controls else 0, False, ["zero"], random=controls,
-                                  controls=["random-outside"] if controls else [])
+                                  controls=paper["controls"] if controls else [], cells=cells)
     lm = ctx.lm(which)
     lm.batch_size_per_gpu = spec.batch_size
     args = spec.model_args if which == "model" else spec.partner_model_args
@@ -99,6 +103,8 @@ def _sweep(ctx: Context, which: str, tasks: list[str], heads: Path, ks: list[int
         sweep = SweepSpec(model=spec.model, model_args=args, tasks=tasks, heads_file=str(heads),
                           configurations=configs, limit=spec.limit, batch_size=spec.batch_size,
                           gen_kwargs=spec.gen_kwargs,
+                          # synthetic scenes are disjoint by scene id; real tasks leave discovery's docs out
+                          exclude_discovery_docs="off" if spec.scenes else paper["exclude_discovery_docs"],
                           pack=choose_pack(None, lm, len(configs), spec.batch_size))
         return run_sweep(sweep, output, lm=lm, progress=ctx.progress)
 
@@ -109,7 +115,15 @@ def stage_discovery(ctx: Context) -> dict[str, Any]:
 
 
 def stage_grounding(ctx: Context) -> dict[str, Any]:
-    out = _sweep(ctx, "model", ctx.spec.grounding_tasks, ctx.heads, ctx.spec.ks, ctx.out / "sweeps" / "grounding")
+    cells = []
+    if ctx.spec.compare_cells:
+        from vrh_lmms.heads.heads_file import load_heads_file
+        from vrh_lmms.protocol import scorer_cells
+
+        hf = load_heads_file(ctx.heads)
+        cells = [c for c in scorer_cells(ctx.spec.compare_cells, hf.scoring.get("cell") or "") if c in hf.cells]
+    out = _sweep(ctx, "model", ctx.spec.grounding_tasks, ctx.heads, ctx.spec.ks, ctx.out / "sweeps" / "grounding",
+                 cells=cells)
     return {"files": [str(out.relative_to(ctx.out))]}
 
 
@@ -227,7 +241,9 @@ def stages(spec: ReplicateSpec) -> list[tuple[str, str, Stage]]:
     out: list[tuple[str, str, Stage]] = [
         ("discovery", f"heads from {spec.n_detect} detection docs of {spec.detection_task}", stage_discovery),
         ("grounding", f"k-curves at k = {', '.join(map(str, spec.ks))} with random-outside and random controls "
-                      f"(Fig 4, Table A1, Fig 6)", stage_grounding),
+                      f"(Fig 4, Table A1, Fig 6)" + (f", and the top-k of the {spec.compare_cells} scoring cells "
+                                                     "(Figs 2/3/8b, Table A8)" if spec.compare_cells else ""),
+         stage_grounding),
     ]
     if spec.vqa_tasks:
         out.append(("vqa", f"cross-task: top-{spec.vqa_k} masked on {', '.join(spec.vqa_tasks)} (Table 3)",

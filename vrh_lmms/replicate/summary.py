@@ -81,6 +81,7 @@ def verdicts(spec: ReplicateSpec, report: dict[str, Any], stages: dict[str, Any]
         out.append("**Where the curve collapses:** " + (
             f"accuracy first falls below half the baseline at k = {first} (paper, Qwen2.5-VL-7B: between k = 5 "
             "and 10)." if first is not None else "it never falls below half the baseline on this grid."))
+    out += scorer_verdicts(report, task)
     for vqa_task in spec.vqa_tasks:
         g = _group(report, vqa_task)
         if g is None or not g["summary"]:
@@ -103,6 +104,25 @@ def verdicts(spec: ReplicateSpec, report: dict[str, Any], stages: dict[str, Any]
                       "at every n tried")
                    + " (paper: 5-10 samples suffice).")
     return out
+
+
+def scorer_verdicts(report: dict[str, Any], task: str) -> list[str]:
+    """Fig 2/3: does the primary cell's top-k hurt most at the largest k? (the report's scorer table)"""
+    block = next((b for b in report.get("scorers", []) if b["task"] == task), None)
+    if block is None:
+        return []
+    k = str(max(block["ks"]))
+    rows = [r for r in block["rows"] if r["cell"] is not None and k in r["by_k"]]
+    if not rows:
+        return []
+    primary = rows[0]
+    ranked = sorted(rows, key=lambda r: r["by_k"][k]["acc"])
+    others = ", ".join(f"{r['label']} {_pct(r['by_k'][k]['acc'])}" for r in ranked if r is not primary)
+    lowest = ranked[0] is primary or ranked[0]["by_k"][k]["acc"] == primary["by_k"][k]["acc"]
+    return [f"**Scorers compared at k = {k} (Figs 2/3/8b, Table A8): the primary cell's heads "
+            f"{'are' if lowest else 'are not'} the most causal**: masking them leaves "
+            f"{_pct(primary['by_k'][k]['acc'])}; the other cells' top-{k}: {others} (paper: Q_out + sum + mean "
+            "finds the most causal heads). Table and plot: report.md, \"Scoring cells compared\"."]
 
 
 def paper_table(spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:

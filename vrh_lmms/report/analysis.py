@@ -15,7 +15,7 @@ from vrh_lmms.report.samples import STATUSES, SampleTable
 from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
 
 _KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "random_all": 4, "random_outside": 5,
-               "layer_matched": 6, "image_matched": 7}
+               "layer_matched": 6, "image_matched": 7, "scorer_topk": 8}
 # control kinds and how the report names them; `random_all`: uniform draws over all heads (dead ones included)
 # beside live-pool random draws (vrh_lmms.heads.spec, control pools)
 CONTROL_NAMES = {"random": "random", "random_all": "uniform random (all heads)",
@@ -85,6 +85,7 @@ def _run_block(run: LoadedRun, table: SampleTable, settings: Settings) -> dict:
         "heads_file": m.heads_file,
         "heads": None if m.heads is None else list(m.heads),
         "heads_label": None,
+        "cell": m.cell,
         "pool": m.pool,
         "dead_heads": None if m.dead_in_set is None else list(m.dead_in_set),
         "results": str(m.results_path),
@@ -122,6 +123,13 @@ def _compare(block: dict, base: SampleTable, table: SampleTable, settings: Setti
     if is_binary(paired.baseline) and is_binary(paired.other):
         block["mcnemar"] = exact_mcnemar(paired.baseline, paired.other).to_dict()
     block["lost_to"] = _lost_to(paired, table.kind)
+
+
+def _left_out(runs: list[LoadedRun], task: str) -> int | None:
+    """How many leading docs (discovery's) the runs left out of this task; None when they kept them."""
+    firsts = {(r.meta.excluded_docs or {}).get(task) for r in runs}
+    firsts.discard(None)
+    return max(firsts) if firsts else None
 
 
 def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settings) -> tuple[dict, list[str]]:
@@ -162,7 +170,7 @@ def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settin
         "task": task,
         "kind": kind,
         "metric": metric,
-        "doc_set": doc_set.to_dict(),
+        "doc_set": doc_set.to_dict() | {"discovery_docs_left_out": _left_out(runs, task)},
         "baseline": None if base is None else _run_block(base, tables[ref], settings),
         "configs": configs,
         "null_comparisons": [],

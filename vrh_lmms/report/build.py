@@ -30,6 +30,7 @@ from vrh_lmms.report.markdown import render
 from vrh_lmms.report.pools import control_dead_shares, unavailable_configurations
 from vrh_lmms.report.runs import read_run_meta
 from vrh_lmms.report.samples import SampleTable, read_samples
+from vrh_lmms.report.scorers import scorer_block, scorers_markdown, scorers_plot
 
 SCHEMA = "vrh-report/2"
 
@@ -129,6 +130,8 @@ def _make_plots(report: dict, heads, out: Path) -> list[str]:
             written.append(plots.ksweep_plot(g, mode, pdir / f"ksweep_{name}{suffix}.png"))
         written.append(plots.drop_plot(g, pdir / f"drops_{name}.png"))
         written.append(plots.taxonomy_plot(g, pdir / f"taxonomy_{name}.png"))
+    for i, block in enumerate(report["scorers"]):
+        written.append(scorers_plot(block, pdir / f"scorers_{plots.slug(block['model'], block['task'])}.png"))
     k_mark = max(report["overlap"]["k"]) if report["overlap"] else max(report["overlap_k"])
     for i, hf in enumerate(heads):
         written.append(plots.heads_heatmap(hf, k_mark, pdir / f"heads_{i}_{plots.slug(hf.model)}.png"))
@@ -137,6 +140,16 @@ def _make_plots(report: dict, heads, out: Path) -> list[str]:
             written.append(plots.overlap_plot(report["overlap"]["labels"], report["overlap"]["jaccard"][str(k)], k,
                                               pdir / f"overlap_top{k}.png"))
     return [str(p.relative_to(out)) for p in written if p is not None]
+
+
+def _primary_cell(group: dict, scoring: ScoringLookup) -> str | None:
+    """The scoring cell of the heads file the group's own top-k came from (None: unknown)."""
+    for cfg in group["configs"]:
+        if cfg["kind"] == "scorer_topk" and cfg["heads_file"]:
+            found = scoring(cfg["heads_file"])
+            if found:
+                return found
+    return None
 
 
 def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSettings = ReportSettings()) -> dict:
@@ -192,6 +205,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "claims": build_claims(groups, settings.alpha, multiple["families"]),
         "groups": groups,
         "transfer": transfer_rows(groups),
+        "scorers": [b for g in groups if (b := scorer_block(g, _primary_cell(g, scoring))) is not None],
         "pools": {"unavailable": unavailable_configurations(dirs),
                   "dead_shares": {f"{g['model']} / {g['task']}": control_dead_shares(g) for g in groups}},
         "overlap": overlap_block(heads, ks),
@@ -211,6 +225,6 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         report["files"]["plots"] = _make_plots(report, heads, out)
     report["maps"] = jsonable(maps_block(map_dirs, out))
     _write_text(out / "report.json", json.dumps(report, indent=1, allow_nan=False))
-    _write_text(out / "report.md", render(report) + maps_markdown(report["maps"]))
+    _write_text(out / "report.md", render(report, scorers_markdown(report["scorers"])) + maps_markdown(report["maps"]))
     write_report_html(out)
     return report

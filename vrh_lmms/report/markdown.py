@@ -68,6 +68,8 @@ def doc_set_lines(groups: list[dict]) -> list[str]:
         images = f" on {clusters} images" if clusters and clusters != ds["n_docs"] else ""
         checked = ", ".join(["doc_id", *ds["checked_on"]])
         line = f"- {short(g['model'])} / {g['task']}: every number uses the same {ds['n_docs']} docs{images}"
+        if ds.get("discovery_docs_left_out"):
+            line += f" (docs 0-{ds['discovery_docs_left_out'] - 1}, which discovery used, left out)"
         if ds["restricted"]:
             counts = ", ".join(f"{label} {n}" for label, n in ds["per_run"].items())
             line += (f" — **only the docs all runs share (--intersection)**; the samples files hold {counts}")
@@ -192,7 +194,8 @@ def _pools(report: dict) -> list[str]:
     return ["## Control pools: heads that write nothing", "", *pools_section(report["groups"], unavailable), ""]
 
 
-def render(report: dict) -> str:
+def render(report: dict, extra_sections: list[str] = ()) -> str:
+    """report.md; `extra_sections` (lines) go after the failure taxonomy (e.g. the scorer comparison)."""
     groups = report["groups"]
     out = [
         "# Visual retrieval heads: ablation report",
@@ -224,6 +227,7 @@ def render(report: dict) -> str:
         table = taxonomy_section(groups, kind)
         if table:
             out += [f"## Failure taxonomy ({title})", "", *table, ""]
+    out += list(extra_sections)
     if report["transfer"]:
         out += ["## Cross-model transfer of heads", "", *transfer_section(report["transfer"]), ""]
     if report["overlap"]:

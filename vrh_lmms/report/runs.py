@@ -15,8 +15,8 @@ from typing import Any
 
 from vrh_lmms.errors import VRHError
 
-CONFIG_KINDS = ("baseline", "topk", "random", "random_all", "random_outside", "layer_matched", "image_matched",
-                "explicit")
+CONFIG_KINDS = ("baseline", "topk", "scorer_topk", "random", "random_all", "random_outside", "layer_matched",
+                "image_matched", "explicit")
 _ID_PATTERN = re.compile(r"^(?P<kind>top|random_all|random_outside|random|layer_matched|image_matched)(?P<k>\d+)"
                          r"(?:_s(?P<seed>\d+))?(?:_(?P<mode>[a-z_]+))?$")
 
@@ -38,6 +38,8 @@ class RunMeta:
     pool: str | None = None  # controls: what the draw came from, "live" or "all" (vrh.ablation.pool)
     dead_in_set: tuple[str, ...] | None = None  # the ablated heads that write nothing (vrh.ablation.dead_heads)
     model_dead: tuple[str, ...] | None = None  # the model's heads that write nothing (vrh.dead_heads)
+    excluded_docs: dict | None = None  # task -> first doc evaluated, where discovery's docs were left out
+    cell: str | None = None  # scorer_topk: the scoring cell whose top-k was masked (vrh.config.cell)
 
     @property
     def label(self) -> str:
@@ -148,7 +150,20 @@ def _from_vrh(block: dict, path: Path, fallback_model: str | None) -> RunMeta:
         pool=ablation.get("pool") if isinstance(ablation.get("pool"), str) else None,
         dead_in_set=_heads(ablation.get("dead_heads"), path, "vrh.ablation.dead_heads"),
         model_dead=_heads(block.get("dead_heads"), path, "vrh.dead_heads"),
+        excluded_docs=_excluded(block.get("excluded_docs"), path),
+        cell=config.get("cell") if isinstance(config.get("cell"), str) else None,
     )
+
+
+def _excluded(block, path: Path) -> dict | None:
+    """`vrh.excluded_docs` (vrh_lmms.sweep.exclusion) as task -> first doc evaluated."""
+    if block is None:
+        return None
+    tasks = block.get("tasks") if isinstance(block, dict) else None
+    if not isinstance(tasks, dict) or not all(isinstance(v, dict) and isinstance(v.get("first_doc"), int)
+                                               for v in tasks.values()):
+        raise VRHError(f"{path}: field vrh.excluded_docs.tasks must map tasks to {{\"first_doc\": int}}")
+    return {t: v["first_doc"] for t, v in tasks.items()}
 
 
 def read_run_meta(path: Path) -> RunMeta:

@@ -125,6 +125,7 @@ class Preflight:
     task_manager: Any
     folder: FolderState
     unavailable: dict[str, str] = field(default_factory=dict)  # configuration id -> why it cannot be drawn
+    offsets: dict[str, int] = field(default_factory=dict)  # task -> leading docs left out (discovery's)
 
 
 def recorded_dead_heads(heads_file) -> tuple:
@@ -163,7 +164,7 @@ def check_headsets(spec, geometry, heads_file, dead: tuple = ()) -> dict[str, st
         try:
             resolve_spec(cfg.spec, geometry, heads_file=heads_file, seed=cfg.seed if cfg.seed is not None else 0,
                          allow_cross_model=spec.allow_cross_model, dead=dead,
-                         pool=getattr(spec, "control_pool", "live"))
+                         pool=getattr(spec, "control_pool", "live"), cell=getattr(cfg, "cell", None))
         except ControlUnavailable as exc:
             unavailable[cfg.id] = str(exc)
         except VRHError as exc:
@@ -200,7 +201,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
         preload.refuse_head_args(plan.args, "sweep", INSTEAD)
     hf = load_heads_file(spec.heads_file) if spec.heads_file else None
     needs_file = [c.id for c in spec.configurations
-                  if c.kind in ("topk", "layer_matched", "image_matched", "random_outside")]
+                  if c.kind in ("topk", "scorer_topk", "layer_matched", "image_matched", "random_outside")]
     if needs_file and hf is None:
         raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
     means = None
@@ -208,15 +209,36 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
         if hf is None:
             raise VRHError("--ablation mean needs --heads-file (its means file is written beside it)")
         means = load_means(means_path_for(spec.heads_file))
+    offsets = discovery_offsets(spec, hf)
     dead = dead_heads_of(lm, hf)
     unavailable: dict[str, str] = {}
     if hf is not None:  # k against the heads file (the model's own geometry follows)
         unavailable = check_headsets(spec, hf.geometry, hf, dead)
-    identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks))
+    identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
+        | ({"excluded_docs": offsets} if offsets else {})
     folder = inspect_folder(out, identity, force)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
         unavailable = check_headsets(spec, geometry, hf, dead)
-    return Preflight(identity, hf, means, tm, folder, unavailable)
+    return Preflight(identity, hf, means, tm, folder, unavailable, offsets)
+
+
+def discovery_offsets(spec, hf) -> dict[str, int]:
+    """`--exclude-discovery-docs`: per swept task, the leading docs discovery used (vrh_lmms.sweep.exclusion)."""
+    mode = getattr(spec, "exclude_discovery_docs", "off")
+    if mode not in ("on", "auto"):
+        return {}
+    from vrh_lmms.sweep.exclusion import discovery_docs, offsets_for
+
+    if hf is None and mode == "auto":
+        return {}
+    if hf is None:
+        raise VRHError("--exclude-discovery-docs needs --heads-file (it names the docs discovery used)")
+    docs = discovery_docs(hf)
+    offsets = offsets_for(list(spec.tasks), docs, str(hf.path))
+    if not offsets and mode == "on":
+        raise VRHError(f"--exclude-discovery-docs: discovery used {', '.join(docs)}, which this sweep does not "
+                       f"evaluate ({', '.join(spec.tasks)}); drop the flag")
+    return offsets

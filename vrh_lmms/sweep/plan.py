@@ -16,9 +16,13 @@ class Configuration:
     seed: int | None
     mode: str  # none | zero | mean | uniform | uniform_image
     spec: str
+    cell: str | None = None  # scorer_topk: the heads file's scoring cell whose ranking `spec` reads
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.cell is None:
+            out.pop("cell")
+        return out
 
 
 def _suffix(mode: str) -> str:
@@ -27,11 +31,13 @@ def _suffix(mode: str) -> str:
 
 def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: bool, modes: Sequence[str],
                         random: bool = True, controls: Sequence[str] = (),
-                        control_tolerance: float | None = None, uniform_random: bool = False) -> list[Configuration]:
+                        control_tolerance: float | None = None, uniform_random: bool = False,
+                        cells: Sequence[str] = ()) -> list[Configuration]:
     """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed, and each extra
     control per seed (`image-matched`: vrh_lmms.sweep.controls; `control_tolerance` overrides its tolerance).
     `uniform_random` adds `random_all` draws over all heads, dead ones included (spec random<K>@all), beside the
-    run's control pool: the paper's random control next to the live one."""
+    run's control pool: the paper's random control next to the live one. `cells` adds, per k, the top-k of each
+    other scoring cell of the heads file (`scorer_<cell>_top<k>`: the scorer comparison of the paper's Figs 2/3)."""
     from vrh_lmms.sweep.controls import CONTROL_OPTIONS
 
     unknown = [c for c in controls if c not in CONTROL_OPTIONS]
@@ -53,6 +59,9 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
         sfx = _suffix(mode)
         for k in sorted(set(ks)):
             out.append(Configuration(f"top{k}{sfx}", "topk", k, None, mode, f"top{k}"))
+            for cell in cells:
+                out.append(Configuration(f"scorer_{cell_slug(cell)}_top{k}{sfx}", "scorer_topk", k, None, mode,
+                                         f"top{k}", cell))
             if random:
                 for s in range(random_seeds):
                     out.append(Configuration(f"random{k}_s{s}{sfx}", "random", k, s, mode, f"random{k}"))
@@ -70,6 +79,11 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
                 for s in range(random_seeds):
                     out.append(Configuration(f"{kind}{k}_s{s}{sfx}", kind, k, s, mode, f"{kind}:top{k}{tol}"))
     return out
+
+
+def cell_slug(cell: str) -> str:
+    """A scoring cell as part of a configuration id: `in,sum,mean` -> `in-sum-mean`."""
+    return cell.replace(",", "-")
 
 
 def status_of(cfg, done: set[str], unavailable: dict[str, str]) -> dict[str, str]:

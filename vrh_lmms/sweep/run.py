@@ -24,6 +24,7 @@ from typing import Any
 from vrh_lmms import console
 from vrh_lmms.errors import VRHError
 from vrh_lmms.sweep import checks
+from vrh_lmms.sweep.exclusion import exclusion_record
 from vrh_lmms.sweep.plan import Configuration, pack_groups, status_of, unpackable_reason
 
 MANIFEST = checks.MANIFEST
@@ -48,6 +49,9 @@ class SweepSpec:
     allow_cross_model: bool = False
     pack: int | None = None  # configurations per pack; None = automatic. Not part of the identity: same files.
     control_pool: str = "live"  # what control draws come from (vrh_lmms.heads.spec.CONTROL_POOLS)
+    # leave out the docs the heads file was found on (vrh_lmms.sweep.exclusion): "off", "on" (refused where discovery
+    # used none of the tasks) or "auto" (the paper preset: wherever it used one)
+    exclude_discovery_docs: str = "off"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def identity(self, heads_sha: str | None) -> dict[str, Any]:
@@ -59,8 +63,9 @@ class SweepSpec:
 
 def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: set[str], started: float,
                     pack: int | None = None, unavailable: dict[str, str] | None = None,
-                    dead: list[str] | None = None) -> None:
+                    dead: list[str] | None = None, excluded: dict[str, Any] | None = None) -> None:
     data = {"identity": identity, "heads_file": spec.heads_file, "batch_size": spec.batch_size, "pack": pack,
+            **({"excluded_docs": excluded} if excluded is not None else {}),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
             "control_pool": spec.control_pool, "dead_heads": dead,
             "configurations": [dict(c.to_dict(), **status_of(c, done, unavailable or {}))
@@ -80,13 +85,15 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
     identity, hf, means, tm = ready.identity, ready.heads_file, ready.means, ready.task_manager
+    offsets = ready.offsets
+    excluded = exclusion_record(offsets, spec.heads_file) if offsets else None
     configs_dir = out / "configs"
     started = time.time()
     unavailable = dict(ready.unavailable)
     distributed.barrier()  # every rank has checked the folder before rank 0 changes it
     done: set[str] = set()
     if distributed.is_main():
-        done = _claim(spec, ready.folder, out, identity, started, unavailable)
+        done = _claim(spec, ready.folder, out, identity, started, unavailable, excluded)
     done = distributed.broadcast(done)  # every rank runs the same configurations, in the same order
     todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
     if not todo:
@@ -104,7 +111,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     dead_names = checks.dead_head_names(lm)
     rank = distributed.rank()
     if rank == 0:
-        _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names)
+        _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names, excluded)
     if unavailable and rank == 0:
         first = next(iter(unavailable))
         more = f" and {len(unavailable) - 1} more" if len(unavailable) > 1 else ""
@@ -117,16 +124,21 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
 
     def headset_of(cfg: Configuration):
         return resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed if cfg.seed is not None else 0,
-                            allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool)
+                            allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool,
+                            cell=cfg.cell)
 
     def evaluate_and_write(cfg: Configuration) -> None:
         bar.set_description(cfg.id)
-        results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)
+        results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
+                                offsets=offsets)
         if rank == 0 and results is not None:
-            record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed})
+            record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed}
+                                   | ({"cell": cfg.cell} if cfg.cell else {}))
+            if excluded is not None:
+                record["excluded_docs"] = excluded
             lmms.write_run(configs_dir / cfg.id, results, record)
             done.add(cfg.id)
-            _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names)
+            _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names, excluded)
         distributed.barrier()  # a rank that died ends the job here, before any later configuration starts
         bar.update(1)
 
@@ -151,7 +163,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
 
 
 def _claim(spec: SweepSpec, folder, out: Path, identity: dict[str, Any], started: float,
-           unavailable: dict[str, str]) -> set[str]:
+           unavailable: dict[str, str], excluded: dict[str, Any] | None = None) -> set[str]:
     """Rank 0: take the folder, clear leftovers of a killed run (redone), write the manifest; the ids done."""
     checks.claim_folder(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -159,7 +171,7 @@ def _claim(spec: SweepSpec, folder, out: Path, identity: dict[str, Any], started
     configs_dir = out / "configs"
     configs_dir.mkdir(exist_ok=True)
     done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
-    _write_manifest(out, spec, identity, done, started, spec.pack, unavailable)
+    _write_manifest(out, spec, identity, done, started, spec.pack, unavailable, excluded=excluded)
     if any(c.id not in done for c in spec.configurations):
         for partial in configs_dir.iterdir():  # leftovers of a killed run: redo them
             if partial.name.startswith(".") or (partial.is_dir() and not (partial / "results.json").is_file()):
