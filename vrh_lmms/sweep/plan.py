@@ -27,11 +27,13 @@ def _suffix(mode: str) -> str:
 
 def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: bool, modes: Sequence[str],
                         random: bool = True, controls: Sequence[str] = (),
-                        control_tolerance: float | None = None, uniform_random: bool = False) -> list[Configuration]:
+                        control_tolerance: float | None = None, uniform_random: bool = False,
+                        random_skip_layer0: bool = False) -> list[Configuration]:
     """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed, and each extra
     control per seed (`image-matched`: vrh_lmms.sweep.controls; `control_tolerance` overrides its tolerance).
     `uniform_random` adds `random_all` draws over all heads, dead ones included (spec random<K>@all), beside the
-    run's control pool: the paper's random control next to the live one."""
+    run's control pool: the paper's random control next to the live one. `random_skip_layer0` draws the random-k
+    heads outside layer 0 (spec random<K>:skip_layer0, the paper's DPO control), same ids."""
     from vrh_lmms.sweep.controls import CONTROL_OPTIONS
 
     unknown = [c for c in controls if c not in CONTROL_OPTIONS]
@@ -55,7 +57,8 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
             out.append(Configuration(f"top{k}{sfx}", "topk", k, None, mode, f"top{k}"))
             if random:
                 for s in range(random_seeds):
-                    out.append(Configuration(f"random{k}_s{s}{sfx}", "random", k, s, mode, f"random{k}"))
+                    out.append(Configuration(f"random{k}_s{s}{sfx}", "random", k, s, mode,
+                                             f"random{k}" + (":skip_layer0" if random_skip_layer0 else "")))
             if uniform_random:
                 for s in range(random_seeds):
                     out.append(Configuration(f"random_all{k}_s{s}{sfx}", "random_all", k, s, mode,
