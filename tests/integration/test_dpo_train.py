@@ -194,3 +194,15 @@ def test_after_prompt_moves_the_image_behind_the_text_and_images_decode(pairs):
         from vrh_lmms.dpo_train import TrainOptions
 
         TrainOptions(image_position="sideways").check()
+
+
+def test_freeze_vision_names_only_the_vision_tower(tiny_qwen25):
+    import transformers
+
+    from vrh_lmms.dpo_train import vision_parameters
+
+    model = transformers.AutoModelForImageTextToText.from_pretrained(tiny_qwen25, dtype=torch.float32)
+    frozen = vision_parameters(model)
+    names = [n for n, _ in model.named_parameters()]
+    assert frozen and all(".visual." in f".{n}" for n in frozen)
+    assert any("layers" in n and n not in frozen for n in names) and "lm_head.weight" not in frozen
