@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("report", "statistics, tables and plots from sweep or lmms-eval output folders"),
     "sample-efficiency": ("sample_efficiency", "top-k overlap of rankings from n samples vs all samples"),
     "dpo-pairs": ("dpo_pairs", "TRL-ready preference pairs: correct answers vs ablated answers"),
+    "dpo-train": ("dpo_train", "DPO fine-tune (TRL) on dpo-pairs output; the paper's recipe by default"),
     "export-masked": ("export_masked", "write a checkpoint with heads folded out of o_proj"),
     "eval": ("eval", "run lmms-eval with vrh tasks included and the device chosen for you"),
     "make-tiny": ("make_tiny", "write a tiny random-weight checkpoint of a real VLM class"),
@@ -45,7 +46,7 @@ RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
 # Commands that show one progress display and a closing summary, their libraries' output kept in a log file in the
 # output folder (vrh_lmms.console); `--verbose` shows everything instead.
 QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report", "replicate")
-MODEL_COMMANDS += ("attention-maps", "locate")
+MODEL_COMMANDS += ("attention-maps", "locate", "dpo-train")
 QUIET_COMMANDS += ("attention-maps", "locate")
 
 

@@ -65,6 +65,27 @@ def test_random_is_seeded_uniform():
     assert len(counts) == G.total_heads and np.allclose(rate, 4 / 32, atol=0.03)
 
 
+def test_random_skip_layer0_never_draws_layer0_and_covers_the_rest():
+    draws = [resolve_spec("random4:skip_layer0", G, seed=s) for s in range(400)]
+    assert all(d.kind == "random" and d.k == 4 and d.spec == "random4:skip_layer0" for d in draws)
+    drawn = {h for d in draws for h in d.heads}
+    assert drawn == {h for h in G.all_heads() if h.layer != 0}
+    # with the pool suffix it still skips layer 0, and asking for more than the other layers hold is refused
+    assert all(h.layer for h in resolve_spec("random24:skip_layer0@all", G).heads)
+    with pytest.raises(VRHError, match="random25"):
+        resolve_spec("random25:skip_layer0", G)
+
+
+def test_sweep_random_skip_layer0_plans_the_same_ids_with_the_skip_spec():
+    from vrh_lmms.sweep.plan import plan_configurations
+
+    plain = plan_configurations([3], 2, False, ["zero"])
+    skip = plan_configurations([3], 2, False, ["zero"], random_skip_layer0=True)
+    assert [c.id for c in plain] == [c.id for c in skip]
+    assert {c.spec for c in skip if c.kind == "random"} == {"random3:skip_layer0"}
+    assert {c.spec for c in plain if c.kind == "random"} == {"random3"}
+
+
 def test_layer_matched_same_layers_other_heads(tmp_path):
     hf, _ = make_file(tmp_path)
     top = resolve_spec("top6", G, heads_file=hf)

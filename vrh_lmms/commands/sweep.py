@@ -25,6 +25,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
     add_control_options(parser, "extra control head sets per k and seed", preset=True)
     parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
+    parser.add_argument("--random-skip-layer0", action="store_true",
+                        help="draw the random-k heads outside layer 0 (spec random<K>:skip_layer0; the control of "
+                             "the paper's DPO experiment)")
     parser.add_argument("--ablation", default="zero",
                         help="comma-separated modes: zero, mean, uniform, uniform_image (default zero)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
@@ -78,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
                                   [m.strip() for m in args.ablation.split(",") if m.strip()],
                                   random=not args.no_random, controls=opts["controls"],
                                   control_tolerance=args.control_tolerance,
-                                  cells=_compare_cells(args.compare_cells, args.heads_file))
+                                  cells=_compare_cells(args.compare_cells, args.heads_file),
+                                  random_skip_layer0=args.random_skip_layer0)
     spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,

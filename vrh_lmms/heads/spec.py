@@ -4,6 +4,8 @@ Forms (lists use `;` because lmms-eval splits model_args on commas):
   none                   no head ablated
   top<K>                 the K best heads of a heads file
   random<K>              K heads drawn uniformly from all heads (seeded)
+  random<K>:skip_layer0  K heads drawn uniformly from the heads outside layer 0 (the control of the paper's DPO
+                         experiment, Appendix B: 20 random heads, none in layer 0)
   like:top<K>            layer-matched random: in each layer, as many heads as top<K> has there, drawn from that
                          layer's other heads (aliases: random_like:top<K>, layer_matched<K>)
   random_outside:top<K>  K heads drawn at random outside the top-K set (the paper's control for its extra models;
@@ -36,7 +38,7 @@ from vrh_lmms.heads.geometry import Geometry, HeadRef, parse_head
 from vrh_lmms.heads.heads_file import HeadsFile
 
 _TOP = re.compile(r"^top(\d+)$", re.IGNORECASE)
-_RANDOM = re.compile(r"^random(\d+)$", re.IGNORECASE)
+_RANDOM = re.compile(r"^random(\d+)(?P<skip0>:skip_layer0)?$", re.IGNORECASE)
 _LIKE = re.compile(r"^(?:like|random_like|random-like)[:=]top(\d+)$|^layer_matched(\d+)$", re.IGNORECASE)
 _OUTSIDE = re.compile(r"^random_outside[:=]top(\d+)$|^random_outside(\d+)$", re.IGNORECASE)
 _POOL = re.compile(r"^(?P<spec>.+?)@(?P<pool>live|all)$", re.IGNORECASE)
@@ -169,7 +171,8 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
         kind, used_seed = "topk", None
     elif m := _RANDOM.match(text):
         k = int(m.group(1))
-        heads, kind, used_seed = random_heads(geometry, k, seed, exclude), "random", seed
+        layer0 = frozenset(HeadRef(0, h) for h in range(geometry.heads)) if m.group("skip0") else frozenset()
+        heads, kind, used_seed = random_heads(geometry, k, seed, exclude | layer0), "random", seed
     elif m := _LIKE.match(text):
         k = int(m.group(1) or m.group(2))
         rank = ranking()
@@ -202,8 +205,8 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
                 heads.append(parse_head(tok))
             except VRHError:
                 raise VRHError(
-                    f"bad head spec token {tok!r} in {text!r}: use none, top<K>, random<K>, like:top<K>, "
-                    f"random_outside:top<K>, image_matched:top<K> or heads like L12H3;L14H0"
+                    f"bad head spec token {tok!r} in {text!r}: use none, top<K>, random<K>, random<K>:skip_layer0, "
+                    f"like:top<K>, random_outside:top<K>, image_matched:top<K> or heads like L12H3;L14H0"
                 ) from None
         if len(set(heads)) != len(heads):
             dup = [str(h) for h, c in Counter(heads).items() if c > 1]
