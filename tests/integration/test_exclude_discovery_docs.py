@@ -168,6 +168,9 @@ def test_scorer_comparison_masks_each_cells_top_k_and_the_report_compares_them(s
     assert block["rows"][-1]["by_k"]["2"]["acc"] == pytest.approx(sum(randoms) / 2)
     md = (tmp_path / "report" / "report.md").read_text()
     assert "## Scoring cells compared (paper Fig 2 / Table A9, Fig 3)" in md
+    line = next(ln for ln in md.splitlines() if ln.startswith("| in,sum,mean (qrhead) |"))
+    acc = block["rows"][1]["by_k"]["1"]
+    assert line.split(" | ")[1] == f"{100 * acc['acc']:.1f} [{100 * acc['ci'][0]:.1f}, {100 * acc['ci'][1]:.1f}]"
     assert any(p.startswith("plots/scorers_") for p in report["files"]["plots"])
     capsys.readouterr()
     assert _sweep(args, heads, tmp_path / "bad", "--tasks", TASK, "--k", "1", "--compare-cells", "nope") == 2

@@ -38,16 +38,17 @@ def scorer_block(group: dict, primary_cell: str | None) -> dict[str, Any] | None
         return {"acc": c["accuracy"]["mean"], "ci": [c["accuracy"]["ci_low"], c["accuracy"]["ci_high"]],
                 "drop": (c.get("drop") or {}).get("drop"), "p": (c.get("test") or {}).get("pvalue")}
 
-    primary = {c["k"]: entry(c) for c in configs if c["kind"] == "topk" and c["k"] in ks}
+    # by_k keys are strings, as they read back from report.json
+    primary = {str(c["k"]): entry(c) for c in configs if c["kind"] == "topk" and c["k"] in ks}
     rows = [{"label": f"{cell_label(primary_cell or PRIMARY)} [primary]", "cell": primary_cell, "by_k": primary}]
     for cell in sorted({c["cell"] for c in scorers}):
         rows.append({"label": cell_label(cell), "cell": cell,
-                     "by_k": {c["k"]: entry(c) for c in scorers if c["cell"] == cell}})
+                     "by_k": {str(c["k"]): entry(c) for c in scorers if c["cell"] == cell}})
     randoms = {}
     for k in ks:
         draws = [c["accuracy"]["mean"] for c in configs if c["kind"] == "random" and c["k"] == k]
         if draws:
-            randoms[k] = {"acc": mean(draws), "ci": [min(draws), max(draws)], "drop": None, "p": None,
+            randoms[str(k)] = {"acc": mean(draws), "ci": [min(draws), max(draws)], "drop": None, "p": None,
                           "n_draws": len(draws)}
     if randoms:
         rows.append({"label": "random (mean of draws; range)", "cell": None, "by_k": randoms})
@@ -69,7 +70,7 @@ def scorers_markdown(blocks: list[dict]) -> list[str]:
         for row in b["rows"]:
             cells = []
             for k in b["ks"]:
-                e = row["by_k"].get(k)
+                e = row["by_k"].get(str(k))
                 cells.append("—" if e is None else f"{pct(e['acc'])} [{pct(e['ci'][0])}, {pct(e['ci'][1])}]")
             out.append(f"| {row['label']} | " + " | ".join(cells) + " |")
         out.append("")
@@ -78,6 +79,10 @@ def scorers_markdown(blocks: list[dict]) -> list[str]:
 
 def scorers_plot(block: dict, path: Path) -> Path:
     """Accuracy vs k, one line per scorer, random as a dashed line with its range."""
+    if not any(str(k) in row["by_k"] for row in block["rows"] for k in block["ks"]):
+        from vrh_lmms.errors import VRHError
+
+        raise VRHError(f"scorer comparison of {block['model']} / {block['task']}: no accuracy at any k to plot")
     import matplotlib
 
     matplotlib.use("Agg")
@@ -87,11 +92,11 @@ def scorers_plot(block: dict, path: Path) -> Path:
     if block["baseline"] is not None:
         ax.axhline(block["baseline"], color="0.3", ls=":", label="baseline")
     for row in block["rows"]:
-        ks = [k for k in block["ks"] if k in row["by_k"]]
-        accs = [row["by_k"][k]["acc"] for k in ks]
+        ks = [k for k in block["ks"] if str(k) in row["by_k"]]
+        accs = [row["by_k"][str(k)]["acc"] for k in ks]
         if row["cell"] is None:
             ax.plot(ks, accs, "--", color="tab:blue", label=row["label"])
-            ax.fill_between(ks, [row["by_k"][k]["ci"][0] for k in ks], [row["by_k"][k]["ci"][1] for k in ks],
+            ax.fill_between(ks, [row["by_k"][str(k)]["ci"][0] for k in ks], [row["by_k"][str(k)]["ci"][1] for k in ks],
                             color="tab:blue", alpha=0.15)
         else:
             ax.plot(ks, accs, "o-", lw=2.2 if "[primary]" in row["label"] else 1.3, label=row["label"])
