@@ -29,3 +29,33 @@ def test_headline_and_kcurve_are_the_papers():
     assert row["kcurve"][0] == row["base"] and row["kcurve"][20] == row["vrh20"]
     assert "kcurve" not in paper_row("Magma-8B")
     assert paper_row(None) is None
+
+
+def _row(k, top, outside, p_out):
+    return {"k": k, "mode": "zero", "config": f"top{k}", "baseline_acc": 0.86, "topk_acc": top, "topk_drop": 0.86 - top,
+            "topk_drop_ci": [0.5, 0.7], "p_test": 1e-9, "random_outside": {"drop_mean": 0.86 - outside, "drop_sd": 0.01, "n": 10},
+            "p_random_outside": p_out, "p_random_outside_floor": True, "random": None, "p_random": None}
+
+
+def _group(model, rows):
+    return {"model": model, "task": "t", "summary": rows, "configs": [], "baseline": None}
+
+
+def test_verdicts_speak_from_the_telling_k_and_of_the_replicated_model_not_its_partner():
+    """The k where top-k and random differ most, a warning when the paper's k = 20 breaks random draws too, and the
+    partner's group of the same task (sorted first here) never read as the model's."""
+    from vrh_lmms.replicate.plan import ReplicateSpec
+    from vrh_lmms.replicate.summary import telling_k, verdicts
+
+    mine = [_row(1, 0.8, 0.85, 0.5), _row(5, 0.2, 0.7, 0.09), _row(20, 0.06, 0.01, 1.0)]
+    partner = [_row(1, 0.1, 0.9, 0.09), _row(5, 0.1, 0.9, 0.09), _row(20, 0.1, 0.9, 0.09)]
+    assert telling_k({r["k"]: r for r in mine}) == 5
+    report = {"groups": [_group("/ckpt/a_partner", partner), _group("/ckpt/mine", mine)],
+              "heads_files": [{"layers": 6, "heads": 16}], "transfer": [], "scorers": []}
+    spec = ReplicateSpec(model="vrh_qwen25", model_args="pretrained=/ckpt/mine", detection_task="t",
+                         grounding_tasks=["t"])
+    text = verdicts(spec, report, {})
+    assert text[0].startswith("**Masking the top-5 heads (5% of this model's 96 heads) collapses grounding**")
+    assert "86.0 → 20.0" in text[0] and "below every draw (empirical p = 0.09, the floor 1/(R+1))" in text[0]
+    assert text[1].startswith("**At the paper's k = 20 the comparison says nothing here**")
+    assert "accuracy first falls below half the baseline at k = 5" in text[2]

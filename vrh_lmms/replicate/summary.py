@@ -40,11 +40,20 @@ def _control_text(row: dict[str, Any], kind: str) -> str:
     return "n/a" if c is None else f"{_pct(c[0])} ± {_pct(c[1])} ({c[2]} draws)"
 
 
-def _group(report: dict[str, Any], task: str) -> dict[str, Any] | None:
-    for g in report["groups"]:
-        if g["task"] == task:
-            return g
-    return None
+def _group(report: dict[str, Any], task: str, model: str | None = None) -> dict[str, Any] | None:
+    """The report group of `task` for the replicated model (a partner's group of the same task is not it)."""
+    from vrh_lmms.report.runs import same_model
+
+    groups = [g for g in report["groups"] if g["task"] == task]
+    if model:
+        return next((g for g in groups if same_model(g["model"], model)), groups[0] if groups else None)
+    return groups[0] if groups else None
+
+
+def _model(spec: ReplicateSpec) -> str | None:
+    from vrh_lmms.preload import parse_model_args
+
+    return parse_model_args(spec.model_args).get("pretrained")
 
 
 def _own_rows(group: dict[str, Any]) -> dict[int, dict[str, Any]]:
@@ -101,12 +110,16 @@ def _grounding_verdicts(task: str, group: dict[str, Any], n_heads: int | None) -
     return out
 
 
-def transfer_verdict(report: dict[str, Any], stages: dict[str, Any], k: int) -> list[str]:
+def transfer_verdict(report: dict[str, Any], stages: dict[str, Any], k: int, model: str | None) -> list[str]:
     """Fig 7: each model's heads masked in the other, beside its own, and how much the two heads files share."""
     rows = [t for t in report.get("transfer", []) if t["k"] == k and t["mode"] == "zero"]
     if len(rows) < 2:
         return []
-    a, b = rows[0], rows[-1]
+    from vrh_lmms.report.runs import same_model
+
+    mine = [r for r in rows if model and same_model(r["model"], model)]
+    a = mine[0] if mine else rows[0]
+    b = next((r for r in rows if r is not a), rows[-1])
     text = (f"**Transfer (Fig 7)**: the partner's top-{k} heads cost this model {_pct(a['transferred']['drop'])} "
             f"points (sign-flip p = {a['transferred']['p_test']:.2g}; its own top-{k}: {_pct(a['own']['drop'])}); "
             f"this model's top-{k} cost the partner {_pct(b['transferred']['drop'])} (p = "
@@ -124,7 +137,7 @@ def verdicts(spec: ReplicateSpec, report: dict[str, Any], stages: dict[str, Any]
     """One sentence per claim of the paper that this run tested, with the test behind it."""
     out = []
     task = spec.grounding_tasks[0]
-    group = _group(report, task)
+    group = _group(report, task, _model(spec))
     k = None
     if group is not None and _own_rows(group):
         n_heads = next((h["layers"] * h["heads"] for h in report.get("heads_files", [])), None)
@@ -132,7 +145,7 @@ def verdicts(spec: ReplicateSpec, report: dict[str, Any], stages: dict[str, Any]
         k = telling_k(_own_rows(group))
         out += scorer_verdicts(report, task, k)
     for vqa_task in spec.vqa_tasks:
-        g = _group(report, vqa_task)
+        g = _group(report, vqa_task, _model(spec))
         if g is None or not g["summary"]:
             continue
         row = _own_rows(g)[spec.vqa_k]
@@ -147,7 +160,7 @@ def verdicts(spec: ReplicateSpec, report: dict[str, Any], stages: dict[str, Any]
             + ". The paper reports VQA breaking too (Table 3)." + ("" if hurt else " Not reproduced here: reported "
                                                                    "as measured."))
     if k is not None:
-        out += transfer_verdict(report, stages, k)
+        out += transfer_verdict(report, stages, k, _model(spec))
     eff = stages.get("efficiency")
     if eff and eff.get("rows"):
         rows = eff["rows"]
@@ -187,7 +200,7 @@ def paper_table(spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
     pretrained = parse_model_args(spec.model_args).get("pretrained")
     name = match_paper_model(pretrained)
     paper = paper_row(name)
-    group = _group(report, spec.grounding_tasks[0])
+    group = _group(report, spec.grounding_tasks[0], _model(spec))
     lines = [f"Model: `{pretrained}`; " + (f"the paper's **{name}**." if name else
                                           "the paper has no figures for this model: its column shows the paper's "
                                           "Qwen2.5-VL-7B for scale, not as a target."),
@@ -218,13 +231,39 @@ def paper_table(spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
 def vqa_table(spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
     lines = [f"| task | baseline | random-{spec.vqa_k} outside | top-{spec.vqa_k} VRHs |", "|---|---|---|---|"]
     for task in spec.vqa_tasks:
-        g = _group(report, task)
+        g = _group(report, task, _model(spec))
         if g is None or spec.vqa_k not in _own_rows(g):
             continue
         row = _own_rows(g)[spec.vqa_k]
         lines.append(f"| {task} | {_acc_ci(g['baseline']['accuracy'] if g['baseline'] else None)} | "
                      f"{_control_text(row, 'random_outside')} | "
                      f"{_acc_ci((_topk_config(g, spec.vqa_k) or {}).get('accuracy'))} |")
+    return lines
+
+
+_FIGURES = (  # (path under the replication folder, {m}_{t}: the report's plot name of the model x task; caption)
+    ("report/plots/ksweep_{m}_{t}.png", "k-curve: top-k against the random draws (Fig 4, Table A1)"),
+    ("report/plots/scorers_{m}_{t}.png", "every scoring cell's top-k masked (Figs 2/3/8b, Table A8)"),
+    ("distribution/distribution.png", "distribution of head scores (Fig 5)"),
+    ("compare/compare.png", "the two models' score maps, top-k circled (Fig 7)"),
+    ("efficiency/efficiency.png", "top-k overlap as the number of detection docs varies (Fig 8c)"),
+    ("report/plots/taxonomy_{m}_{t}.png", "failure decomposition: mislocated vs parse failure (Fig 8a)"),
+    ("maps/map_{t}_0.png", "attention over the image: all heads / top-k / all but the top-k (Figs A1/A2)"),
+)
+
+
+def figure_lines(out: Path, spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
+    """The run's figures that exist, each with what it reproduces (people look before they read)."""
+    from vrh_lmms.report.plots import slug
+
+    group = _group(report, spec.grounding_tasks[0], _model(spec))
+    lines = []
+    for pattern, caption in _FIGURES:
+        path = pattern
+        if group is not None:
+            path = pattern.replace("{m}_{t}", slug(group["model"], group["task"])).replace("{t}", group["task"])
+        if (out / path).is_file():
+            lines += [f"**{caption}**", "", f"![{caption}]({path})", ""]
     return lines
 
 
@@ -236,6 +275,7 @@ def write_summary(out: Path, spec: ReplicateSpec, report: dict[str, Any]) -> Pat
     text += ["", "## This run beside the paper", ""] + paper_table(spec, report)
     if spec.vqa_tasks:
         text += ["", "## Cross-task (Table 3)", ""] + vqa_table(spec, report)
+    text += ["", "## Figures", ""] + figure_lines(out, spec, report)
     text += ["", "## Files", "",
              "- `report/report.html`, `report/report.md`: every configuration with intervals, tests and plots",
              "- `heads.json`: the detected heads (all scoring cells); `efficiency/efficiency.png`: Fig 8c",
