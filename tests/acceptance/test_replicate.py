@@ -54,7 +54,11 @@ def test_every_stage_writes_its_artefact_and_the_summary_leads_with_verdicts(rep
     assert sweep["control_pool"] == "live"  # 54 of the demo's 96 heads write nothing: controls draw live heads
     (block,) = json.loads((out / "report" / "report.json").read_text())["scorers"]
     assert len(block["rows"]) == 1 + len(cells) + 1 and block["ks"] == [1, 5]
-    assert "Scorers compared at k = 5" in text
+    assert "Scorers compared at k = " in text
+    figures = text[text.index("## Figures"):text.index("## Files")]
+    for path in ("report/plots/scorers_", "distribution/distribution.png", "efficiency/efficiency.png",
+                 "compare/compare.png", "maps/map_vrh_synth_grounding_0.png"):
+        assert f"]({path}" in figures, path
     assert json.loads((out / "heads.json").read_text())["scoring"]["key_tokens"] == "any"  # the paper's rule
 
 
