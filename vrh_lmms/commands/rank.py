@@ -85,10 +85,12 @@ def run(args: argparse.Namespace) -> int:
     from vrh_lmms.maps.setup import check_output
     from vrh_lmms.rank import outputs
     from vrh_lmms.rank.capture import QUERY_ROW, candidate_mass, checked_spans, multi_image_inputs
+    from vrh_lmms.rank.data import parse_data
     from vrh_lmms.rank.evaluate import evaluate, query_ranks, rank_sets
     from vrh_lmms.rank.scoring import NULL_QUERY
     from vrh_lmms.sweep.checks import dead_heads_of
 
+    parse_data(args.data)  # a bad --data is refused before anything loads
     ks = _ks(args.k)
     if args.random_seeds < 0:
         raise VRHError(f"--random-seeds must be >= 0, got {args.random_seeds}")
