@@ -52,3 +52,17 @@ def test_bad_data_is_one_line_error(tmp_path):
     with pytest.raises(VRHError, match="--data"):
         parse_data("mmdocir")
     assert parse_data("mmdocir:/x") == ("mmdocir", "/x")
+
+
+def test_pages_are_read_by_row_group_the_same(tmp_path):
+    """The published parquet is large; pages are read per document from the row groups holding them."""
+    import shutil
+
+    shutil.copy(FIXTURE / "MMDocIR_annotations.jsonl", tmp_path)
+    pq.write_table(pq.read_table(FIXTURE / "MMDocIR_pages.parquet"), tmp_path / "MMDocIR_pages.parquet",
+                   row_group_size=2)
+    assert pq.ParquetFile(tmp_path / "MMDocIR_pages.parquet").metadata.num_row_groups > 3
+    whole, split = load_mmdocir(FIXTURE), load_mmdocir(tmp_path)
+    for name, doc in whole.sets.items():
+        for a, b in zip(doc.images, split.sets[name].images, strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -98,8 +98,8 @@ def load_mmdocir(folder: str | Path, limit: int | None = None, max_pages: int | 
         if not p.is_file():
             raise VRHError(f"--data mmdocir:{folder}: no {p.name} there (MMDocIR's published files: {ANNOTATIONS}, "
                            f"{PAGES})")
-    table = pq.read_table(pages_path, columns=["doc_name", "passage_id", "image_binary"])
-    docs = table.column("doc_name").to_pylist()
+    pages = pq.ParquetFile(pages_path)
+    docs = pages.read(columns=["doc_name"]).column("doc_name").to_pylist()  # page images are read per document
     sets: dict[str, CandidateSet] = {}
     queries: list[RankQuery] = []
     skipped = 0
@@ -128,17 +128,27 @@ def load_mmdocir(folder: str | Path, limit: int | None = None, max_pages: int | 
                                f"pages")
             queries.append(RankQuery(f"{name}#{qi}", name, str(item["Q"]), gold, {"type": item.get("type")}))
         if name not in sets and any(q.set_id == name for q in queries):
-            sets[name] = _doc_pages(table, name, first, last)
+            sets[name] = _doc_pages(pages, name, first, last)
     notes = [f"{skipped} documents with more than {max_pages} pages left out"] if skipped else []
     if not queries:
         raise VRHError(f"--data mmdocir:{folder}: no question to rank" + (f" ({notes[0]})" if notes else ""))
     return RankData(f"MMDocIR pages ({root})", sets, queries, notes)
 
 
-def _doc_pages(table, name: str, first: int, last: int) -> CandidateSet:
+def _doc_pages(pages, name: str, first: int, last: int) -> CandidateSet:
+    """Rows first..last (inclusive) of the pages parquet, reading only the row groups that hold them (the published
+    file is 2.5 GB of JPEGs)."""
+    import pyarrow as pa
     from PIL import Image
 
-    rows = table.slice(first, last - first + 1)
+    groups, start = [], 0
+    for i in range(pages.metadata.num_row_groups):
+        n = pages.metadata.row_group(i).num_rows
+        if start <= last and start + n > first:
+            groups.append((i, start))
+        start += n
+    table = pa.concat_tables([pages.read_row_group(i, columns=["image_binary"]) for i, _ in groups])
+    rows = table.slice(first - groups[0][1], last - first + 1)
     images = [Image.open(io.BytesIO(b)).convert("RGB") for b in rows.column("image_binary").to_pylist()]
     return CandidateSet(name, images, [f"page {i}" for i in range(len(images))])
 
