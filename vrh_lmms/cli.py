@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "locate": ("locate", "training-free locator: boxes from the top-k heads' attention maps, Acc@0.5 vs controls"),
     "compare-heads": ("compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files"),
     "score-distribution": ("score_distribution", "share of heads above score thresholds, with a log-scale plot"),
+    "rank": ("rank", "heads as a ranker: candidate images ranked by attention mass, top-k vs all vs random heads"),
 }
 
 
@@ -48,6 +49,8 @@ RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
 QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report", "replicate")
 MODEL_COMMANDS += ("attention-maps", "locate", "dpo-train")
 QUIET_COMMANDS += ("attention-maps", "locate")
+MODEL_COMMANDS += ("rank",)
+QUIET_COMMANDS += ("rank",)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
