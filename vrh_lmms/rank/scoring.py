@@ -20,15 +20,11 @@ NULL_QUERY = "N/A"
 
 
 def candidate_scores(mass: np.ndarray, heads: Sequence[HeadRef]) -> np.ndarray:
-    """(n_candidates,) mean over `heads` of mass (layers, heads, n_candidates)."""
-    if not heads:
-        raise VRHError("a head set's ranking needs at least one head")
-    layers, n_heads = mass.shape[:2]
-    bad = [h for h in heads if not (0 <= h.layer < layers and 0 <= h.head < n_heads)]
-    if bad:
-        raise VRHError(f"head {bad[0]} is outside the captured geometry ({layers} layers x {n_heads} heads)")
-    idx = np.array([(h.layer, h.head) for h in heads])
-    return np.asarray(mass, dtype=float)[idx[:, 0], idx[:, 1]].mean(axis=0)
+    """(n_candidates,) mean over `heads` of mass (layers, heads, n_candidates): the locator's head-set mean, with
+    candidates in place of image tokens."""
+    from vrh_lmms.maps.views import head_set_map
+
+    return head_set_map(np.asarray(mass, dtype=float), heads)
 
 
 def calibrated(query_mass: np.ndarray, null_mass: np.ndarray | None) -> np.ndarray:
