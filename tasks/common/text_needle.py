@@ -26,7 +26,7 @@ from vrh_lmms.tasks.common.sources import SourceError
 TASK = "vrh_synth_text_needle"
 CONFIG_ENV = "VRH_NEEDLE_CONFIG"
 FORMATS = ("recall", "sentence")
-DEFAULTS = {"n": 100, "seed": 0, "pairs": 8, "format": "recall", "value_max": 99}
+DEFAULTS = {"n": 100, "seed": 0, "pairs": 8, "format": "recall", "value_max": 99, "practice": 8}
 COLOURS = ("red", "green", "blue", "yellow", "white", "purple")
 SHAPES = ("circle", "square", "triangle", "cross", "diamond")
 
@@ -69,7 +69,10 @@ def make_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     if cfg["format"] == "recall":
         facts = [f"{k} {v}" for k, v in zip(keys, values)]
         head, query = "recall : ", f"key {keys[q]} ?"
-        prompt = head + " , ".join(facts) + f" . {query}"
+        # practice queries (as in the backbone's pretraining): other facts restated after the list
+        others = [j for j in range(n) if j != q]
+        drill = [facts[int(j)] for j in rng.choice(others, size=int(cfg["practice"]))] if others else []
+        prompt = head + " , ".join(facts) + " . " + "".join(f"{d} " for d in drill) + query
         start = len(head) + sum(len(f) + 3 for f in facts[:q])
     else:
         facts = [f"the number of the {k} is {v} ." for k, v in zip(keys, values)]

@@ -1,7 +1,8 @@
 """Discovery on text-span evidence (`vrh_synth_text_needle`) through the real lmms-eval backend of a tiny
 Qwen2.5-VL: the captured attention of the answer rows on the needle's tokens equals eager attention
 (`output_attentions=True`) on the very inputs discovery forwarded, the heads file's scores are the mean of those
-per-sample masses, and the box-only Localization Heads cell is skipped with a note."""
+per-sample masses, and the box-only Localization Heads cell is skipped with a note; `vrh-lmms sweep` and `report`
+run on the task with that heads file."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ def lm(tiny_checkpoints, tmp_path_factory):
     mp.undo()
 
 
-def test_needle_mass_equals_eager_attention(lm, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def discovered(lm, tmp_path_factory):
+    """One discovery on the needle task; the inputs each doc was forwarded with, in doc order."""
     inputs, real_forward = {}, collector_mod.teacher_forced_inputs
 
     def forward(*args, **kwargs):
@@ -43,10 +46,17 @@ def test_needle_mass_equals_eager_attention(lm, tmp_path, monkeypatch):
         inputs[len(inputs)] = batch
         return batch
 
-    monkeypatch.setattr(collector_mod, "teacher_forced_inputs", forward)
-    out = tmp_path / "heads.json"
+    mp = pytest.MonkeyPatch()
+    mp.setattr(collector_mod, "teacher_forced_inputs", forward)
+    out = tmp_path_factory.mktemp("needle") / "heads.json"
     run_discovery(DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=["vrh_synth_text_needle"],
                                 output=str(out), limit=N, gen_kwargs="max_new_tokens=4"), lm=lm)
+    mp.undo()
+    return out, inputs
+
+
+def test_needle_mass_equals_eager_attention(lm, discovered):
+    out, inputs = discovered
     hf = load_heads_file(out)
     assert hf.scoring["evidence"] == "text"
     assert "localization_heads" in hf.scoring["skipped_cells"] and "localization_heads" not in hf.cells
@@ -80,3 +90,22 @@ def test_needle_scoring_reads_the_value():
     assert read_value("o 72", "o") == "72" and read_value("72", "o") == "72"
     assert read_value("purple circle 95 .", "purple circle") == "95"
     assert read_value("o 7 2", "o") == "7 2" and read_value("  ", "o") is None
+
+
+def test_sweep_and_report_run_on_the_needle_task(lm, discovered, tmp_path):
+    from vrh_lmms.report import ReportSettings, build_report
+    from vrh_lmms.sweep.plan import plan_configurations
+    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+
+    heads, _ = discovered
+    configs = plan_configurations([1], 1, False, ["zero"])
+    spec = SweepSpec("vrh_qwen25", "pretrained=x", ["vrh_synth_text_needle"], str(heads), configs, limit=N,
+                     gen_kwargs="max_new_tokens=4")
+    sweep = run_sweep(spec, tmp_path / "sweep", lm=lm, progress=False)
+    ids = sorted(p.name for p in (sweep / "configs").iterdir())
+    assert ids == ["baseline", "random1_s0", "top1"]
+    top1 = json.loads((sweep / "configs" / "top1" / "results.json").read_text())
+    assert top1["vrh"]["ablation"]["heads"] == [str(load_heads_file(heads).ranking[0])]
+    report = build_report([sweep], tmp_path / "report", ReportSettings(plots=False, n_resamples=200))
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "vrh_synth_text_needle" in text and "top1" in text and report
