@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Text-recall heads vs grounding heads on the demo model (docs/evidence.md): discover each, compare them, and
 # ablate each top-k on both tasks beside random live-head controls (the demo model has 54 of 96 heads pruned).
-# About 5 min on one core (2026-12-04).
+# About 6 min on one core (2026-12-04).
 # Run from the repository root: bash docs/experiments/text_needle_demo.sh [OUT] (default runs/text_needle)
 set -e
 OUT=${1:-runs/text_needle}
@@ -29,7 +29,7 @@ vrh-lmms compare-heads "$OUT/needle/heads.json" "$OUT/grounding/heads.json" --k 
 vrh-lmms compare-heads "$OUT/needle/heads.json" "$OUT/grounding/heads.json" --k 5 --cell retrieval \
     --cell out,sum,mean --output "$OUT/compare_retrieval_k5"
 VRH_SYNTH_CONFIG="$EVAL" vrh-lmms sweep "${G[@]}" --heads-file "$OUT/needle/heads.json" "${SW[@]}" \
-    --output "$OUT/sweep_needle_heads_on_grounding"
+    --compare-cells retrieval --output "$OUT/sweep_needle_heads_on_grounding"
 VRH_NEEDLE_CONFIG="$NEEDLE_EVAL" vrh-lmms sweep "${T[@]}" --heads-file "$OUT/grounding/heads.json" "${SW[@]}" \
     --output "$OUT/sweep_grounding_heads_on_needle"
 VRH_SYNTH_CONFIG="$EVAL" vrh-lmms sweep "${G[@]}" --heads-file "$OUT/grounding/heads.json" "${SW[@]}" \
@@ -40,3 +40,4 @@ for s in needle_heads_on_grounding grounding_heads_on_needle grounding_heads_on_
     vrh-lmms report "$OUT/sweep_$s" --output "$OUT/report_$s"
 done
 python docs/experiments/text_needle_live_overlap.py "$OUT/needle/heads.json" "$OUT/grounding/heads.json"
+python docs/experiments/text_needle_live_overlap.py "$OUT/needle/heads.json@retrieval" "$OUT/grounding/heads.json"
