@@ -1,4 +1,4 @@
-"""Text-span evidence on the real tokenizers (chat template included) of two families' tiny checkpoints: the
+"""Text-span evidence on the real tokenizers (chat template included) of every family's tiny checkpoint: the
 positions found decode back to the needle, and an absent or ambiguous needle is refused in one line."""
 
 from __future__ import annotations
@@ -8,19 +8,23 @@ from transformers import AutoTokenizer
 
 from vrh_lmms.discovery.text_span import TextEvidence, evidence_kind, span_positions, text_evidence
 from vrh_lmms.errors import VRHError
+from vrh_lmms.tiny.registry import TINY_FACTORIES
 
 NEEDLE = "the red circle is seven"
 QUESTION = f"a blue square is two . {NEEDLE} . a green cross is four . what is the red circle ?"
 
 
 def fed_ids(tokenizer, question: str) -> list[int]:
-    """The ids a backend feeds: the family's own chat template with its generation prompt."""
-    msgs = [{"role": "user", "content": question}]
+    """The ids a backend feeds: the family's own chat template with its generation prompt (content parts for the
+    templates that read only those; the bare prompt for a family without a template, as PaliGemma's backend)."""
+    if tokenizer.chat_template is None:
+        return tokenizer(question)["input_ids"]
+    msgs = [{"role": "user", "content": [{"type": "text", "text": question}]}]
     text = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "internvl"])
+@pytest.fixture(scope="module", params=sorted(TINY_FACTORIES))
 def tokenizer(request, tiny_checkpoints):
     return AutoTokenizer.from_pretrained(str(tiny_checkpoints(request.param)))
 
