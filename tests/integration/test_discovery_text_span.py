@@ -109,3 +109,14 @@ def test_sweep_and_report_run_on_the_needle_task(lm, discovered, tmp_path):
     report = build_report([sweep], tmp_path / "report", ReportSettings(plots=False, n_resamples=200))
     text = (tmp_path / "report" / "report.md").read_text()
     assert "vrh_synth_text_needle" in text and "top1" in text and report
+
+
+def test_localization_heads_as_primary_is_refused_on_text_docs(lm, tmp_path):
+    from vrh_lmms.errors import VRHError
+
+    spec = DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=["vrh_synth_text_needle"],
+                         output=str(tmp_path / "heads.json"), limit=N, gen_kwargs="max_new_tokens=4",
+                         primary="localization_heads")
+    with pytest.raises(VRHError, match="localization_heads needs box evidence; these docs carry text evidence"):
+        run_discovery(spec, lm=lm)
+    assert not (tmp_path / "heads.json").exists()
