@@ -13,7 +13,9 @@ from vrh_lmms.protocol import DISCOVER_PRESETS, resolve
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser, model_args_note="")
-    parser.add_argument("--tasks", required=True, help="grounding task(s), e.g. vrh_refcoco_val")
+    parser.add_argument("--tasks", required=True,
+                        help="grounding task(s), e.g. vrh_refcoco_val, or tasks whose docs carry text-span evidence "
+                        "(vrh_synth_text_needle; docs/evidence.md)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (default 200; -1 for all)")
     parser.add_argument("--preset", default=None, choices=sorted(DISCOVER_PRESETS),
                         help="the paper's protocol (vrh_lmms.protocol): paper = 200 docs, key tokens 'any', "

@@ -6,6 +6,7 @@ image preprocessing and the chat template are the backend's own.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from vrh_lmms.discovery.sample_stats import reduce_sample
 from vrh_lmms.discovery.scoring import QUERIES, RETRIEVAL
 from vrh_lmms.discovery.store import PartStore, SamplePart
 from vrh_lmms.discovery.targets import target_from_doc
+from vrh_lmms.discovery.text_span import KIND_TEXT, TextEvidence, evidence_kind, span_positions, text_evidence
 from vrh_lmms.errors import VRHError
 
 # How each per-token input continues over the answer tokens in a teacher-forced forward.
@@ -114,14 +116,17 @@ class SampleCollector:
 
     def __call__(self, ctx: DocContext, tensors: dict[str, torch.Tensor], continuation: torch.Tensor,
                  output_includes_prompt: bool = True) -> None:
-        target = target_from_doc(ctx.doc, where=f"{ctx.task} doc {ctx.doc_id}")
+        where = f"{ctx.task} doc {ctx.doc_id}"
+        kind = evidence_kind(ctx.doc)
+        target = text_target(ctx.doc, where) if kind == KIND_TEXT else target_from_doc(ctx.doc, where=where)
         cont = continuation.detach().cpu()
         n = answer_length(cont.tolist(), self.stop_ids)
         answer = cont[:n]
         stats, info, head_sums, tokens = self._sample(tensors, answer, target.expression, target, ctx.key,
                                                       collect_means=self.collect_means,
-                                                      localize=self.localization)
-        meta: dict[str, Any] = {"task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id, "image_id": target.image_id,
+                                                      localize=self.localization and kind != KIND_TEXT)
+        meta: dict[str, Any] = {"evidence": kind, "task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id,
+                                "image_id": target.image_id,
                                 "n_answer": n, "output_includes_prompt": output_includes_prompt, **info,
                                 "answer": self.tokenizer.decode(answer.tolist(), skip_special_tokens=True)}
         if self.null_query:
@@ -147,12 +152,19 @@ class SampleCollector:
         from vrh_lmms.discovery.controls import IMAGE_MASS
 
         # Positions count the sequence the language model sees (Magma expands its `<image>` in the forward).
-        extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm)
-        prompt = lm_input_ids(self.family.name, tensors["input_ids"][0].detach().cpu(), target.image_size, extras)
+        text = isinstance(target, TextTarget)
+        has_image = target.image_size is not None
+        extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm) if has_image else {}
+
+        def lm_ids(ids: torch.Tensor) -> torch.Tensor:
+            ids = ids.detach().cpu()
+            return lm_input_ids(self.family.name, ids, target.image_size, extras) if has_image else ids
+
+        prompt = lm_ids(tensors["input_ids"][0])
         prompt_len = prompt.numel()
         n = answer.numel()
         inputs = teacher_forced_inputs(tensors, answer, self.family.forward_fills)
-        full = lm_input_ids(self.family.name, inputs["input_ids"][0].detach().cpu(), target.image_size, extras)
+        full = lm_ids(inputs["input_ids"][0])
         seq_len = full.numel()
         pieces = token_pieces(self.tokenizer, full.tolist())
         rows_by_set = {
@@ -162,14 +174,19 @@ class SampleCollector:
         }
         rows_by_set["out_random1"] = random_row(rows_by_set["out"], key)
         rows_by_set["in+out"] = union_rows(rows_by_set["in"], rows_by_set["out"])
-        tmap = image_token_map(self.family.name, prompt, target.image_size, extras)
-        box = box_key_mask(tmap, target.box, seq_len, rule=self.key_tokens)
+        tmap = image_token_map(self.family.name, prompt, target.image_size, extras) if has_image else None
+        if text:  # the key set is the needle's prompt tokens (vrh_lmms.discovery.text_span)
+            box = torch.zeros(seq_len, dtype=torch.bool)
+            box[span_positions(self.tokenizer, prompt.tolist(), target.evidence)] = True
+        else:
+            box = box_key_mask(tmap, target.box, seq_len, rule=self.key_tokens)
+        image = tmap.key_mask(seq_len) if tmap is not None else torch.zeros(seq_len, dtype=torch.bool)
         last = prompt_len - 1  # Localization Heads' query: the last input token
         rows = sorted({r for rs in rows_by_set.values() for r in rs} | ({last} if localize else set()))
-        info = {"prompt_len": prompt_len, "n_box_tokens": int(box.sum()), "n_image_tokens": int(tmap.positions.numel()),
+        info = {"prompt_len": prompt_len, "n_box_tokens": int(box.sum()), "n_image_tokens": int(image.sum()),
                 "rows": {k: len(v) for k, v in rows_by_set.items()}, "out_random1_row": rows_by_set["out_random1"]}
-        key_sets = {"box": box.view(1, -1), "image": tmap.key_mask(seq_len).view(1, -1)}
-        grid = main_view_grid(tmap) if localize else None
+        key_sets = {"box": box.view(1, -1), "image": image.view(1, -1)}
+        grid = main_view_grid(tmap) if localize and tmap is not None else None
         if grid is not None:
             key_sets.update(grid_key_sets(tmap.positions, grid, seq_len))
         geometry = self.lm.vrh_decoder.geometry
@@ -199,6 +216,24 @@ class SampleCollector:
             names += [localization.ENTROPY, localization.IMAGE_SUM] if localize else []
             stats = {k: nan.copy() for k in names}
         return stats, info, head_sums, tokens
+
+
+@dataclass(frozen=True)
+class TextTarget:
+    """A doc whose evidence is a span of its prompt text; `image_size` when the doc also shows an image."""
+
+    evidence: TextEvidence
+    expression: str  # the question's words: the `in` query rows
+    image_id: str
+    image_size: tuple[int, int] | None
+
+
+def text_target(doc: dict[str, Any], where: str) -> TextTarget:
+    from vrh_lmms.discovery.targets import _image_size
+
+    evidence = text_evidence(doc, where)
+    image_id = str(doc.get("vrh_image_id", doc.get("image_id", doc.get("question_id", ""))))
+    return TextTarget(evidence, evidence.query, image_id, _image_size(doc))
 
 
 def grid_key_sets(positions: torch.Tensor, grid: torch.Tensor, seq_len: int) -> dict[str, torch.Tensor]:

@@ -279,6 +279,14 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
         from vrh_lmms.discovery.controls import corrected_stats
 
         stats = corrected_stats(stats)
+    evidence = sorted({p.meta.get("evidence", "box") for p in parts})
+    skipped = {}
+    if evidence != ["box"] and LOCALIZATION in cells:  # box-only statistic: text spans have no image grid
+        if primary == LOCALIZATION:
+            raise VRHError(f"the primary cell {LOCALIZATION} needs box evidence; these docs carry "
+                           f"{', '.join(evidence)} evidence")
+        cells = [c for c in cells if c != LOCALIZATION]
+        skipped[LOCALIZATION] = "skipped: text-span evidence has no image token grid"
     scored = score_all(stats, cells, freq_k)
     cell_block = {c: {"scores": np.nan_to_num(s, nan=0.0).round(8).tolist(),
                       "ranking": [head_name(l, h) for l, h in rank(s)]} for c, s in scored.items()}
@@ -298,7 +306,9 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
                "command": " ".join(["vrh-lmms", *sys.argv[1:]]) if sys.argv else None,
                "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "version": __version__,
                "samples_file": paths["samples"].name,
-               "samples_without_box_tokens": sum(1 for p in parts if p.meta.get("n_box_tokens", 0) == 0)}
+               "samples_without_box_tokens": sum(1 for p in parts if p.meta.get("n_box_tokens", 0) == 0),
+               "evidence": ",".join(evidence)}
+    scoring |= {"skipped_cells": skipped} if skipped else {}
     scoring |= {"preset": spec.primary} if spec.primary in PRESETS else {}
     primary_scores = np.nan_to_num(scored[primary], nan=0.0)
     from vrh_lmms.discovery.controls import heads_file_extras
