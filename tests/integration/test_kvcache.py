@@ -97,7 +97,8 @@ def test_compressed_cache_answers_like_masking_and_frees_its_bytes(qwen, which, 
     drop = dropped(policy, image[0])
     full = n * kv_bytes(np.zeros_like(drop), seq, g.head_dim, 4)  # masking holds every slot
     assert s_mask["cache_bytes_after"] == s_mask["cache_bytes_before"] == s_comp["cache_bytes_before"] == full
-    assert s_comp["cache_bytes_after"] == claim
+    assert s_comp["cache_bytes_after"] == claim == s_comp["kv_bytes_physical"]
+    assert s_mask["kv_bytes_kept"] == s_comp["kv_bytes_kept"] <= claim and s_mask["kv_bytes_full"] == full
     assert s_comp["cache_bytes_after"] < s_comp["cache_bytes_before"]
     plain = _generate(model, batch)  # the policy really changes the decode steps
     assert any(not torch.allclose(a, b, atol=1e-5) for a, b in zip(plain.logits[1:], masked.logits[1:]))

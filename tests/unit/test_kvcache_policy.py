@@ -28,6 +28,11 @@ def test_retrieval_groups_follow_the_best_head():
     assert topk_budget(ranking, G, 2) == 0.25  # both top heads share (L1, group 1)
     p = retrieval_policy(ranking, G, 0.5)
     assert p.groups.tolist() == [[True, False], [False, True]]
+    live = [HeadRef(1, 3), HeadRef(0, 0), HeadRef(0, 3)]  # L1H2 writes nothing: its group comes after live ones
+    assert retrieval_policy(ranking, G, 0.5, live).groups.tolist() == [[True, False], [False, True]]
+    assert retrieval_policy(ranking, G, 0.75, live).groups.tolist() == [[True, True], [False, True]]
+    assert retrieval_policy(ranking, G, 0.75).groups.tolist() == [[True, True], [False, True]]
+    assert retrieval_policy(ranking[1:], G, 0.25, live).groups.tolist() == [[True, False], [False, False]]
     assert retrieval_policy(ranking, G, 1.0).groups.all() and not retrieval_policy(ranking, G, 0.0).groups.any()
 
 

@@ -33,7 +33,7 @@ from vrh_lmms.capture.attention import install_attention_edits
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.rows import is_causal_call, visible
 from vrh_lmms.interventions.uniform import image_token_ids
-from vrh_lmms.kvcache.policy import KVPolicy, dropped, shared_drop
+from vrh_lmms.kvcache.policy import KVPolicy, dropped, image_kept_fraction, kv_bytes, shared_drop
 
 MODES = ("mask", "compress")
 
@@ -63,7 +63,7 @@ class KVCompression:
         if policy.groups.shape != (g.layers, g.kv_heads):
             raise VRHError(f"KV policy for {policy.groups.shape} (layers, KV groups); the model has "
                            f"({g.layers}, {g.kv_heads})")
-        self.rep = g.heads // g.kv_heads
+        self.rep, self.head_dim = g.heads // g.kv_heads, g.head_dim
         self.ids = torch.tensor(image_token_ids(self.model))
         self.drop: torch.Tensor | None = None  # (batch, layers, kv_heads, prompt) bool, for the current sequence
         self.prompt_len = 0
@@ -91,6 +91,7 @@ class KVCompression:
         if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
             raise VRHError("KV compression saw no input_ids at prefill (it needs the image placeholders)")
         image = torch.isin(ids, self.ids.to(ids.device)).cpu().numpy()
+        self._image = image
         self.prompt_len = ids.shape[1]
         self.drop = torch.from_numpy(np.stack([dropped(self.policy, row, self.prompt_len) for row in image]))
         self.shrunk = {}
@@ -104,10 +105,24 @@ class KVCompression:
         before = _cache_bytes(cache)
         if self.mode == "compress" and cache is not None:
             self._shrink(cache)
-        self.stats.append({"prompt_len": self.prompt_len, "dropped_slots": int(self.drop.sum()),
-                           "cache_bytes_before": before, "cache_bytes_after": _cache_bytes(cache),
-                           "shrunk_layers": sorted(self.shrunk)})
+        self.stats.append(self._measure(cache, before))
         return None
+
+    def _measure(self, cache, before: int) -> dict:
+        """Per prefill: image KV kept, the bytes masking keeps in effect and what shrinking frees (claimed: from the
+        policy; cache_bytes_*: tensor nbytes of the cache as held)."""
+        lay = cache.layers[0] if cache is not None and getattr(cache, "layers", None) else None
+        item = lay.keys.element_size() if lay is not None and lay.keys is not None else 4
+        p, d = self.prompt_len, self.head_dim
+        drops = [row.numpy() for row in self.drop]
+        return {"prompt_len": p, "dropped_slots": int(self.drop.sum()),
+                "image_kv_kept": float(np.mean([image_kept_fraction(dr, im, p, self.policy.sink, self.policy.recent)
+                                                for dr, im in zip(drops, self._image)])),
+                "kv_bytes_full": sum(kv_bytes(np.zeros_like(dr), p, d, item) for dr in drops),
+                "kv_bytes_kept": sum(kv_bytes(dr, p, d, item) for dr in drops),
+                "kv_bytes_physical": sum(kv_bytes(dr, p, d, item, physical_only=True) for dr in drops),
+                "cache_bytes_before": before, "cache_bytes_after": _cache_bytes(cache),
+                "shrunk_layers": sorted(self.shrunk)}
 
     @torch.no_grad()
     def _shrink(self, cache) -> None:

@@ -7,7 +7,8 @@ image KV kept over all (layer, group) slots. The policies at one budget:
 * ``retrieval``: groups in the order of the heads file's ranking (the group of the best-ranked head first, each
   group once: a group's rank is its best head's), the first round(budget * layers * kv_heads) keep their image
   tokens, the others keep none. With k heads chosen this keeps exactly the groups holding a top-k head at the
-  budget `topk_budget(k)`; other budgets extend or cut that list in score order.
+  budget `topk_budget(k)`; other budgets extend or cut that list in score order. Heads that write nothing (dead:
+  o_proj columns all zero) are ranked after the live ones, as the random control draws live heads first.
 * ``random``: the same rule with the live heads in a seeded random order (a random draw of heads -> their groups),
   so the control keeps the same number of groups; groups whose heads all write nothing come last.
 * ``uniform``: every group keeps the same evenly spaced round(budget * n) image tokens (image-token pruning
@@ -90,8 +91,15 @@ def _complete(order: list[tuple[int, int]], geometry: Geometry, rest_rng: np.ran
     return order + missing
 
 
-def retrieval_policy(ranking: Sequence[HeadRef], geometry: Geometry, budget: float, **kw) -> KVPolicy:
-    """Groups ranked by their best head in the heads file's ranking keep image tokens until the budget is used."""
+def retrieval_policy(ranking: Sequence[HeadRef], geometry: Geometry, budget: float,
+                     live: Sequence[HeadRef] | None = None, **kw) -> KVPolicy:
+    """Groups ranked by their best head in the heads file's ranking keep image tokens until the budget is used.
+
+    With `live` given, heads that write nothing are ranked after every live head (their attention can score high,
+    but their keys change no output): the same knowledge the random control's draws from live heads use."""
+    if live is not None:
+        alive = set(live)
+        ranking = [h for h in ranking if h in alive] + [h for h in ranking if h not in alive]
     order = _complete(group_order(ranking, geometry), geometry, None)
     return KVPolicy("retrieval", check_budget(budget), _take(order, geometry, budget), **kw)
 
