@@ -66,6 +66,9 @@ def test_masked_decode_equals_attention_over_kept_keys(qwen):
             expected = torch.softmax(scores, -1) @ v[0, h, keep]
             torch.testing.assert_close(out[0, h, 0], expected, rtol=0, atol=1e-6)
         assert mask[0, 0, 0, 1].item() is False and mask[0, rep, 0, 1].item() is True
+        additive = comp.edit_mask(0, locate_decoder(model).attns[0], q, k, None, {}, "eager")  # eager: a float mask
+        probs = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(g.head_dim) + additive, -1)
+        torch.testing.assert_close(probs @ v, out, rtol=0, atol=1e-6)
         assert comp.edit_mask(1, None, q, k, None, {}, "sdpa") is None  # a layer dropping nothing: untouched
     finally:
         comp.remove()
