@@ -84,6 +84,14 @@ def test_refusals(runs, capsys):
     tmp, (kv, main) = runs
     assert main(["kv-cache", *kv, "--output", str(tmp / "mask")]) == 2
     assert "earlier kv-cache result" in capsys.readouterr().err
+    one = [*kv[:-6], "--budgets", "1", "--random-seeds", "0", "--output", str(tmp / "force")]
+    assert main(["kv-cache", *one]) == 0
+    (tmp / "force" / "kv_cache.md").write_text("edited")
+    assert main(["kv-cache", *one, "--force"]) == 0  # our earlier result replaced, nothing else touched
+    assert (tmp / "force" / "kv_cache.md").read_text().startswith("# KV cache")
+    (tmp / "force" / "notes.txt").write_text("mine")
+    assert main(["kv-cache", *one, "--force"]) == 2  # a foreign file: refused even with --force
+    assert (tmp / "force" / "notes.txt").read_text() == "mine"
     assert main(["kv-cache", *kv[:-6], "--budgets", "1,1.5", "--output", str(tmp / "bad")]) == 2
     assert "outside 0..1" in capsys.readouterr().err
     from vrh_lmms.commands.kv_cache import parse_budgets

@@ -93,7 +93,7 @@ def markdown(data: dict[str, Any], plot_name: str) -> str:
         drop = "-" if d is None else f"{100 * d['drop']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
         name = row["policy"] + (f" ({len(row['per_seed'])} draws, each {_pct(min(row['per_seed']))}-"
                                 f"{_pct(max(row['per_seed']))})" if row.get("per_seed") else "")
-        lines.append(f"| {name} | {row['budget']:g} | {_pct(c.get('image_kv_kept', 1.0))} | {kept} | {freed} | "
+        lines.append(f"| {name} | {row['budget']:.3g} | {_pct(c.get('image_kv_kept', 1.0))} | {kept} | {freed} | "
                      f"{_pct(a['mean'])} [{_pct(a['ci_low'])}, {_pct(a['ci_high'])}] | {drop} |")
     lines += ["", f"![accuracy against image KV kept]({plot_name})", ""]
     return "\n".join(lines)
