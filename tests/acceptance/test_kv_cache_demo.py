@@ -94,6 +94,10 @@ def test_refusals(runs, capsys):
     assert (tmp / "force" / "notes.txt").read_text() == "mine"
     assert main(["kv-cache", *kv[:-6], "--budgets", "1,1.5", "--output", str(tmp / "bad")]) == 2
     assert "outside 0..1" in capsys.readouterr().err
+    args = list(kv)
+    args[args.index("--model_args") + 1] += ",heads=top3"  # an ablation would confound the KV policies
+    assert main(["kv-cache", *args, "--output", str(tmp / "bad")]) == 2
+    assert "heads=top3 is not allowed in `vrh-lmms kv-cache`" in capsys.readouterr().err
     from vrh_lmms.commands.kv_cache import parse_budgets
 
     with pytest.raises(VRHError, match="--budgets"):
