@@ -12,7 +12,8 @@ intact model's; every later token sees the compressed cache.
   (`policy.shared_drop`: layers holding no kept group under ``retrieval`` / ``random``, every layer under
   ``uniform``) lose those positions from their K/V tensors, so the memory is freed. Such a layer reports its logical
   length (`_Shrunk`), so the model's masks and positions stay those of the full sequence, and its decode masks are
-  gathered to the keys kept. Other layers are masked as in ``mask``.
+  gathered to the keys kept. Other layers, and sliding-window cache layers (Gemma's), are masked as in ``mask``;
+  a sliding-window layer's keys are the last ones of the sequence, and the mask follows their absolute positions.
 
 Image positions come from the prefill's input_ids (the config's image token id); batches whose rows keep different
 numbers of keys in a shrunk layer are refused (run batch size 1).
@@ -68,6 +69,8 @@ class KVCompression:
         self.drop: torch.Tensor | None = None  # (batch, layers, kv_heads, prompt) bool, for the current sequence
         self.prompt_len = 0
         self.shrunk: dict[int, torch.Tensor] = {}  # layer -> (batch, kept) positions still in the cache
+        self._seen: dict[int, int] = {}  # layer -> positions cached so far in this sequence (decode calls)
+        self._freed = 0  # bytes the shrinking of this prefill's cache should free
         self.stats: list[dict] = []  # per prefill: dropped slots, bytes before / after shrinking
         self._prefill = False
         self._handles = [self.model.register_forward_pre_hook(self._before, with_kwargs=True),
@@ -94,7 +97,7 @@ class KVCompression:
         self._image = image
         self.prompt_len = ids.shape[1]
         self.drop = torch.from_numpy(np.stack([dropped(self.policy, row, self.prompt_len) for row in image]))
-        self.shrunk = {}
+        self.shrunk, self._seen = {}, {}
         return None
 
     def _after(self, module, args, kwargs, output):
@@ -103,6 +106,7 @@ class KVCompression:
         self._prefill = False
         cache = _cache_of(kwargs, output)
         before = _cache_bytes(cache)
+        self._freed = 0
         if self.mode == "compress" and cache is not None:
             self._shrink(cache)
         self.stats.append(self._measure(cache, before))
@@ -121,7 +125,8 @@ class KVCompression:
                 "kv_bytes_full": sum(kv_bytes(np.zeros_like(dr), p, d, item) for dr in drops),
                 "kv_bytes_kept": sum(kv_bytes(dr, p, d, item) for dr in drops),
                 "kv_bytes_physical": sum(kv_bytes(dr, p, d, item, physical_only=True) for dr in drops),
-                "cache_bytes_before": before, "cache_bytes_after": _cache_bytes(cache),
+                "cache_bytes_before": before, "cache_bytes_claimed": before - self._freed,
+                "cache_bytes_after": _cache_bytes(cache),
                 "shrunk_layers": sorted(self.shrunk)}
 
     @torch.no_grad()
@@ -134,12 +139,16 @@ class KVCompression:
                 raise VRHError(f"KV compression: the rows of this batch keep {counts.tolist()} keys in layer "
                                f"{layer}; run batch size 1")
             lay = cache.layers[int(layer)]
+            if type(lay) is not DynamicLayer:  # sliding-window (or other) layers keep their own length: masked
+                continue
             held = None if lay.keys is None else lay.keys.shape[-2]
             if held != self.prompt_len:
                 raise VRHError(f"KV compression: layer {layer} caches {held} positions after a prefill of "
                                f"{self.prompt_len}; only dynamic caches shrink")
             pos = torch.stack([torch.nonzero(k).flatten() for k in keep]).to(lay.keys.device)  # (batch, kept)
             b, h, _, d = lay.keys.shape
+            # what the policy says this layer frees (checked against the tensors' nbytes by the tests)
+            self._freed += 2 * b * h * d * lay.keys.element_size() * (self.prompt_len - pos.shape[1])
             index = pos[:, None, :, None].expand(b, h, pos.shape[1], d)
             lay.keys = torch.gather(lay.keys, 2, index)
             lay.values = torch.gather(lay.values, 2, index)
@@ -160,11 +169,17 @@ class KVCompression:
             cols = torch.cat([pos, new.expand(pos.shape[0], -1)], dim=1)  # (batch, kv_len)
             m = attention_mask.expand(b, -1, -1, -1)
             return torch.gather(m, 3, cols[:, None, None, :].expand(b, m.shape[1], m.shape[2], cols.shape[1]))
+        seen = self._seen.get(layer, self.prompt_len) + q_len  # positions this layer has cached, this call's too
+        self._seen[layer] = seen
         drop = self.drop[:, layer]  # (batch, groups, prompt)
         if not bool(drop.any()):
             return attention_mask
-        keep = torch.ones(b, query.shape[1], kv_len, dtype=torch.bool, device=query.device)
-        keep[..., :self.prompt_len] = ~drop.to(query.device).repeat_interleave(self.rep, dim=1)
+        # absolute positions of this call's keys: a sliding-window layer holds only the last kv_len of them
+        pos = torch.arange(seen - kv_len, seen)
+        prompt = pos < self.prompt_len
+        keep = torch.ones(b, query.shape[1], kv_len, dtype=torch.bool)
+        keep[..., prompt] = ~drop[..., pos[prompt]].repeat_interleave(self.rep, dim=1)
+        keep = keep.to(query.device)
         allowed = visible(attention_mask, b, q_len, kv_len, base, is_causal_call(module, kwargs), query.device)
         allowed = allowed & keep[:, :, None, :]
         if base == "sdpa" and (attention_mask is None or attention_mask.dtype == torch.bool):
