@@ -73,7 +73,8 @@ def test_compress_answers_like_mask(runs):
             assert _answers(tmp / "mask" / "runs" / name) == _answers(tmp / "compress" / "runs" / name), name
         assert a["cache"].get("kv_bytes_physical") == b["cache"].get("kv_bytes_physical")
         if b["cache"]:  # the compressed cache holds exactly the bytes claimed
-            assert b["cache"]["cache_bytes_after"] == b["cache"]["kv_bytes_physical"]
+            c = b["cache"]
+            assert c["cache_bytes_after"] == c["kv_bytes_physical"] == c["cache_bytes_claimed"]
     uniform = next(r for r in comp["rows"] if r["policy"] == "uniform" and r["budget"] < 1)
     assert uniform["cache"]["cache_bytes_after"] < uniform["cache"]["kv_bytes_full"]
 

@@ -58,7 +58,8 @@ def summarize_stats(stats: list[dict]) -> dict[str, float]:
     """Mean per prefill of the image KV kept and the cache bytes (held, claimed, full)."""
     if not stats:
         return {}
-    keys = ("image_kv_kept", "kv_bytes_full", "kv_bytes_kept", "kv_bytes_physical", "cache_bytes_after")
+    keys = ("image_kv_kept", "kv_bytes_full", "kv_bytes_kept", "kv_bytes_physical", "cache_bytes_claimed",
+            "cache_bytes_after")
     return {k: float(np.mean([s[k] for s in stats])) for k in keys if all(k in s for s in stats)}
 
 
