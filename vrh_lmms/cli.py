@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "locate": ("locate", "training-free locator: boxes from the top-k heads' attention maps, Acc@0.5 vs controls"),
     "compare-heads": ("compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files"),
     "score-distribution": ("score_distribution", "share of heads above score thresholds, with a log-scale plot"),
+    "rank": ("rank", "heads as a ranker: candidate images ranked by attention mass, top-k vs all vs random heads"),
     "kv-cache": ("kv_cache", "VRH-aware KV cache: accuracy against image KV kept, beside random and uniform"),
 }
 
@@ -47,8 +48,12 @@ RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
 # Commands that show one progress display and a closing summary, their libraries' output kept in a log file in the
 # output folder (vrh_lmms.console); `--verbose` shows everything instead.
 QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report", "replicate")
-MODEL_COMMANDS += ("attention-maps", "locate", "dpo-train", "kv-cache")
-QUIET_COMMANDS += ("attention-maps", "locate", "kv-cache")
+MODEL_COMMANDS += ("attention-maps", "locate", "dpo-train")
+QUIET_COMMANDS += ("attention-maps", "locate")
+MODEL_COMMANDS += ("rank",)
+QUIET_COMMANDS += ("rank",)
+MODEL_COMMANDS += ("kv-cache",)
+QUIET_COMMANDS += ("kv-cache",)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

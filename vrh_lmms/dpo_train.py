@@ -206,12 +206,7 @@ def output_layout(output: Path) -> owned.Layout:
 
 
 def check_output(output: Path, model_dir: str, force: bool) -> None:
-    src = Path(model_dir)
-    if src.exists():
-        s, o = src.resolve(), output.resolve()
-        if o == s or o in s.parents:
-            raise VRHError(f"--output {output} would replace the source checkpoint {model_dir}; choose another folder")
-    owned.check_output(output, output_layout(output), force=force, what="a dpo-train checkpoint")
+    owned.check_checkpoint_output(output, model_dir, output_layout(output), force=force, what="a dpo-train checkpoint")
 
 
 @dataclass
@@ -283,12 +278,7 @@ def train(pairs: str | Path, model_dir: str, output: str | Path, options: TrainO
             "command": " ".join(sys.argv),
         }
         (staging / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        owned.write_listing(staging)
-        for path in owned.check_output(output, output_layout(output), force=force, what="a dpo-train checkpoint"):
-            owned.remove(path)
-        if output.exists():
-            output.rmdir()
-        atomic.publish_dir(staging, output)
+        owned.publish_checkpoint(staging, output, output_layout(output), force=force, what="a dpo-train checkpoint")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -128,12 +128,7 @@ def masked_record(family: Family, pretrained: str, decoder: Decoder, headset: He
 
 
 def check_output(output: Path, pretrained: str, force: bool) -> None:
-    src = Path(pretrained)
-    if src.exists():
-        s, o = src.resolve(), output.resolve()
-        if o == s or o in s.parents:
-            raise VRHError(f"--output {output} would replace the source checkpoint {pretrained}; choose another folder")
-    owned.check_output(output, output_layout(output), force=force, what="an exported checkpoint")
+    owned.check_checkpoint_output(output, pretrained, output_layout(output), force=force, what="an exported checkpoint")
 
 
 def output_layout(output: Path) -> owned.Layout:
@@ -191,12 +186,8 @@ def export_masked(pretrained: str, heads: str, output: str | Path, *, heads_file
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "version": __version__, "command": " ".join(sys.argv)}
         (staging / MASKED_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        owned.write_listing(staging)
-        for path in owned.check_output(output, output_layout(output), force=force, what="an exported checkpoint"):
-            owned.remove(path)  # only what an earlier export wrote; anything else was refused before loading
-        if output.exists():
-            output.rmdir()
-        atomic.publish_dir(staging, output)
+        # replaces only what an earlier export wrote; anything else was refused before loading
+        owned.publish_checkpoint(staging, output, output_layout(output), force=force, what="an exported checkpoint")
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -145,6 +145,28 @@ def refuse_foreign(folder: Path, foreign: list[Path], option: str = "--output") 
                        f"nothing was changed: choose another {option}, or move them away yourself")
 
 
+def check_checkpoint_output(output: Path, source: str, layout: Layout, *, force: bool, what: str) -> list[Path]:
+    """`check_output` for a command that writes a checkpoint made from `source`: the output may not be the source
+    folder or inside it (writing there would replace the weights being read)."""
+    src = Path(source)
+    if src.exists():
+        s, o = src.resolve(), Path(output).resolve()
+        if o == s or o in s.parents:
+            raise VRHError(f"--output {output} would replace the source checkpoint {source}; choose another folder")
+    return check_output(output, layout, force=force, what=what)
+
+
+def publish_checkpoint(staging: Path, output: Path, layout: Layout, *, force: bool, what: str) -> Path:
+    """Move a finished checkpoint folder from `staging` into `output`, listing its files first (so a later run
+    knows them as ours) and replacing only what an earlier run of ours wrote there."""
+    write_listing(staging)
+    for path in check_output(output, layout, force=force, what=what):
+        remove(path)
+    if output.exists():
+        output.rmdir()
+    return atomic.publish_dir(staging, output)
+
+
 def check_output(folder: str | Path, layout: Layout, *, force: bool, what: str,
                  option: str = "--output") -> list[Path]:
     """The refusals of `prepare_output` without its removals: returns our entries that `force` will replace."""

@@ -32,8 +32,9 @@ def test_headline_and_kcurve_are_the_papers():
 
 
 def _row(k, top, outside, p_out):
-    return {"k": k, "mode": "zero", "config": f"top{k}", "baseline_acc": 0.86, "topk_acc": top, "topk_drop": 0.86 - top,
-            "topk_drop_ci": [0.5, 0.7], "p_test": 1e-9, "random_outside": {"drop_mean": 0.86 - outside, "drop_sd": 0.01, "n": 10},
+    return {"k": k, "mode": "zero", "config": f"top{k}", "baseline_acc": 0.86, "topk_acc": top,
+            "topk_drop": 0.86 - top, "topk_drop_ci": [0.5, 0.7], "p_test": 1e-9,
+            "random_outside": {"drop_mean": 0.86 - outside, "drop_sd": 0.01, "n": 10},
             "p_random_outside": p_out, "p_random_outside_floor": True, "random": None, "p_random": None}
 
 

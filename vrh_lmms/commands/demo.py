@@ -23,6 +23,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also a second VLM on the same text backbone (without MODEL: the shipped one, where the "
                              "version ships one): its own discovery and sweep, and each model's top-k heads ablated "
                              "in the other (the report's transfer table)")
+    parser.add_argument("--applications", action="store_true",
+                        help="also put the heads to work: the locator (vrh-lmms locate) on the evaluation scenes and "
+                             "the ranker (vrh-lmms rank) on multi-image queries; applications/applications.md")
+    parser.add_argument("--n-queries", type=int, default=100, help="ranker queries with --applications (default 100)")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier demo run in --output (a folder holding anything else is refused)")
 
@@ -31,5 +35,17 @@ def run(args: argparse.Namespace) -> int:
     settings = DemoSettings(n_discovery=args.n_discovery, n_eval=args.n_eval,
                             ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds,
                             interventions=args.interventions, transfer_model=args.transfer)
-    run_demo(args.output, settings, force=args.force, model_path=args.model)
+    summary = run_demo(args.output, settings, force=args.force, model_path=args.model)
+    if args.applications:
+        from pathlib import Path
+
+        from vrh_lmms import console
+        from vrh_lmms.commands.demo_applications import run_applications
+        from vrh_lmms.demo.spec import DemoSpec
+        from vrh_lmms.demo.stages import demo_model_args
+
+        model = Path(summary["model"])
+        spec = DemoSpec.load(model)
+        run_applications(Path(args.output), demo_model_args(model, spec), spec, summary["settings"]["ks"],
+                         args.random_seeds, args.n_eval, args.n_queries, console.step)
     return 0

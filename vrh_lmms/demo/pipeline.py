@@ -259,7 +259,8 @@ def demo_layout(out: Path) -> owned.Layout:
             TRANSFER_DIR: transfer,
             "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
-            "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file}
+            "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file,
+            "applications": None}  # demo --applications (vrh_lmms.commands.demo_applications)
 
 
 def _finished_anything(out: Path) -> bool:

@@ -1,0 +1,40 @@
+"""`vrh-lmms demo --applications`: the locator and the ranker run on the demo's own heads file, each through its
+command into applications/, and applications.md states each one's headline figures exactly as their files hold
+them (small settings: 12 evaluation scenes, 8 ranker queries, 2 draws)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vrh_lmms.cli import main
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    out = tmp_path_factory.mktemp("apps") / "demo"
+    assert main(["demo", "--output", str(out), "--n-eval", "12", "--random-seeds", "2", "--k", "5,9",
+                 "--applications", "--n-queries", "8"]) == 0
+    return out
+
+
+def test_applications_summary_reads_the_commands_own_files(demo):
+    folder = demo / "applications"
+    locate = json.loads((folder / "locate" / "locate.json").read_text())
+    rank = json.loads((folder / "rank" / "rank.json").read_text())
+    assert locate["heads_file"] == str((demo / "heads.json").resolve()) == rank["heads_file"]
+    assert locate["n_docs"] == 12 and rank["n_queries"] == 8 and rank["ks"] == [5, 9]
+    text = (folder / "applications.md").read_text()
+    for row in locate["rows"]:
+        top = row["topk"]
+        assert (f"top-{row['k']} {100 * top['mean']:.1f} [{100 * top['ci_low']:.1f}, {100 * top['ci_high']:.1f}] "
+                f"(random-{row['k']} {100 * row['random']['mean']:.1f})") in text
+    cal = rank["results"]["calibrated"]
+    for row in cal["rows"]:
+        r1 = row["topk"]["recall@1"]
+        assert f"top-{row['k']} {100 * r1['mean']:.1f} [{100 * r1['ci_low']:.1f}" in text
+    assert f"all {cal['n_all']} live heads {100 * cal['all']['recall@1']['mean']:.1f}" in text
+    # the demo's own files are untouched by the applications, and the folder is one a rerun may replace
+    assert (demo / "demo_summary.md").is_file()
+    assert main(["demo", "--output", str(demo), "--n-eval", "12", "--random-seeds", "2", "--k", "5,9"]) == 2
