@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare-heads": ("compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files"),
     "score-distribution": ("score_distribution", "share of heads above score thresholds, with a log-scale plot"),
     "rank": ("rank", "heads as a ranker: candidate images ranked by attention mass, top-k vs all vs random heads"),
+    "kv-cache": ("kv_cache", "VRH-aware KV cache: accuracy against image KV kept, beside random and uniform"),
 }
 
 
@@ -51,6 +52,8 @@ MODEL_COMMANDS += ("attention-maps", "locate", "dpo-train")
 QUIET_COMMANDS += ("attention-maps", "locate")
 MODEL_COMMANDS += ("rank",)
 QUIET_COMMANDS += ("rank",)
+MODEL_COMMANDS += ("kv-cache",)
+QUIET_COMMANDS += ("kv-cache",)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -25,7 +25,9 @@ def check_output(folder: Path, result_name: str, force: bool) -> None:
         raise VRHError(f"{folder / result_name} exists; choose another --output or pass --force to replace it")
 
 
-def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cross_model: bool = False) -> MapsRun:
+def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cross_model: bool = False, *,
+            command: str = "attention maps",
+            why: str = "maps read the intact model; heads are chosen with --heads-file and --k") -> MapsRun:
     """Check the tasks and the heads file first (no weights loaded), then build the model and fit the file to it."""
     from vrh_lmms import lmms, preload
     from vrh_lmms.heads.heads_file import load_heads_file
@@ -37,9 +39,7 @@ def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cros
     lmms.check_task_names(names)
     hf = load_heads_file(heads_file)
     plan = preload.plan_args(model, model_args)
-    preload.refuse_head_args(plan.args, "attention maps",
-                             {k: "maps read the intact model; heads are chosen with --heads-file and --k"
-                              for k in preload.HEAD_ARGS})
+    preload.refuse_head_args(plan.args, command, {k: why for k in preload.HEAD_ARGS})
     tm = lmms.task_manager(model, tasks=names)
     lmms.check_tasks(tm, names)
     lm = lmms.build_model(model, model_args, batch_size=1)
