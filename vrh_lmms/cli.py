@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare-heads": ("compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files"),
     "score-distribution": ("score_distribution", "share of heads above score thresholds, with a log-scale plot"),
     "rank": ("rank", "heads as a ranker: candidate images ranked by attention mass, top-k vs all vs random heads"),
+    "rank-train": ("rank_train", "fine-tune (HF Trainer) with a ranking loss on the heads' attention over candidates"),
 }
 
 
@@ -49,7 +50,7 @@ RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
 QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report", "replicate")
 MODEL_COMMANDS += ("attention-maps", "locate", "dpo-train")
 QUIET_COMMANDS += ("attention-maps", "locate")
-MODEL_COMMANDS += ("rank",)
+MODEL_COMMANDS += ("rank", "rank-train")
 QUIET_COMMANDS += ("rank",)
 
 
