@@ -181,3 +181,21 @@ def test_spans_of_the_training_example_are_the_rankers(tiny_qwen25, example):
     assert example["rank_position"] == inputs["input_ids"].shape[1] - 1
     labelled = example["labels"][0] != -100
     assert not labelled[:example["rank_position"] + 1].any() and labelled[-1]
+
+
+def test_pruned_heads_stay_pruned_through_an_optimiser_step(tiny_qwen25, example):
+    from vrh_lmms.rank.train import keep_dead_heads_dead
+
+    model, _ = load_tiny(tiny_qwen25)
+    o_proj = model.model.language_model.layers[1].self_attn.o_proj.weight
+    with torch.no_grad():
+        o_proj[:, 32:48] = 0  # head 2 of layer 1 writes nothing
+    before = o_proj.detach().clone()
+    hooks = keep_dead_heads_dead(model, [HeadRef(1, 2)])
+    optimiser = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    _loss(model, example, [HeadRef(0, 1)], lm_weight=1.0).backward()
+    optimiser.step()
+    for h in hooks:
+        h.remove()
+    assert torch.all(o_proj[:, 32:48] == 0)
+    assert not torch.equal(o_proj[:, :32], before[:, :32])
