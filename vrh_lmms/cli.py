@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "score-distribution": ("score_distribution", "share of heads above score thresholds, with a log-scale plot"),
     "rank": ("rank", "heads as a ranker: candidate images ranked by attention mass, top-k vs all vs random heads"),
     "kv-cache": ("kv_cache", "VRH-aware KV cache: accuracy against image KV kept, beside random and uniform"),
+    "rank-train": ("rank_train", "fine-tune (HF Trainer) with a ranking loss on the heads' attention over candidates"),
 }
 
 
@@ -50,7 +51,7 @@ RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
 QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report", "replicate")
 MODEL_COMMANDS += ("attention-maps", "locate", "dpo-train")
 QUIET_COMMANDS += ("attention-maps", "locate")
-MODEL_COMMANDS += ("rank",)
+MODEL_COMMANDS += ("rank", "rank-train")
 QUIET_COMMANDS += ("rank",)
 MODEL_COMMANDS += ("kv-cache",)
 QUIET_COMMANDS += ("kv-cache",)

@@ -78,7 +78,7 @@ def synth_set(n_queries: int, n_candidates: int, seed: int, start: int, cfg=None
                 obj = scene.objects[obj_i]
                 if (obj.colour, obj.shape) not in elsewhere and len(queries) < n_queries:
                     queries.append(RankQuery(f"{set_id}_q{j}", set_id, expression_for(obj), [j],
-                                             {"scene_id": scene.scene_id}))
+                                             {"scene_id": scene.scene_id, "bbox": list(obj.bbox)}))
                     made += 1
                     break
         if made:
