@@ -15,7 +15,7 @@ from vrh_lmms.cli import main
 def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("apps") / "demo"
     assert main(["demo", "--output", str(out), "--n-eval", "12", "--random-seeds", "2", "--k", "5,9",
-                 "--applications", "--n-queries", "8"]) == 0
+                 "--applications", "--n-queries", "8", "--n-train", "6"]) == 0
     return out
 
 
@@ -35,6 +35,19 @@ def test_applications_summary_reads_the_commands_own_files(demo):
         r1 = row["topk"]["recall@1"]
         assert f"top-{row['k']} {100 * r1['mean']:.1f} [{100 * r1['ci_low']:.1f}" in text
     assert f"all {cal['n_all']} live heads {100 * cal['all']['recall@1']['mean']:.1f}" in text
+    kv = json.loads((folder / "kv_cache" / "kv_cache.json").read_text())
+    smallest = min(r["budget"] for r in kv["rows"])
+    for row in kv["rows"]:
+        if row["budget"] == smallest:
+            assert f"{row['policy']} {100 * row['accuracy']['mean']:.1f} [{100 * row['accuracy']['ci_low']:.1f}" in text
+    # ranking-loss training: each trained checkpoint ranked again with the same heads and queries
+    for name in ("top", "random"):
+        trained = json.loads((folder / "rank_train" / f"rank_{name}_heads" / "rank.json").read_text())
+        assert trained["n_queries"] == rank["n_queries"] and trained["heads_file"] == rank["heads_file"]
+        r1 = trained["results"]["calibrated"]["rows"][0]["topk"]["recall@1"]
+        assert f"after training the {name} heads {100 * r1['mean']:.1f} [{100 * r1['ci_low']:.1f}" in text
+        record = json.loads((folder / "rank_train" / f"{name}_heads" / "rank_train.json").read_text())
+        assert '"scene_start": 200000' in json.dumps(record)  # scenes disjoint from the evaluation ones
     # the demo's own files are untouched by the applications, and the folder is one a rerun may replace
     assert (demo / "demo_summary.md").is_file()
     assert main(["demo", "--output", str(demo), "--n-eval", "12", "--random-seeds", "2", "--k", "5,9"]) == 2

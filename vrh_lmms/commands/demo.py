@@ -27,6 +27,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="also put the heads to work: the locator (vrh-lmms locate) on the evaluation scenes and "
                              "the ranker (vrh-lmms rank) on multi-image queries; applications/applications.md")
     parser.add_argument("--n-queries", type=int, default=100, help="ranker queries with --applications (default 100)")
+    parser.add_argument("--n-train", type=int, default=100,
+                        help="ranking-loss training queries with --applications (default 100; 0 skips training)")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier demo run in --output (a folder holding anything else is refused)")
 
@@ -47,5 +49,6 @@ def run(args: argparse.Namespace) -> int:
         model = Path(summary["model"])
         spec = DemoSpec.load(model)
         run_applications(Path(args.output), demo_model_args(model, spec), spec, summary["settings"]["ks"],
-                         args.random_seeds, args.n_eval, args.n_queries, console.step)
+                         args.random_seeds, args.n_eval, args.n_queries, console.step, model=model,
+                         n_train=args.n_train)
     return 0

@@ -183,7 +183,8 @@ class SampleCollector:
         image = tmap.key_mask(seq_len) if tmap is not None else torch.zeros(seq_len, dtype=torch.bool)
         last = prompt_len - 1  # Localization Heads' query: the last input token
         rows = sorted({r for rs in rows_by_set.values() for r in rs} | ({last} if localize else set()))
-        info = {"prompt_len": prompt_len, "n_box_tokens": int(box.sum()), "n_image_tokens": int(image.sum()),
+        n_image = int(tmap.positions.numel()) if tmap is not None else 0  # image tokens, not Magma's row separators
+        info = {"prompt_len": prompt_len, "n_box_tokens": int(box.sum()), "n_image_tokens": n_image,
                 "rows": {k: len(v) for k, v in rows_by_set.items()}, "out_random1_row": rows_by_set["out_random1"]}
         key_sets = {"box": box.view(1, -1), "image": image.view(1, -1)}
         grid = main_view_grid(tmap) if localize and tmap is not None else None
