@@ -176,3 +176,30 @@ def test_scorer_comparison_masks_each_cells_top_k_and_the_report_compares_them(s
     assert _sweep(args, heads, tmp_path / "bad", "--tasks", TASK, "--k", "1", "--compare-cells", "nope") == 2
     err = capsys.readouterr().err
     assert "scoring cell 'nope'" in err and err.count("\n") == 1 and not (tmp_path / "bad").exists()
+
+
+def test_discovery_on_other_data_never_replays_earlier_answers(setting, tmp_path, monkeypatch, capsys):
+    """The data-choosing environment (here VRH_SYNTH_CONFIG) is part of a discovery's identity: the same output
+    folder with other scenes is refused without --force, and with it the earlier parts are discarded, so the
+    samples are those a fresh discovery on the new scenes writes (a folder's cached answers once came back here)."""
+    import shutil
+
+    from vrh_lmms.cli import main
+
+    _, heads, args = setting
+    earlier = tmp_path / "earlier"
+    shutil.copytree(heads.parent, earlier)
+    monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 6, "seed": 9}))
+    cmd = ["discover", "--model", "vrh_qwen25", "--model_args", args, "--tasks", TASK, "--limit", "3",
+           "--gen-kwargs", "max_new_tokens=6"]
+    assert main([*cmd, "--output", str(earlier / "heads.json")]) == 2
+    assert main([*cmd, "--output", str(earlier / "heads.json"), "--force"]) == 0
+    assert main([*cmd, "--output", str(tmp_path / "fresh" / "heads.json")]) == 0
+
+    def samples(folder):
+        path = next((folder / "heads.eval").glob(f"samples_{TASK}.jsonl"))
+        return [(row["doc_id"], row["target"], row["filtered_resps"])
+                for row in map(json.loads, path.read_text().splitlines())]
+
+    assert samples(earlier) == samples(tmp_path / "fresh")
+    assert samples(earlier) != samples(heads.parent)  # other scenes, other targets

@@ -51,6 +51,9 @@ class DiscoverySpec:
         out = {"model": self.model, "model_args": self.model_args, "tasks": self.tasks, "limit": self.limit,
                "gen_kwargs": self.gen_kwargs, "seed": self.seed, "stats": STATS_VERSION}
         out |= {"key_tokens": self.key_tokens} if self.key_tokens != "overlap" else {}
+        from vrh_lmms.data_env import data_env
+
+        out |= {"data": data} if (data := data_env()) else {}  # answers on other data are never replayed
         return out | ({"null_query": True} if self.null_query else {})
 
 

@@ -214,7 +214,11 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     unavailable: dict[str, str] = {}
     if hf is not None:  # k against the heads file (the model's own geometry follows)
         unavailable = check_headsets(spec, hf.geometry, hf, dead)
+    from vrh_lmms.data_env import data_env
+
+    extra_data = data_env(skip=("VRH_SYNTH_CONFIG",))  # the synthetic scenes are in data_identity already
     identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
+        | ({"data": extra_data} if extra_data else {}) \
         | ({"excluded_docs": offsets} if offsets else {})
     folder = inspect_folder(out, identity, force)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
