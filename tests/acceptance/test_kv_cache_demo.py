@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+from support.demo_runs import demo_heads_on_eval_scenes
 
 from vrh_lmms.paths import assets_path
 
@@ -18,19 +19,10 @@ pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="n
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from vrh_lmms.cli import main
-    from vrh_lmms.demo.spec import DemoSpec
-    from vrh_lmms.demo.stages import EVAL_START, TASK, demo_model_args, synth_config
 
     tmp = tmp_path_factory.mktemp("kv")
-    spec = DemoSpec.load(MODEL)
     mp = pytest.MonkeyPatch()
-    mp.setenv("VRH_CACHE_DIR", str(tmp / "cache"))
-    common = ["--model", "vrh_qwen25", "--model_args", demo_model_args(MODEL, spec), "--tasks", TASK,
-              "--gen-kwargs", "max_new_tokens=16"]
-    heads = tmp / "heads.json"
-    mp.setenv("VRH_SYNTH_CONFIG", synth_config(spec, 8, 0))
-    assert main(["discover", *common, "--output", str(heads), "--limit", "-1"]) == 0
-    mp.setenv("VRH_SYNTH_CONFIG", synth_config(spec, 6, EVAL_START))
+    common, heads = demo_heads_on_eval_scenes(tmp, mp)
     kv = [*common, "--heads-file", str(heads), "--budgets", "1,0.25", "--random-seeds", "2", "--k", "3"]
     for mode in ("mask", "compress"):
         assert main(["kv-cache", *kv, "--mode", mode, "--output", str(tmp / mode)]) == 0

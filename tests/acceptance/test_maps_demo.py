@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from support.demo_runs import demo_heads_on_eval_scenes
 
 from vrh_lmms.boxes.geometry import iou
 from vrh_lmms.paths import assets_path
@@ -18,19 +19,10 @@ pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="n
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from vrh_lmms.cli import main
-    from vrh_lmms.demo.spec import DemoSpec
-    from vrh_lmms.demo.stages import EVAL_START, TASK, demo_model_args, synth_config
 
     tmp = tmp_path_factory.mktemp("maps")
-    spec = DemoSpec.load(MODEL)
     mp = pytest.MonkeyPatch()
-    mp.setenv("VRH_CACHE_DIR", str(tmp / "cache"))
-    common = ["--model", "vrh_qwen25", "--model_args", demo_model_args(MODEL, spec), "--tasks", TASK,
-              "--gen-kwargs", "max_new_tokens=16"]
-    heads = tmp / "heads.json"
-    mp.setenv("VRH_SYNTH_CONFIG", synth_config(spec, 8, 0))  # the demo's discovery scenes
-    assert main(["discover", *common, "--output", str(heads), "--limit", "-1"]) == 0
-    mp.setenv("VRH_SYNTH_CONFIG", synth_config(spec, 6, EVAL_START))  # held-out scenes
+    common, heads = demo_heads_on_eval_scenes(tmp, mp)
     assert main(["attention-maps", *common, "--heads-file", str(heads), "--docs", "0,2", "--k", "3",
                  "--sigma", "0", "--threshold", "0.5", "--output", str(tmp / "maps")]) == 0
     assert main(["locate", *common, "--heads-file", str(heads), "--limit", "6", "--k", "3", "--random-seeds", "2",

@@ -1,0 +1,28 @@
+"""The shipped demo model, its heads from a discovery on 8 of its discovery scenes, and the environment set to 6
+held-out evaluation scenes: what the applications' acceptance tests start from."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def demo_heads_on_eval_scenes(tmp: Path, mp: pytest.MonkeyPatch) -> tuple[list[str], Path]:
+    """Runs the discovery; returns the common command-line options (model, args, task, generation) and the heads
+    file, with VRH_SYNTH_CONFIG left on the held-out scenes (undo `mp` when done)."""
+    from vrh_lmms.cli import main
+    from vrh_lmms.demo.spec import DemoSpec
+    from vrh_lmms.demo.stages import EVAL_START, TASK, demo_model_args, synth_config
+    from vrh_lmms.paths import assets_path
+
+    model = assets_path() / "demo_model"
+    spec = DemoSpec.load(model)
+    mp.setenv("VRH_CACHE_DIR", str(tmp / "cache"))
+    common = ["--model", "vrh_qwen25", "--model_args", demo_model_args(model, spec), "--tasks", TASK,
+              "--gen-kwargs", "max_new_tokens=16"]
+    heads = tmp / "heads.json"
+    mp.setenv("VRH_SYNTH_CONFIG", synth_config(spec, 8, 0))  # the demo's discovery scenes
+    assert main(["discover", *common, "--output", str(heads), "--limit", "-1"]) == 0
+    mp.setenv("VRH_SYNTH_CONFIG", synth_config(spec, 6, EVAL_START))  # held-out scenes
+    return common, heads
