@@ -32,6 +32,12 @@ class DocContext:
         return f"{self.task}__{self.split}__{self.doc_id}"
 
 
+def parse_key(key: str) -> tuple[str, str, int]:
+    """(task, split, doc_id) of a `DocContext.key` (how parts and the samples file name their docs)."""
+    task, split, doc_id = key.rsplit("__", 2)
+    return task, split, int(doc_id)
+
+
 class _DocView:
     def __init__(self, tracker: DocTracker, task: str, split: str, data: Any) -> None:
         self._tracker, self._task, self._split, self._data = tracker, task, split, data

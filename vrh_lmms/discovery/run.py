@@ -219,23 +219,22 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
 
 def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
     """Parts of exactly the docs this evaluation covered, in task then doc order."""
+    from vrh_lmms.discovery.interceptor import parse_key
+
     wanted = {(task, int(row["doc_id"])) for task, rows in (results.get("samples") or {}).items() for row in rows}
-    keys = []
-    for key in store.keys():
-        task, _split, doc_id = key.rsplit("__", 2)
-        if (task, int(doc_id)) in wanted:
-            keys.append(key)
-    return sorted(keys, key=lambda k: (k.rsplit("__", 2)[0], int(k.rsplit("__", 1)[1])))
+    keys = [k for k in store.keys() if parse_key(k)[::2] in wanted]
+    return sorted(keys, key=lambda k: parse_key(k)[::2])
 
 
 def discovery_docs_block(keys: list[str]) -> dict[str, dict[str, Any]]:
     """Heads-file field `discovery_docs`: per task, the split and doc ids the heads were found on, so a sweep can
     leave them out (`vrh-lmms sweep --exclude-discovery-docs`, vrh_lmms.sweep.exclusion)."""
+    from vrh_lmms.discovery.interceptor import parse_key
+
     out: dict[str, dict[str, Any]] = {}
     for key in keys:
-        task, split, doc_id = key.rsplit("__", 2)
-        entry = out.setdefault(task, {"split": split, "doc_ids": []})
-        entry["doc_ids"].append(int(doc_id))
+        task, split, doc_id = parse_key(key)
+        out.setdefault(task, {"split": split, "doc_ids": []})["doc_ids"].append(doc_id)
     for entry in out.values():
         entry["doc_ids"].sort()
     return out

@@ -75,10 +75,10 @@ def telling_k(rows: dict[int, dict[str, Any]]) -> int:
     return max(sorted(rows), key=gap)
 
 
-def _grounding_verdicts(task: str, group: dict[str, Any], n_heads: int | None) -> list[str]:
+def _grounding_verdicts(task: str, group: dict[str, Any], n_heads: int | None, k: int) -> list[str]:
+    """The collapse at the telling k `k`, the paper's k = 20 where it says nothing, and where the curve collapses."""
     rows = _own_rows(group)
     out = []
-    k = telling_k(rows)
     row = rows[k]
     collapse = row["topk_acc"] is not None and row["baseline_acc"] and row["topk_acc"] < 0.5 * row["baseline_acc"]
     p_out = row["p_random_outside"]
@@ -141,8 +141,8 @@ def verdicts(spec: ReplicateSpec, report: dict[str, Any], stages: dict[str, Any]
     k = None
     if group is not None and _own_rows(group):
         n_heads = next((h["layers"] * h["heads"] for h in report.get("heads_files", [])), None)
-        out += _grounding_verdicts(task, group, n_heads)
         k = telling_k(_own_rows(group))
+        out += _grounding_verdicts(task, group, n_heads, k)
         out += scorer_verdicts(report, task, k)
     for vqa_task in spec.vqa_tasks:
         g = _group(report, vqa_task, _model(spec))

@@ -40,13 +40,11 @@ def _from_samples_file(hf) -> dict[str, list[int]]:
     if where is None or not where.is_file():
         raise VRHError(f"{hf.path}: the heads file does not say which docs discovery used (no discovery_docs block, "
                        f"and its samples file {name or '(unnamed)'} is not beside it); rerun `vrh-lmms discover`")
+    from vrh_lmms.discovery.run import discovery_docs_block
+
     with np.load(where) as data:
         keys = [str(k) for k in data["keys"]]
-    out: dict[str, list[int]] = {}
-    for key in keys:
-        task, _split, doc_id = key.rsplit("__", 2)
-        out.setdefault(task, []).append(int(doc_id))
-    return {t: sorted(ids) for t, ids in out.items()}
+    return {task: entry["doc_ids"] for task, entry in discovery_docs_block(keys).items()}
 
 
 def offsets_for(tasks: Sequence[str], docs: dict[str, list[int]], where: str) -> dict[str, int]:
