@@ -42,13 +42,18 @@ SHAPE_7B = {
 
 def build(shape: str, device: str, max_tokens: int):
     """Random-weight Qwen2.5-VL of the requested shape and a processor admitting `max_tokens` image tokens."""
+    return build_from_spec(SHAPE_7B if shape == "7b" else {}, device, max_tokens)
+
+
+def build_from_spec(spec: dict, device: str, max_tokens: int):
+    """Random-weight Qwen2.5-VL from a shape spec ({"text": ..., "vision": ..., "vocab_size": ...}; {} is the tiny
+    default), seeded, sdpa attention, bf16 on CUDA; and a processor admitting `max_tokens` image tokens."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     from vrh_lmms.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
 
     tokenizer = make_tokenizer()
     processor = make_processor(tokenizer, max_pixels=28 * 28 * max_tokens)
-    spec = SHAPE_7B if shape == "7b" else {}
     config = make_config(tokenizer, spec.get("text"), spec.get("vision"))
     if "vocab_size" in spec:
         config.text_config.vocab_size = spec["vocab_size"]

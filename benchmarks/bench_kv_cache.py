@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_capture import SHAPE_7B  # noqa: E402
+from bench_capture import SHAPE_7B, build_from_spec  # noqa: E402
 
 SHAPES = {
     "mid": {"text": {"hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 16,
@@ -45,21 +45,7 @@ SHAPES = {
 
 
 def build(shape: str, device: str, max_tokens: int):
-    from transformers import Qwen2_5_VLForConditionalGeneration
-
-    from vrh_lmms.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
-
-    tokenizer = make_tokenizer()
-    processor = make_processor(tokenizer, max_pixels=28 * 28 * max_tokens)
-    spec = SHAPES[shape]
-    config = make_config(tokenizer, spec.get("text"), spec.get("vision"))
-    if "vocab_size" in spec:
-        config.text_config.vocab_size = spec["vocab_size"]
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen2_5_VLForConditionalGeneration._from_config(config, attn_implementation="sdpa", dtype=dtype)
-    return model.eval(), processor
+    return build_from_spec(SHAPES[shape], device, max_tokens)
 
 
 def make_inputs(processor, side: int, device: str):
