@@ -21,6 +21,7 @@ from oracles.intervention_refs import eager_attentions
 
 from vrh_lmms.discovery import collector as collector_mod
 from vrh_lmms.discovery import localization
+from vrh_lmms.discovery.evidence import EVIDENCE_KINDS, get_kind
 from vrh_lmms.discovery.queries import expression_rows, token_pieces
 from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.discovery.store import PartStore
@@ -52,8 +53,7 @@ def discover(lm, tmp_path, monkeypatch, **spec) -> tuple:
     """One discovery with the ground-truth box replaced by BOX; returns the heads file, the parts, the inputs each
     doc was forwarded with (by doc key) and the Localization Heads maps each doc produced (by doc key)."""
     inputs, maps, expressions = {}, {}, {}
-    real_target, real_forward, real_sample = (collector_mod.target_from_doc, collector_mod.teacher_forced_inputs,
-                                              collector_mod.SampleCollector._sample)
+    real_forward, real_sample = collector_mod.teacher_forced_inputs, collector_mod.SampleCollector._sample
     real_stats = localization.sample_statistics
     seen = {}
 
@@ -65,15 +65,16 @@ def discover(lm, tmp_path, monkeypatch, **spec) -> tuple:
         seen["maps"] = np.array(grid_maps)
         return real_stats(grid_maps)
 
-    def sample(self, tensors, answer, expression, target, key, collect_means, localize):
-        out = real_sample(self, tensors, answer, expression, target, key, collect_means, localize)
+    def sample(self, tensors, answer, expression, target, kind, key, collect_means, localize):
+        out = real_sample(self, tensors, answer, expression, target, kind, key, collect_means, localize)
         inputs[key], expressions[key] = seen.pop("inputs"), expression
         if "maps" in seen:
             maps[key] = seen.pop("maps")
         return out
 
-    monkeypatch.setattr(collector_mod, "target_from_doc",
-                        lambda doc, where: dataclasses.replace(real_target(doc, where), box=BOX))
+    box_kind = get_kind("box")
+    monkeypatch.setitem(EVIDENCE_KINDS, "box", dataclasses.replace(
+        box_kind, target=lambda doc, where: dataclasses.replace(box_kind.target(doc, where), box=BOX)))
     monkeypatch.setattr(collector_mod, "teacher_forced_inputs", forward)
     monkeypatch.setattr(collector_mod.SampleCollector, "_sample", sample)
     monkeypatch.setattr(localization, "sample_statistics", stats)

@@ -6,7 +6,6 @@ image preprocessing and the chat template are the backend's own.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,8 +14,9 @@ import torch
 from vrh_lmms.ablation import HeadMeanCollector
 from vrh_lmms.capture.attention import CapturePlan, capture_attention
 from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import box_key_mask, image_token_map, lm_input_ids, main_view_grid
+from vrh_lmms.capture.layouts import lm_input_ids, main_view_grid
 from vrh_lmms.discovery import localization
+from vrh_lmms.discovery.evidence import KeyContext, evidence_kind, get_kind
 from vrh_lmms.discovery.interceptor import DocContext
 from vrh_lmms.discovery.queries import (
     answer_length,
@@ -30,8 +30,6 @@ from vrh_lmms.discovery.queries import (
 from vrh_lmms.discovery.sample_stats import reduce_sample
 from vrh_lmms.discovery.scoring import QUERIES, RETRIEVAL
 from vrh_lmms.discovery.store import PartStore, SamplePart
-from vrh_lmms.discovery.targets import target_from_doc
-from vrh_lmms.discovery.text_span import KIND_TEXT, TextEvidence, evidence_kind, span_positions, text_evidence
 from vrh_lmms.errors import VRHError
 
 # How each per-token input continues over the answer tokens in a teacher-forced forward.
@@ -117,15 +115,15 @@ class SampleCollector:
     def __call__(self, ctx: DocContext, tensors: dict[str, torch.Tensor], continuation: torch.Tensor,
                  output_includes_prompt: bool = True) -> None:
         where = f"{ctx.task} doc {ctx.doc_id}"
-        kind = evidence_kind(ctx.doc)
-        target = text_target(ctx.doc, where) if kind == KIND_TEXT else target_from_doc(ctx.doc, where=where)
+        kind = get_kind(evidence_kind(ctx.doc))
+        target = kind.target(ctx.doc, where)
         cont = continuation.detach().cpu()
         n = answer_length(cont.tolist(), self.stop_ids)
         answer = cont[:n]
-        stats, info, head_sums, tokens = self._sample(tensors, answer, target.expression, target, ctx.key,
+        stats, info, head_sums, tokens = self._sample(tensors, answer, target.expression, target, kind, ctx.key,
                                                       collect_means=self.collect_means,
-                                                      localize=self.localization and kind != KIND_TEXT)
-        meta: dict[str, Any] = {"evidence": kind, "task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id,
+                                                      localize=self.localization and kind.grid)
+        meta: dict[str, Any] = {"evidence": kind.name, "task": ctx.task, "split": ctx.split, "doc_id": ctx.doc_id,
                                 "image_id": target.image_id,
                                 "n_answer": n, "output_includes_prompt": output_includes_prompt, **info,
                                 "answer": self.tokenizer.decode(answer.tolist(), skip_special_tokens=True)}
@@ -135,8 +133,8 @@ class SampleCollector:
             prompt_pieces = token_pieces(self.tokenizer, tensors["input_ids"][0].tolist())
             null = content_free_prompt(tensors, self.tokenizer, prompt_pieces, target.expression)
             if null is not None:
-                null_stats = self._sample(null, answer, NULL_EXPRESSION, target, ctx.key, collect_means=False,
-                                          localize=False)[0]
+                null_stats = self._sample(null, answer, NULL_EXPRESSION, target, kind, ctx.key,
+                                          collect_means=False, localize=False)[0]
             else:
                 null_stats = {k: np.full_like(v, np.nan) for k, v in stats.items()}
             stats.update({NULL_PREFIX + k: v for k, v in null_stats.items()})
@@ -144,16 +142,15 @@ class SampleCollector:
         self.store.write(SamplePart(key=ctx.key, stats=stats, answer_ids=cont.numpy(), meta=meta,
                                     head_sums=head_sums, tokens=tokens))
 
-    def _sample(self, tensors: dict[str, torch.Tensor], answer: torch.Tensor, expression: str, target, key: str,
-                collect_means: bool, localize: bool,
+    def _sample(self, tensors: dict[str, torch.Tensor], answer: torch.Tensor, expression: str, target, kind,
+                key: str, collect_means: bool, localize: bool,
                 ) -> tuple[dict[str, np.ndarray], dict[str, Any], np.ndarray | None, int]:
         """Per-head statistics of one teacher-forced prompt + answer (and the o_proj input sums for means).
         key: the doc's key, which seeds the `out_random1` draw (reruns agree)."""
         from vrh_lmms.discovery.controls import IMAGE_MASS
 
         # Positions count the sequence the language model sees (Magma expands its `<image>` in the forward).
-        text = isinstance(target, TextTarget)
-        has_image = target.image_size is not None
+        has_image = getattr(target, "image_size", None) is not None  # one image the family's layout maps
         extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm) if has_image else {}
 
         def lm_ids(ids: torch.Tensor) -> torch.Tensor:
@@ -174,16 +171,13 @@ class SampleCollector:
         }
         rows_by_set["out_random1"] = random_row(rows_by_set["out"], key)
         rows_by_set["in+out"] = union_rows(rows_by_set["in"], rows_by_set["out"])
-        tmap = image_token_map(self.family.name, prompt, target.image_size, extras) if has_image else None
-        if text:  # the key set is the needle's prompt tokens (vrh_lmms.discovery.text_span)
-            box = torch.zeros(seq_len, dtype=torch.bool)
-            box[span_positions(self.tokenizer, prompt.tolist(), target.evidence)] = True
-        else:
-            box = box_key_mask(tmap, target.box, seq_len, rule=self.key_tokens)
-        image = tmap.key_mask(seq_len) if tmap is not None else torch.zeros(seq_len, dtype=torch.bool)
+        keys = kind.keys(target, KeyContext(self.family.name, self.processor, self.tokenizer, self.lm, tensors,
+                                            prompt, seq_len, self.key_tokens, extras if has_image else None))
+        box, image, tmap = keys.evidence, keys.media, keys.tmap  # `box`: the stored name of the evidence key set
         last = prompt_len - 1  # Localization Heads' query: the last input token
         rows = sorted({r for rs in rows_by_set.values() for r in rs} | ({last} if localize else set()))
-        n_image = int(tmap.positions.numel()) if tmap is not None else 0  # image tokens, not Magma's row separators
+        # image tokens, not Magma's row separators; kinds without one image's map count their media tokens
+        n_image = int(tmap.positions.numel()) if tmap is not None else int(image.sum())
         info = {"prompt_len": prompt_len, "n_box_tokens": int(box.sum()), "n_image_tokens": n_image,
                 "rows": {k: len(v) for k, v in rows_by_set.items()}, "out_random1_row": rows_by_set["out_random1"]}
         key_sets = {"box": box.view(1, -1), "image": image.view(1, -1)}
@@ -217,24 +211,6 @@ class SampleCollector:
             names += [localization.ENTROPY, localization.IMAGE_SUM] if localize else []
             stats = {k: nan.copy() for k in names}
         return stats, info, head_sums, tokens
-
-
-@dataclass(frozen=True)
-class TextTarget:
-    """A doc whose evidence is a span of its prompt text; `image_size` when the doc also shows an image."""
-
-    evidence: TextEvidence
-    expression: str  # the question's words: the `in` query rows
-    image_id: str
-    image_size: tuple[int, int] | None
-
-
-def text_target(doc: dict[str, Any], where: str) -> TextTarget:
-    from vrh_lmms.discovery.targets import _image_size
-
-    evidence = text_evidence(doc, where)
-    image_id = str(doc.get("vrh_image_id", doc.get("image_id", doc.get("question_id", ""))))
-    return TextTarget(evidence, evidence.query, image_id, _image_size(doc))
 
 
 def grid_key_sets(positions: torch.Tensor, grid: torch.Tensor, seq_len: int) -> dict[str, torch.Tensor]:

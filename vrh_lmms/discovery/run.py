@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from vrh_lmms import atomic, console, owned
+from vrh_lmms.discovery.evidence import get_kind
 from vrh_lmms.errors import VRHError
 from vrh_lmms.runfile import run_file_path
 
@@ -283,12 +284,13 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
         stats = corrected_stats(stats)
     evidence = sorted({p.meta.get("evidence", "box") for p in parts})
     skipped = {}
-    if evidence != ["box"] and LOCALIZATION in cells:  # box-only statistic: text spans have no image grid
+    gridless = [e for e in evidence if not get_kind(e).grid]  # Localization Heads needs one image's token grid
+    if gridless and LOCALIZATION in cells:
         if primary == LOCALIZATION:
             raise VRHError(f"the primary cell {LOCALIZATION} needs box evidence; these docs carry "
                            f"{', '.join(evidence)} evidence")
         cells = [c for c in cells if c != LOCALIZATION]
-        skipped[LOCALIZATION] = "skipped: text-span evidence has no image token grid"
+        skipped[LOCALIZATION] = f"skipped: {', '.join(gridless)} evidence has no image token grid"
     scored = score_all(stats, cells, freq_k)
     cell_block = {c: {"scores": np.nan_to_num(s, nan=0.0).round(8).tolist(),
                       "ranking": [head_name(l, h) for l, h in rank(s)]} for c, s in scored.items()}

@@ -14,10 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from vrh_lmms.discovery.evidence import KIND_BOX, KIND_TEXT, evidence_kind  # noqa: F401  (re-exported)
 from vrh_lmms.errors import VRHError
-
-KIND_TEXT = "text"
-KIND_BOX = "box"
 
 
 @dataclass(frozen=True)
@@ -28,17 +26,6 @@ class TextEvidence:
     start: int | None = None
     context: str | None = None
     query: str = ""  # the question's own words: the `in` query rows (as a box's referring expression)
-
-
-def evidence_kind(doc: Mapping[str, Any]) -> str:
-    """`text` for a doc carrying text-span evidence, `box` otherwise (every grounding doc)."""
-    ev = doc.get("vrh_evidence")
-    if ev is None:
-        return KIND_BOX
-    kind = ev.get("kind") if isinstance(ev, Mapping) else None
-    if kind not in (KIND_TEXT, KIND_BOX):
-        raise VRHError(f"vrh_evidence kind {kind!r} is not supported; known: {KIND_TEXT}, {KIND_BOX}")
-    return kind
 
 
 def text_evidence(doc: Mapping[str, Any], where: str = "doc") -> TextEvidence:
@@ -103,3 +90,47 @@ def span_positions(tokenizer, ids: Sequence[int], evidence: TextEvidence) -> lis
     if not positions:
         raise VRHError(f"no token covers the needle {evidence.text!r}")
     return positions
+
+
+@dataclass(frozen=True)
+class TextTarget:
+    """A doc whose evidence is a span of its prompt text; `image_size` when the doc also shows an image."""
+
+    evidence: TextEvidence
+    expression: str  # the question's words: the `in` query rows
+    image_id: str
+    image_size: tuple[int, int] | None
+
+
+def text_target(doc: Mapping[str, Any], where: str) -> TextTarget:
+    from vrh_lmms.discovery.targets import _image_size
+
+    evidence = text_evidence(doc, where)
+    image_id = str(doc.get("vrh_image_id", doc.get("image_id", doc.get("question_id", ""))))
+    return TextTarget(evidence, evidence.query, image_id, _image_size(dict(doc)))
+
+
+def text_keys(target: TextTarget, ctx):
+    """The needle's prompt tokens; the media key set is the doc's image tokens when it shows one."""
+    import torch
+
+    from vrh_lmms.discovery.evidence import EvidenceKeys
+
+    mask = torch.zeros(ctx.seq_len, dtype=torch.bool)
+    mask[span_positions(ctx.tokenizer, ctx.prompt_ids.tolist(), target.evidence)] = True
+    if target.image_size is None:
+        return EvidenceKeys(mask, torch.zeros(ctx.seq_len, dtype=torch.bool))
+    from vrh_lmms.capture.layouts import image_token_map
+
+    tmap = image_token_map(ctx.family, ctx.prompt_ids, target.image_size, dict(ctx.extras or {}))
+    return EvidenceKeys(mask, tmap.key_mask(ctx.seq_len))
+
+
+def _register() -> None:
+    from vrh_lmms.discovery.evidence import EvidenceKind, register_evidence
+
+    register_evidence(EvidenceKind(KIND_TEXT, text_target, text_keys, grid=False,
+                                   doc="a span of the prompt text (the needle), by tokenizer offsets"))
+
+
+_register()
