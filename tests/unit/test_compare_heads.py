@@ -161,3 +161,28 @@ def test_two_cells_of_one_discovery_compared_as_two_inputs(tmp_path):
     assert pair["overlap"] == len(tops[0] & tops[1])
     with pytest.raises(VRHError, match="--cell given 2 times for 3 inputs"):
         load_inputs([str(path)] * 3, ["out,sum,mean", "out,argmax,mean"])
+
+
+def test_live_topk_overlap_ranks_without_dead_heads_and_draws_chance_from_the_live_pool():
+    """A pruned model ranks its live heads first, so chance over all heads is too low: the live overlap takes each
+    ranking without the heads either model has dead, its top-k, and scipy's hypergeometric tail over the live pool.
+    One file lists no dead heads (a backbone before pruning): the other's dead heads still leave the pool."""
+    rng = np.random.default_rng(5)
+    a, b = rng.gamma(0.5, size=(4, 8)), rng.gamma(0.5, size=(4, 8))
+    b[0, :4] += 5.0  # B's best heads: L0H0-L0H3, two of them dead in A
+    ha, hb = _heads_file(a, "A"), _heads_file(b, "B")
+    ha.extra = {"dead_heads": {"heads": ["L0H0", "L0H1", "L2H5"]}}
+    hb.extra = {"dead_heads": {"heads": []}}
+    k = 4
+    pair = compare([from_heads_file(ha, "a.json"), from_heads_file(hb, "b.json")], k=k)["pairs"][0]
+    dead = {"L0H0", "L0H1", "L2H5"}
+    names = [f"L{l}H{h}" for l in range(4) for h in range(8)]
+    order = lambda m: [n for _, n in sorted(zip(-m.ravel(), names))]  # noqa: E731
+    top_a = [n for n in order(a) if n not in dead][:k]
+    top_b = [n for n in order(b) if n not in dead][:k]
+    shared = len(set(top_a) & set(top_b))
+    assert pair["n_live"] == 29 and pair["overlap_live"] == shared
+    assert set(pair["shared_live"]) == set(top_a) & set(top_b)
+    assert pair["chance_live"] == pytest.approx(k * k / 29)
+    assert pair["p_value_live"] == pytest.approx(float(sps.hypergeom.sf(shared - 1, 29, k, k)) if shared else 1.0)
+    assert "L0H0" not in top_b and {"L0H2", "L0H3"} <= set(top_b)

@@ -142,12 +142,26 @@ def compare_pair(a: HeadScores, b: HeadScores, k: int) -> dict[str, Any]:
                       "note": f"Spearman not available: {' and '.join(which)} {what} with no scores"}
     out["spearman"] = _finite(score_spearman(a.scores, b.scores))
     out["spearman_live"] = None
-    if a.dead is not None and b.dead is not None and (a.dead or b.dead):
-        dead = a.dead | b.dead
+    dead = (a.dead or frozenset()) | (b.dead or frozenset())
+    if dead and (a.dead is not None or b.dead is not None):
         live = np.array([[head_name(layer, head) not in dead for head in range(a.heads)] for layer in range(a.layers)])
         out["spearman_live"] = _finite(score_spearman(a.scores, b.scores, mask=live))
         out["n_live"] = int(live.sum())
+        out |= live_overlap(a.ranking, b.ranking, dead, int(live.sum()), k)
     return out
+
+
+def live_overlap(rank_a: list[str], rank_b: list[str], dead: frozenset[str], n_live: int, k: int) -> dict[str, Any]:
+    """The top-k overlap among heads that write something: each ranking with the dead heads (of either model) left
+    out, chance and hypergeometric p over the live pool. A model whose ranking puts its live heads first draws its
+    top-k from that pool only, so chance over all heads understates what chance would share."""
+    live_a = [h for h in rank_a if h not in dead][:k]
+    live_b = [h for h in rank_b if h not in dead][:k]
+    if min(len(live_a), len(live_b)) < k or 2 * k > n_live:
+        return {"overlap_live": None, "chance_live": None, "p_value_live": None, "shared_live": None}
+    ov = topk_overlap(live_a, live_b, n_live)
+    return {"overlap_live": ov.overlap, "chance_live": ov.chance, "p_value_live": ov.p_value,
+            "shared_live": sorted(set(live_a) & set(live_b), key=live_a.index)}
 
 
 def _finite(x: float) -> float | None:
@@ -186,6 +200,9 @@ def verdict(pair: dict[str, Any]) -> str:
         text += f"; Spearman over all {pair['population']} heads {pair['spearman']:.3f}"
         if pair.get("spearman_live") is not None:
             text += f" ({pair['spearman_live']:.3f} over the {pair['n_live']} heads live in both)"
+    if pair.get("overlap_live") is not None:
+        text += (f"; among the {pair['n_live']} live heads they share {pair['overlap_live']} of their live top-"
+                 f"{pair['k']} (chance {pair['chance_live']:.2f}, p = {pval(pair['p_value_live'])})")
     elif pair.get("note"):
         text += f"; {pair['note']}"
     return text + "."
@@ -199,12 +216,14 @@ def compare_markdown(block: dict[str, Any], plot_name: str | None = None) -> str
     k = block["k"]
     lines = [f"# Head sets compared (top-{k})", ""]
     lines += [f"- {verdict(p)}" for p in block["pairs"]]
-    lines += ["", "| A | B | overlap | chance | p (hypergeometric) | Jaccard | Spearman | Spearman, live heads |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += ["", "| A | B | overlap | chance | p (hypergeometric) | Jaccard | Spearman | Spearman, live heads | "
+              "overlap of live top-k (chance, p) |", "|---|---|---|---|---|---|---|---|---|"]
     for p in block["pairs"]:
+        live = ("n/a" if p.get("overlap_live") is None else
+                f"{p['overlap_live']} / {k} ({p['chance_live']:.2f}, {pval(p['p_value_live'])})")
         lines.append(f"| {p['a']} | {p['b']} | {p['overlap']} / {k} | {_num(p['chance'], '.2f')} | "
                      f"{pval(p['p_value'])} | {p['jaccard']:.3f} | {_num(p['spearman'])} | "
-                     f"{_num(p.get('spearman_live'))} |")
+                     f"{_num(p.get('spearman_live'))} | {live} |")
     lines += ["", "| input | source | layers x heads | cell | top-k |", "|---|---|---|---|---|"]
     for i in block["inputs"]:
         cell = (i["cell"] or "?") + (" (published ranking, no scores)" if i["ranking_only"] else "")
@@ -212,7 +231,9 @@ def compare_markdown(block: dict[str, Any], plot_name: str | None = None) -> str
                      f"{', '.join(i['top_k'])} |")
     lines += ["", "Chance is the expected overlap of two top-k sets drawn at random from the same N heads (k*k/N); the "
               "p value is the hypergeometric tail P(overlap >= observed). Spearman is the rank correlation of the two "
-              "layer x head score maps over every head."]
+              "layer x head score maps over every head. Where a model has heads that write nothing (pruned: o_proj "
+              "columns all zero), the live columns repeat the comparison over the heads live in both: each ranking "
+              "without the dead heads, chance over the live pool."]
     if block["cells_differ"]:
         lines.append("The inputs were scored with different cells (see the input table).")
     if plot_name:
