@@ -367,3 +367,44 @@ def test_a_transfer_sweep_and_an_own_sweep_share_one_baseline(tmp_path, capsys):
     assert main(["report", str(own), str(transfer), "--output", str(tmp_path / "r2"), "--n-resamples", "200"]) == 2
     err = capsys.readouterr().err
     assert "baselines whose outcomes differ" in err and "sweep_own" in err and "sweep_from_other" in err
+
+
+def _found_on(config_id: str, kind: str, k, task: str, evidence: str, seed=None) -> dict:
+    """A run whose heads file records its discovery task and evidence kind (heads_file.describe since issue 29)."""
+    vrh = _vrh(config_id, kind, k, seed)
+    vrh["ablation"]["heads_file"] |= {"task": task, "evidence": evidence}
+    return vrh
+
+
+def test_heads_found_on_another_task_are_a_cross_ablation_beside_the_tasks_own_heads(tmp_path):
+    """Text-needle heads and grounding heads, each ablated on both tasks: on each task the other task's top-k is
+    labelled `@task:<its discovery task>` and sits in the transfer table beside the task's own top-k; a task with
+    no run of its own heads keeps the plain label (the paper's grounding heads ablated on VQA)."""
+    base_n = [_vqa(i, s) for i, s in enumerate(_statuses(20, 12, "wrong"))]
+    base_g = [_grounding(i, s) for i, s in enumerate(_statuses(30, 27))]
+    needle, grounding = tmp_path / "sweep_needle_heads", tmp_path / "sweep_grounding_heads"
+    _sweep_config(needle, "baseline", _vrh("baseline", "baseline", None), {"task_n": base_n, "task_g": base_g})
+    _sweep_config(needle, "top4", _found_on("top4", "topk", 4, "task_n", "text"), {
+        "task_n": [_vqa(i, s) for i, s in enumerate(_statuses(20, 2, "wrong"))],
+        "task_g": [_grounding(i, s) for i, s in enumerate(_statuses(30, 25))]})
+    _sweep_config(grounding, "top4", _found_on("top4", "topk", 4, "task_g", "box"), {
+        "task_n": [_vqa(i, s) for i, s in enumerate(_statuses(20, 11, "wrong"))],
+        "task_g": [_grounding(i, s) for i, s in enumerate(_statuses(30, 6))]})
+    rep = _run(tmp_path, str(needle), str(grounding))
+    n, g = _group(rep, "task_n"), _group(rep, "task_g")
+    assert _cfg(n, "top4")["accuracy"]["mean"] == pytest.approx(2 / 20)
+    assert _cfg(n, "top4@task:task_g")["accuracy"]["mean"] == pytest.approx(11 / 20)
+    assert _cfg(g, "top4")["accuracy"]["mean"] == pytest.approx(6 / 30)
+    assert _cfg(g, "top4@task:task_n")["accuracy"]["mean"] == pytest.approx(25 / 30)
+    rows = {(r["task"], r["heads_from"]): r for r in rep["transfer"]}
+    assert set(rows) == {("task_n", "task:task_g"), ("task_g", "task:task_n")}
+    assert rows["task_n", "task:task_g"]["own"]["drop"] == pytest.approx(10 / 20)
+    assert rows["task_n", "task:task_g"]["transferred"]["drop"] == pytest.approx(1 / 20)
+    assert "| task_n | top4 | task:task_g |" in (tmp_path / "report" / "report.md").read_text()
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    rep = _run(alone, str(grounding), str(needle / "configs" / "baseline"))
+    alone_n = _group(rep, "task_n")
+    assert {c["label"] for c in alone_n["configs"]} == {"top4"} and alone_n["baseline"] is not None
+    assert not rep["transfer"]

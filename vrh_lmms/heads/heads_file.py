@@ -86,7 +86,9 @@ class HeadsFile:
     def describe(self) -> dict[str, Any]:
         """What a run records about the heads file it used."""
         out = {"path": str(self.path) if self.path else None, "sha256": self.sha256, "model": self.model.get("id")}
-        return out | ({"source": self.source} if self.source else {})
+        # the discovery's task(s) and evidence kind: a report tells heads found on another task apart (cross-ablation)
+        found = {key: self.scoring[key] for key in ("task", "evidence") if isinstance(self.scoring.get(key), str)}
+        return out | ({"source": self.source} if self.source else {}) | found
 
 
 def ranking_from_scores(scores: np.ndarray) -> list[HeadRef]:

@@ -28,7 +28,7 @@ from vrh_lmms.report.jsonable import jsonable
 from vrh_lmms.report.maps_panel import is_maps_folder, maps_block, maps_markdown
 from vrh_lmms.report.markdown import render
 from vrh_lmms.report.pools import control_dead_shares, unavailable_configurations
-from vrh_lmms.report.runs import read_run_meta
+from vrh_lmms.report.runs import read_run_meta, task_sources
 from vrh_lmms.report.samples import SampleTable, read_samples
 from vrh_lmms.report.scorers import scorer_block, scorers_markdown, scorers_plot
 
@@ -94,24 +94,24 @@ def load_runs(dirs: list[str | Path], score_field: str | None) -> tuple[list[Loa
     runs: list[LoadedRun] = []
     owners: dict[tuple[str, str, str], tuple[Path, SampleTable]] = {}
     warnings = list(found.warnings)
-    for item in found.files:
-        meta = read_run_meta(item.results)
-        for task, path in item.samples.items():
-            key = (meta.model, task, meta.label)
-            table = read_samples(path, score_field)
-            if key in owners:
-                kept, kept_table = owners[key]
-                if meta.kind == "baseline" and _same_outcomes(kept_table, table):
-                    warnings.append(f"{meta.model} / {task}: the baseline in {path} repeats the one in {kept} "
-                                    "doc for doc; counted once")
-                    continue
-                differ = " (baselines whose outcomes differ)" if meta.kind == "baseline" else ""
-                raise VRHError(
-                    f"two runs of {meta.model} / {task} / {meta.label}{differ}: {kept} and {path}; "
-                    f"pass only one of them to the report"
-                )
-            owners[key] = (path, table)
-            runs.append(LoadedRun(meta, task, table))
+    pairs = [(read_run_meta(item.results), task, path) for item in found.files for task, path in item.samples.items()]
+    metas = task_sources([(meta, task) for meta, task, _ in pairs])
+    for meta, (_, task, path) in zip(metas, pairs, strict=True):
+        key = (meta.model, task, meta.label)
+        table = read_samples(path, score_field)
+        if key in owners:
+            kept, kept_table = owners[key]
+            if meta.kind == "baseline" and _same_outcomes(kept_table, table):
+                warnings.append(f"{meta.model} / {task}: the baseline in {path} repeats the one in {kept} "
+                                "doc for doc; counted once")
+                continue
+            differ = " (baselines whose outcomes differ)" if meta.kind == "baseline" else ""
+            raise VRHError(
+                f"two runs of {meta.model} / {task} / {meta.label}{differ}: {kept} and {path}; "
+                f"pass only one of them to the report"
+            )
+        owners[key] = (path, table)
+        runs.append(LoadedRun(meta, task, table))
     return runs, warnings
 
 

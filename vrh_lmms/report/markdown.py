@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.fmt import pct, pct_ci, pval, short
 from vrh_lmms.report.pools import pools_section
+from vrh_lmms.report.runs import TASK_SOURCE
 
 _FAMILY_NAMES = {"claims": "claims", "claims_vs_controls": "claims vs controls", "controls": "controls"}
 
@@ -230,6 +231,10 @@ def render(report: dict, extra_sections: list[str] = ()) -> str:
     out += list(extra_sections)
     if report["transfer"]:
         out += ["## Cross-model transfer of heads", "", *transfer_section(report["transfer"]), ""]
+        if any(str(r["heads_from"]).startswith(TASK_SOURCE) for r in report["transfer"]):
+            out += ["Rows whose heads come from `task:<task>` are cross-ablations: heads the same model's discovery "
+                    "found on that task (another evidence kind), ablated on this one, beside the heads found on this "
+                    "task itself.", ""]
     if report["overlap"]:
         out += ["## Head overlap between heads files", "", *overlap_section(report["overlap"])]
     if report["files"]["plots"]:

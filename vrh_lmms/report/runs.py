@@ -2,14 +2,16 @@
 
 A results JSON without a `vrh` block (plain lmms-eval) is a baseline run of the model named by `model_name` or the
 `pretrained=` model argument. Configuration labels get an `@<source>` suffix when the heads file came from another
-model (cross-model transfer), so a model's own `top20` and a transferred `top20` stay apart.
+model (cross-model transfer), so a model's own `top20` and a transferred `top20` stay apart; `task_sources` gives
+heads discovered on another task the suffix `@task:<discovery task>` (cross-ablation), where the same model x task
+also holds runs of heads discovered on that task itself.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,12 @@ class RunMeta:
     model_dead: tuple[str, ...] | None = None  # the model's heads that write nothing (vrh.dead_heads)
     excluded_docs: dict | None = None  # task -> first doc evaluated, where discovery's docs were left out
     cell: str | None = None  # scorer_topk: the scoring cell whose top-k was masked (vrh.config.cell)
+
+    @property
+    def heads_tasks(self) -> tuple[str, ...]:
+        """The task(s) the heads file's discovery ran on (recorded since issue 29; () for older runs)."""
+        task = (self.heads_file or {}).get("task") if self.kind != "baseline" else None
+        return tuple(t for t in task.split(",") if t) if isinstance(task, str) else ()
 
     @property
     def label(self) -> str:
@@ -173,3 +181,21 @@ def read_run_meta(path: Path) -> RunMeta:
         return _from_vrh(data["vrh"], path, _model_from_lmms(data))
     return RunMeta(_model_from_lmms(data) or path.parent.name, "baseline", "baseline",
                    None, None, None, None, None, path)
+
+
+TASK_SOURCE = "task:"
+
+
+def task_sources(items: list[tuple[RunMeta, str]]) -> list[RunMeta]:
+    """Each (run, task) with heads found on another task marked as transferred from it (`heads_source` =
+    `task:<discovery task>`), in every model x task that also holds runs of heads discovered on that task: there the
+    two top-k runs would otherwise carry one label. Where no run of the task's own heads exists (the paper's
+    grounding heads ablated on VQA), labels stay as they are. Runs of another model's heads keep that model."""
+    own = {(m.model, task) for m, task in items if task in m.heads_tasks and m.heads_source is None}
+    out = []
+    for meta, task in items:
+        if (meta.heads_source is None and meta.heads_tasks and task not in meta.heads_tasks
+                and (meta.model, task) in own):
+            meta = replace(meta, heads_source=TASK_SOURCE + "+".join(meta.heads_tasks))
+        out.append(meta)
+    return out
