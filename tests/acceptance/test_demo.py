@@ -203,13 +203,63 @@ def test_demo_report_page_puts_the_verdict_first_and_embeds_every_plot(demo_run,
     assert text.index(verdict) < text.index("Visual retrieval heads: ablation report") < text.index("What was found")
     sources = re.findall(r'<img [^>]*src="([^"]{0,40})', page)
     plots = json.loads((demo_run / "report" / "report.json").read_text())["files"]["plots"]
-    assert len(sources) == len(plots) + 1 and all(s.startswith("data:image/png;base64,") for s in sources)
+    pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", summary_md)  # k-curve, and the recall step's two figures
+    assert "kcurve.png" in pictures and "recall.png" in pictures
+    assert len(sources) == len(plots) + len(pictures) and all(s.startswith("data:image/png;base64,") for s in sources)
     if not find_chromium():
         pytest.skip(SKIP_REASON)
     rendering = render(demo_run / "report" / "report.html", tmp_path)
     size, inked, colours = ink(rendering.screenshot)
     assert size == (1280, 2000) and inked > 0.02 and colours > 20, (inked, colours)
-    assert sorted(i["title"] for i in rendering.images) == sorted(["kcurve.png", *plots])
+    assert sorted(i["title"] for i in rendering.images) == sorted([*pictures, *plots])
     for img in rendering.images:
         assert img["complete"] and img["width"] > 100 and img["height"] > 100, img
         assert img["shown"] > 100 and img["ink"] > 0.01, img
+
+
+def _retrieval_top(heads: Path, k: int) -> list[str]:
+    return json.loads(heads.read_text())["cells"]["retrieval"]["ranking"][:k]
+
+
+def test_recall_step_figures_are_the_heads_files_and_the_samples(demo_run):
+    """The recall line: the top-k overlaps are the heads files' own rankings intersected (scipy's hypergeometric
+    tail), the masked heads are each file's top-k, and every accuracy is the mean of its sample file."""
+    from scipy.stats import hypergeom
+
+    from vrh_lmms.demo.recall import NEEDLE_TASK, recall_line
+
+    out = demo_run
+    summary = json.loads((out / "demo_summary.json").read_text())
+    recall = summary["recall"]
+    k = recall["k"]
+    files = {s: Path(p) for s, p in recall["heads_files"].items()}
+    assert files["backbone_recall"] == out / "recall" / "backbone" / "heads.json"
+    assert json.loads(files["backbone_recall"].read_text())["model"]["id"].endswith("demo_backbone")
+    tops = {s: _retrieval_top(p, k) for s, p in files.items() if s != "grounding"}
+    tops["grounding"] = json.loads(files["grounding"].read_text())["ranking"][:k]
+    pair = next(r for r in recall["overlap"] if (r["a"], r["b"]) == ("backbone_recall", "vlm_recall"))
+    shared = set(tops["backbone_recall"]) & set(tops["vlm_recall"])
+    assert pair["overlap"] == len(shared) and set(pair["shared"]) == shared
+    assert pair["p_value"] == pytest.approx(float(hypergeom.sf(len(shared) - 1, 96, k, k)) if shared else 1.0)
+
+    sweeps = out / "recall"
+    needle = recall["ablation"]["needle"]
+    base = records(sweeps / "sweep_needle" / "configs" / "baseline" / f"samples_{NEEDLE_TASK}.jsonl")
+    assert needle["baseline"] == pytest.approx(np.mean([r["correct"] for r in base.values()]))
+    for head_set, folder in (("vlm_recall", "sweep_needle"), ("backbone_recall", "sweep_needle_backbone_heads"),
+                             ("grounding", "sweep_needle_grounding_heads")):
+        config = sweeps / folder / "configs" / f"top{k}"
+        masked = json.loads((config / "results.json").read_text())["vrh"]["ablation"]["heads"]
+        assert sorted(masked) == sorted(tops[head_set]), head_set
+        top = records(config / f"samples_{NEEDLE_TASK}.jsonl")
+        assert needle["sets"][head_set]["acc"] == pytest.approx(np.mean([r["correct"] for r in top.values()]))
+    grounding = recall["ablation"]["grounding"]
+    top = records(sweeps / "sweep_grounding_backbone_heads" / "configs" / f"top{k}" / f"samples_{TASK}.jsonl")
+    assert grounding["sets"]["backbone_recall"]["acc"] == pytest.approx(np.mean([r["correct"] for r in top.values()]))
+    assert grounding["sets"]["grounding"]["acc"] == pytest.approx(summary["acceptance"]["rows"][0]["topk_acc"])
+
+    md = (out / "demo_summary.md").read_text()
+    assert recall_line(recall) in md and "![recall heads](recall.png)" in md
+    assert (out / "recall.png").stat().st_size > 1000 and (out / "recall" / "score_maps.png").stat().st_size > 1000
+    report = (out / "report" / "report.md").read_text()
+    assert f"top{k}@task:{NEEDLE_TASK}" in report and f"top{k}@demo_backbone" in report

@@ -14,7 +14,7 @@ from vrh_lmms.cli import main
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     out = tmp_path_factory.mktemp("apps") / "demo"
-    assert main(["demo", "--output", str(out), "--n-eval", "12", "--random-seeds", "2", "--k", "5,9",
+    assert main(["demo", "--output", str(out), "--n-eval", "12", "--random-seeds", "2", "--k", "5,9", "--no-recall",
                  "--applications", "--n-queries", "8", "--n-train", "6"]) == 0
     return out
 

@@ -23,7 +23,8 @@ def twin(tmp_path_factory):
 
 
 def test_transfer_with_a_twin_equals_the_models_own_heads(twin, tmp_path):
-    settings = DemoSettings(n_discovery=4, n_eval=12, ks=(5,), random_seeds=1, transfer_model=str(twin))
+    settings = DemoSettings(n_discovery=4, n_eval=12, ks=(5,), random_seeds=1, transfer_model=str(twin),
+                            recall=False)
     out = tmp_path / "demo"
     summary = run_demo(out, settings, progress=False)
     rows = summary["transfer"]

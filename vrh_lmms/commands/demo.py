@@ -29,6 +29,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-queries", type=int, default=100, help="ranker queries with --applications (default 100)")
     parser.add_argument("--n-train", type=int, default=100,
                         help="ranking-loss training queries with --applications (default 100; 0 skips training)")
+    parser.add_argument("--no-recall", dest="recall", action="store_false",
+                        help="skip the recall step (the text backbone's and the VLM's text-recall heads against the "
+                             "grounding heads: overlap and cross-ablation; about a minute)")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier demo run in --output (a folder holding anything else is refused)")
 
@@ -36,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     settings = DemoSettings(n_discovery=args.n_discovery, n_eval=args.n_eval,
                             ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds,
-                            interventions=args.interventions, transfer_model=args.transfer)
+                            interventions=args.interventions, transfer_model=args.transfer,
+                            recall=args.recall)
     summary = run_demo(args.output, settings, force=args.force, model_path=args.model)
     if args.applications:
         from pathlib import Path

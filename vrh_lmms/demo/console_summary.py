@@ -57,11 +57,13 @@ def transfer_table(rows: list[dict[str, Any]]):
     return table
 
 
-def files(out: Path) -> list[tuple[Path, str]]:
+def files(out: Path, recall: bool = False) -> list[tuple[Path, str]]:
     rows = [(out / "report" / "report.html", "the report as one page: verdict, tables, plots (open in a browser)"),
             (out / "report" / "report.md", "the report in markdown (report.json: its numbers)"),
             (out / "demo_summary.md", "the demo's verdict per k and its criteria"),
             (out / "kcurve.png", "drops against k: top-k vs random-k vs layer-matched")]
+    if recall:
+        rows.append((out / "recall.png", "recall heads: each set's top-k masked on the needle and grounding tasks"))
     return rows + console.log_row()
 
 
@@ -81,5 +83,10 @@ def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     parts += [Text(line) for line in markdown.splitlines() if line.startswith(("Steering (", "Patching ("))]
     if summary.get("transfer"):
         parts += [Text(""), transfer_table(summary["transfer"])]
-    parts += [Text(""), *console.files_table(f"Written in {out} ({summary['seconds']:.0f} s)", files(out))]
+    if summary.get("recall"):
+        from vrh_lmms.demo.recall import recall_line
+
+        parts += [Text(""), Text(recall_line(summary["recall"]))]
+    parts += [Text(""), *console.files_table(f"Written in {out} ({summary['seconds']:.0f} s)",
+                                             files(out, bool(summary.get("recall"))))]
     console.print_summary(*parts)

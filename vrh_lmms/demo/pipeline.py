@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms import console, owned
+from vrh_lmms.demo.recall import RECALL_DIR
 from vrh_lmms.demo.stages import (  # noqa: F401  (EVAL_START: the demo's scene ids, for its callers)
     EVAL_START,
     TASK,
@@ -255,8 +256,11 @@ def demo_layout(out: Path) -> owned.Layout:
                                                              ".hub-*": None})})
     transfer = owned.folder_of({**discovery_layout(out / TRANSFER_DIR / "heads.json"),
                                 "sweep*": owned.folder_of(SWEEP_LAYOUT)})
+    recall = owned.folder_of({name: owned.folder_of(discovery_layout(out / RECALL_DIR / name / "heads.json"))
+                              for name in ("backbone", "vlm")} | {"sweep*": owned.folder_of(SWEEP_LAYOUT),
+                                                                   "score_maps.png": owned.is_file})
     return {**discovery_layout(out / "heads.json"), "data": synth_cache, "sweep": owned.folder_of(SWEEP_LAYOUT),
-            TRANSFER_DIR: transfer,
+            TRANSFER_DIR: transfer, RECALL_DIR: recall, "recall.png": owned.is_file,
             "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
             "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file,
@@ -331,6 +335,10 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
             from vrh_lmms.demo.transfer import run_transfer
 
             sweeps += run_transfer(lm, model_args, heads, transfer_model, spec, settings, ks, out, say, progress)
+        if settings.recall:
+            from vrh_lmms.demo.recall import run_recall
+
+            sweeps += run_recall(lm, model_args, heads, spec, settings, min(ks), out, say, progress)
         if settings.interventions:
             t_interventions = time.time()
             run_interventions(lm, out, spec, model_args, str(heads), settings, say)
@@ -354,6 +362,12 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
                "seconds": seconds}
     if intervention_summary is not None:
         summary["interventions"] = intervention_summary
+    if settings.recall:
+        from vrh_lmms.demo.recall import plot_recall, recall_summary
+
+        report = json.loads((out / "report" / "report.json").read_text())
+        summary["recall"] = recall_summary(out, heads, report, min(ks), TASK)
+        plot_recall(summary["recall"], out / "recall.png")
     if settings.transfer_model:
         from vrh_lmms.demo.transfer import agreement_markdown, heads_agreement, transfer_figures, transfer_markdown
 
@@ -365,6 +379,10 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         markdown += interventions_markdown(intervention_summary)
     if settings.transfer_model:
         markdown += transfer_markdown(summary["transfer"]) + agreement_markdown(summary["transfer_heads"])
+    if settings.recall:
+        from vrh_lmms.demo.recall import recall_markdown
+
+        markdown += recall_markdown(summary["recall"], "recall.png")
     markdown += "\n![k-curve](kcurve.png)\n"
     (out / "demo_summary.md").write_text(markdown)
     from vrh_lmms.report.html import write_report_html

@@ -42,6 +42,9 @@ class DemoSettings:
     patch_pairs: int = 24
     # optional step: a second VLM on the same text backbone (vrh_lmms.demo.transfer); "shipped": the shipped one
     transfer_model: str | None = None
+    # the recall step (vrh_lmms.demo.recall): the text backbone's and the VLM's text-recall heads against the
+    # grounding heads, overlap and cross-ablation at the smallest k (about a minute)
+    recall: bool = True
 
     def resolved_ks(self, total_heads: int) -> list[int]:
         if self.ks:
