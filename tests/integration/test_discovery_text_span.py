@@ -36,23 +36,55 @@ def lm(tiny_checkpoints, tmp_path_factory):
     mp.undo()
 
 
-@pytest.fixture(scope="module")
-def discovered(lm, tmp_path_factory):
-    """One discovery on the needle task; the inputs each doc was forwarded with, in doc order."""
-    inputs, real_forward = {}, collector_mod.teacher_forced_inputs
+def _discover(lm, out, **spec) -> dict[tuple[str, str], dict]:
+    """Run discovery on the needle task; the inputs each doc was forwarded with, by (doc key, query words): the
+    real question and, with null_query, the content-free one ("N/A")."""
+    inputs, seen = {}, {}
+    real_forward, real_sample = collector_mod.teacher_forced_inputs, collector_mod.SampleCollector._sample
 
     def forward(*args, **kwargs):
-        batch = real_forward(*args, **kwargs)
-        inputs[len(inputs)] = batch
-        return batch
+        seen["batch"] = real_forward(*args, **kwargs)
+        return seen["batch"]
+
+    def sample(self, tensors, answer, expression, target, kind, key, *args, **kwargs):
+        result = real_sample(self, tensors, answer, expression, target, kind, key, *args, **kwargs)
+        inputs[key, expression] = seen.pop("batch")
+        return result
 
     mp = pytest.MonkeyPatch()
     mp.setattr(collector_mod, "teacher_forced_inputs", forward)
+    mp.setattr(collector_mod.SampleCollector, "_sample", sample)
+    try:
+        run_discovery(DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=["vrh_synth_text_needle"],
+                                    output=str(out), limit=N, gen_kwargs="max_new_tokens=4", **spec), lm=lm)
+    finally:
+        mp.undo()
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def discovered(lm, tmp_path_factory):
     out = tmp_path_factory.mktemp("needle") / "heads.json"
-    run_discovery(DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=["vrh_synth_text_needle"],
-                                output=str(out), limit=N, gen_kwargs="max_new_tokens=4"), lm=lm)
-    mp.undo()
-    return out, inputs
+    return out, _discover(lm, out)
+
+
+def _needle_span(lm, ids: torch.Tensor, needle: str) -> list[int]:
+    """The positions of the words spelling the needle, found by word count in the decoded prompt (the tiny
+    tokenizer spells one word per token), independently of the offsets discovery uses."""
+    text = lm.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
+    assert text.count(needle) == 1
+    words_before = len(text[:text.index(needle)].split())
+    span = list(range(words_before, words_before + len(needle.split())))
+    assert lm.tokenizer.decode(ids[span].tolist()) == needle
+    return span
+
+
+def _eager_mass(lm, batch, part, span: list[int]) -> np.ndarray:
+    prompt_len, n = batch["input_ids"].shape[1] - part.meta["n_answer"], part.meta["n_answer"]
+    assert n >= 1 and span[-1] < prompt_len
+    attn = eager_attentions(lm.model, batch)[0].double()
+    rows = list(range(prompt_len - 1, prompt_len - 1 + n))
+    return attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
 
 
 def test_needle_mass_equals_eager_attention(lm, discovered):
@@ -64,26 +96,41 @@ def test_needle_mass_equals_eager_attention(lm, discovered):
     keys = sorted(store.keys(), key=lambda k: int(k.rsplit("__", 1)[1]))
     assert len(keys) == N == len(inputs)
     masses = []
-    for i, key in enumerate(keys):
-        part, batch = store.read(key), inputs[i]
-        ids = batch["input_ids"][0]
-        needle = make_doc(i, needle_config())["vrh_evidence"]["text"]
-        # the key set: exactly the tokens spelling the needle, once, in the prompt
-        text = lm.tokenizer.decode(ids.tolist(), skip_special_tokens=False)
-        start = text.index(needle)
-        words_before = len(text[:start].split())
-        span = list(range(words_before, words_before + len(needle.split())))
-        assert lm.tokenizer.decode(ids[span].tolist()) == needle
+    for key in keys:
+        part = store.read(key)
+        doc = make_doc(int(key.rsplit("__", 1)[1]), needle_config())
+        batch = inputs[key, doc["vrh_evidence"]["query"]]
+        span = _needle_span(lm, batch["input_ids"][0], doc["vrh_evidence"]["text"])
         assert part.meta["evidence"] == "text" and part.meta["n_box_tokens"] == len(span)
-        prompt_len, n = part.meta["prompt_len"], part.meta["n_answer"]
-        assert n >= 1 and span[-1] < prompt_len
-        attn = eager_attentions(lm.model, batch)[0].double()
-        rows = list(range(prompt_len - 1, prompt_len - 1 + n))
-        expect = attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
+        assert part.meta["prompt_len"] == batch["input_ids"].shape[1] - part.meta["n_answer"]
+        expect = _eager_mass(lm, batch, part, span)
         np.testing.assert_allclose(part.stats["out_sum"], expect, atol=2e-5)
         masses.append(expect)
     np.testing.assert_allclose(hf.scores, np.mean(masses, axis=0), atol=2e-5)
     assert hf.scoring["cell"] == "out,sum,mean"
+
+
+def test_null_question_scores_the_needle_in_the_content_free_prompt(lm, tmp_path):
+    """Null-question calibration carried over to text spans: the content-free prompt (the question's words replaced
+    by "N/A") still holds the needle, at other positions; its mass there is eager attention, and the heads file's
+    scores are the real minus the null mass, averaged."""
+    from vrh_lmms.discovery.controls import NULL_EXPRESSION, NULL_PREFIX
+
+    out = tmp_path / "heads.json"
+    inputs = _discover(lm, out, null_query=True)
+    store = PartStore(sidecars(out)["parts"])
+    diffs = []
+    for key in store.keys():
+        part = store.read(key)
+        doc = make_doc(int(key.rsplit("__", 1)[1]), needle_config())
+        assert part.meta["null_query"] is True
+        real, null = inputs[key, doc["vrh_evidence"]["query"]], inputs[key, NULL_EXPRESSION]
+        assert null["input_ids"].shape[1] != real["input_ids"].shape[1]
+        needle = doc["vrh_evidence"]["text"]
+        span = _needle_span(lm, null["input_ids"][0], needle)
+        np.testing.assert_allclose(part.stats[NULL_PREFIX + "out_sum"], _eager_mass(lm, null, part, span), atol=2e-5)
+        diffs.append(part.stats["out_sum"] - part.stats[NULL_PREFIX + "out_sum"])
+    np.testing.assert_allclose(load_heads_file(out).scores, np.mean(diffs, axis=0), atol=2e-5)
 
 
 def test_needle_scoring_reads_the_value():

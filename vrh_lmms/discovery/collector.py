@@ -172,7 +172,8 @@ class SampleCollector:
         rows_by_set["out_random1"] = random_row(rows_by_set["out"], key)
         rows_by_set["in+out"] = union_rows(rows_by_set["in"], rows_by_set["out"])
         keys = kind.keys(target, KeyContext(self.family.name, self.processor, self.tokenizer, self.lm, tensors,
-                                            prompt, seq_len, self.key_tokens, extras if has_image else None))
+                                            prompt, seq_len, self.key_tokens, extras if has_image else None,
+                                            None if expression == target.expression else expression))
         box, image, tmap = keys.evidence, keys.media, keys.tmap  # `box`: the stored name of the evidence key set
         last = prompt_len - 1  # Localization Heads' query: the last input token
         rows = sorted({r for rs in rows_by_set.values() for r in rs} | ({last} if localize else set()))

@@ -36,6 +36,9 @@ class KeyContext:
     seq_len: int
     key_tokens: str = "overlap"
     extras: Mapping[str, Any] | None = None  # single-image layout extras (vrh_lmms.capture.extras), when computed
+    # the words the prompt holds where the doc's query stood: None for the real prompt, "N/A" in the null-question
+    # pass (vrh_lmms.discovery.controls), whose text no longer holds the query
+    query_replaced_by: str | None = None
 
 
 @dataclass

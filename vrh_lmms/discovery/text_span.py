@@ -110,14 +110,35 @@ def text_target(doc: Mapping[str, Any], where: str) -> TextTarget:
     return TextTarget(evidence, evidence.query, image_id, _image_size(dict(doc)))
 
 
+def with_query_replaced(evidence: TextEvidence, replacement: str) -> TextEvidence:
+    """The evidence as the null-question prompt spells it, whose query words were replaced by `replacement` (however
+    the tokenizer spells that: a word-level vocabulary may not know it): the context narrows to its side of the query
+    that holds the needle, the offset moving with it. A needle overlapping the query is refused: replacing the query
+    would change the evidence itself."""
+    if evidence.start is None or evidence.context is None:
+        return evidence
+    ctx, query = evidence.context, evidence.query
+    at = ctx.find(query) if query else -1
+    if at < 0 or ctx.find(query, at + 1) >= 0:
+        raise VRHError(f"the null question needs the query {query!r} once in the evidence context")
+    end = evidence.start + len(evidence.text)
+    if end <= at:
+        return TextEvidence(evidence.text, evidence.start, ctx[:at], query)
+    if evidence.start >= at + len(query):
+        return TextEvidence(evidence.text, evidence.start - at - len(query), ctx[at + len(query):], query)
+    raise VRHError(f"the needle {evidence.text!r} overlaps the query {query!r}; no null question can keep it")
+
+
 def text_keys(target: TextTarget, ctx):
     """The needle's prompt tokens; the media key set is the doc's image tokens when it shows one."""
     import torch
 
     from vrh_lmms.discovery.evidence import EvidenceKeys
 
+    evidence = target.evidence if ctx.query_replaced_by is None else \
+        with_query_replaced(target.evidence, ctx.query_replaced_by)
     mask = torch.zeros(ctx.seq_len, dtype=torch.bool)
-    mask[span_positions(ctx.tokenizer, ctx.prompt_ids.tolist(), target.evidence)] = True
+    mask[span_positions(ctx.tokenizer, ctx.prompt_ids.tolist(), evidence)] = True
     if target.image_size is None:
         return EvidenceKeys(mask, torch.zeros(ctx.seq_len, dtype=torch.bool))
     from vrh_lmms.capture.layouts import image_token_map
