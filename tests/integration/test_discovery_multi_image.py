@@ -197,3 +197,29 @@ def test_sweep_and_report_run_on_the_haystack(lm, tmp_path):
     assert build_report([sweep], tmp_path / "report", ReportSettings(plots=False, n_resamples=200))
     text = (tmp_path / "report" / "report.md").read_text()
     assert TASK in text and "top1" in text
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("index", r"^vrh_synth_haystack doc \d: vrh_evidence index 7 is out of range for 3 images \(vrh_image_sizes\)$"),
+    ("sizes", r"^vrh_synth_haystack doc \d: image_box evidence needs vrh_image_sizes \[\[w, h\], \.\.\.\], one per "
+              r"image$")])
+def test_malformed_doc_is_one_clear_error(lm, bad, message, tmp_path, monkeypatch):
+    from vrh_lmms.tasks.common import haystack
+
+    from vrh_lmms.errors import VRHError
+
+    family, model = lm
+    real = haystack.make_doc
+
+    def broken(i, cfg):
+        d = real(i, cfg)
+        if bad == "index":
+            d["vrh_evidence"] = {**d["vrh_evidence"], "index": 7}
+        else:
+            del d["vrh_image_sizes"]
+        return d
+
+    monkeypatch.setattr(haystack, "make_doc", broken)
+    with pytest.raises(VRHError, match=message):
+        discover(model, "locate", tmp_path / "heads.json")
+    assert not (tmp_path / "heads.json").exists()
