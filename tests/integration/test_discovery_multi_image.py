@@ -223,3 +223,30 @@ def test_malformed_doc_is_one_clear_error(lm, bad, message, tmp_path, monkeypatc
     with pytest.raises(VRHError, match=message):
         discover(model, "locate", tmp_path / "heads.json")
     assert not (tmp_path / "heads.json").exists()
+
+
+def test_cli_discover_sweep_report_on_the_haystack(tiny_checkpoints, tmp_path, monkeypatch):
+    """`vrh-lmms discover`, `sweep` and `report` on the `which` mode (image evidence, exact-match records); the
+    haystack config is part of discovery's identity (another config does not reuse its answers)."""
+    from vrh_lmms.cli import main
+
+    monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VRH_HEADS_REGISTRY", str(tmp_path / "registry.json"))
+    config = json.dumps({**CONFIG, "n": 3, "mode": "which"})
+    monkeypatch.setenv("VRH_HAYSTACK_CONFIG", config)
+    args = f"pretrained={tiny_checkpoints('qwen2_5_vl')},dtype=float32,min_pixels=3136,max_pixels=200704"
+    heads = tmp_path / "d" / "heads.json"
+    assert main(["discover", "--model", "vrh_qwen25", "--model_args", args, "--tasks", TASK,
+                 "--gen-kwargs", "max_new_tokens=3", "--output", str(heads)]) == 0
+    hf = load_heads_file(heads)
+    assert hf.scoring["evidence"] == "image" and hf.extra["discovery_docs"][TASK]["doc_ids"] == [0, 1, 2]
+    identity = json.loads((sidecars(heads)["parts"] / "identity.json").read_text())
+    assert identity["data"] == {"VRH_HAYSTACK_CONFIG": config}
+    out = tmp_path / "sweep"
+    assert main(["sweep", "--model", "vrh_qwen25", "--model_args", args, "--heads-file", str(heads), "--tasks", TASK,
+                 "--gen-kwargs", "max_new_tokens=3", "--k", "1", "--no-random", "--output", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "configs" / "top1" / f"samples_{TASK}.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and all(r["vrh_record"]["kind"] == "vqa" for r in rows)
+    assert main(["report", str(out), "--output", str(tmp_path / "report")]) == 0
+    md = (tmp_path / "report" / "report.md").read_text()
+    assert TASK in md and "top1" in md
