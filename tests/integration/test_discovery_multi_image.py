@@ -1,11 +1,11 @@
 """Discovery on evidence in one of several images (`vrh_synth_haystack`: kinds `image_box` and `image`) through the
-real lmms-eval backends of tiny Qwen2.5-VL (simple) and InternVL (internvl_hf, chat): the backend hands the model
-every image of the doc in order (the interceptor's tensors carry one grid / tile group per image, as the processor
-makes them from the doc's images), and the captured attention of the answer rows on the evidence tokens equals
-eager attention (`output_attentions=True`) on the very inputs discovery forwarded. Evidence positions are derived
-here independently: image k's tokens are the k-th run of image placeholders; Qwen's box tokens are the merged cells
-(the image split evenly by its `image_grid_thw` row) at least half inside the box, else the cell holding its
-centre. `vrh-lmms sweep` and `report` then run on the task with the heads file."""
+real lmms-eval backends of tiny Qwen2.5-VL, Qwen3-VL (simple) and InternVL (internvl_hf, chat): the backend hands
+the model every image of the doc in order (the interceptor's tensors carry one grid / tile group per image, as the
+processor makes them from the doc's images), and the captured attention of the answer rows on the evidence tokens
+equals eager attention (`output_attentions=True`) on the very inputs discovery forwarded. Evidence positions are
+derived here independently: image k's tokens are the k-th run of image placeholders; Qwen's box tokens are the
+merged cells (the image split evenly by its `image_grid_thw` row) at least half inside the box, else the cell
+holding its centre. `vrh-lmms sweep` and `report` then run on the task with the heads file."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ N = 2
 CONFIG = {"n": N, "seed": 1, "n_images": 3, "sizes": [112, 168]}
 TASK = "vrh_synth_haystack"
 # Qwen: pixel bounds that keep the scenes' own sizes (112, 168: multiples of 28), so the grids tell images apart
-BACKENDS = {"qwen2_5_vl": ("vrh_qwen25", ",min_pixels=3136,max_pixels=200704"), "internvl": ("vrh_internvl", "")}
+BACKENDS = {"qwen2_5_vl": ("vrh_qwen25", ",min_pixels=3136,max_pixels=200704"), "internvl": ("vrh_internvl", ""),
+            "qwen3_vl": ("vrh_qwen3", ",min_pixels=4096,max_pixels=262144")}
 
 
 def runs(ids: torch.Tensor, token_id: int) -> list[list[int]]:
@@ -112,7 +113,7 @@ def expected_positions(family, lm, doc, batch) -> tuple[list[int], list[int]]:
     media = [p for r in image_runs for p in r]
     if ev["kind"] == "image":
         return image_runs[k], media
-    if family == "qwen2_5_vl":
+    if family != "internvl":
         return qwen_box_positions(image_runs[k], batch["image_grid_thw"][k], doc["vrh_image_sizes"][k],
                                   ev["box"]), media
     from vrh_lmms.capture.layouts import box_key_mask
@@ -128,7 +129,7 @@ def check_images_in_order(family, lm, doc, batch) -> None:
     """The backend gave the model the doc's images in order: per-image grids / tile counts as the processor's."""
     images = doc_to_visual(doc)
     ip = lm.processor.image_processor
-    if family == "qwen2_5_vl":
+    if family != "internvl":
         own = torch.cat([ip(images=[im], return_tensors="pt")["image_grid_thw"] for im in images])
         assert torch.equal(batch["image_grid_thw"].cpu(), own)
         return
@@ -250,3 +251,18 @@ def test_cli_discover_sweep_report_on_the_haystack(tiny_checkpoints, tmp_path, m
     assert main(["report", str(out), "--output", str(tmp_path / "report")]) == 0
     md = (tmp_path / "report" / "report.md").read_text()
     assert TASK in md and "top1" in md
+
+
+def test_null_query_control_runs_on_image_evidence(lm, tmp_path):
+    """`--null-query` (the expression replaced by N/A) scores the same evidence on the content-free prompt."""
+    family, model = lm
+    if family != "qwen2_5_vl":
+        pytest.skip("one family suffices for the control")
+    out = tmp_path / "heads.json"
+    discover(model, "locate", out, null_query=True)
+    store = PartStore(sidecars(out)["parts"])
+    for key in store.keys():
+        part = store.read(key)
+        assert part.meta["null_query"] is True
+        assert np.isfinite(part.stats["null_out_sum"]).all() and (part.stats["null_out_sum"] > 0).all()
+        assert not np.allclose(part.stats["null_out_sum"], part.stats["out_sum"])
