@@ -6,7 +6,8 @@ of that colour and shape. Two modes (``VRH_HAYSTACK_CONFIG``, JSON text or file:
 scene):
 - `locate`: the model gives the object's box in the needle image; scored as the grounding tasks (Acc@0.5 records
   in that image's original pixels). Evidence `{"kind": "image_box", "index": k, "box": [x1, y1, x2, y2]}`.
-- `which`: the model names the needle image's number (1-based); exact match, VQA records. Evidence
+- `which`: the model names the needle image's number (1-based; the reply's first number, unless a bracket opens
+  before it); exact match, VQA records. Evidence
   `{"kind": "image", "index": k}`.
 Every doc carries `vrh_image_sizes` ([w, h] per image, visual order) and `vrh_needle_index` (k, 0-based). Images
 are redrawn from (seed, scene id, size) when a doc is read, so nothing is cached. `sizes` lists square sides the
@@ -148,13 +149,14 @@ def doc_to_text(doc: Mapping[str, Any], lmms_eval_specific_kwargs: Mapping[str, 
 
 
 def read_number(reply: str, n_images: int) -> str | None:
-    """The first whole number in the reply within 1..n_images, as text; None when there is none."""
+    """The reply's first whole number, as text, when it lies in 1..n_images; None when there is none, when it is out
+    of range, or when a bracket opens before it (a box or list, whose coordinates are not an image's number)."""
     import re
 
-    for token in re.findall(r"\d+", reply or ""):
-        if 1 <= int(token) <= n_images:
-            return str(int(token))
-    return None
+    match = re.search(r"\d+", reply or "")
+    if match is None or any(b in reply[:match.start()] for b in "[({"):
+        return None
+    return str(int(match.group())) if 1 <= int(match.group()) <= n_images else None
 
 
 def process_results(doc: Mapping[str, Any], results: list[str]) -> dict[str, Any]:

@@ -87,7 +87,8 @@ def test_haystack_scoring_and_config(monkeypatch):
     out = haystack.process_results(d, [wrong])
     assert out["acc"] == 0.0 and out["vrh_record"]["image_index"] == d["vrh_needle_index"]
     assert haystack.process_results(d, ["none"])["parse_failure"] == 1.0
-    assert haystack.read_number("9 then 2", 4) == "2"
+    assert haystack.read_number("image 3", 4) == "3" and haystack.read_number("9 then 2", 4) is None
+    assert haystack.read_number("[ 3 , 0", 4) is None and haystack.read_number("(2)", 4) is None
     monkeypatch.setenv(haystack.CONFIG_ENV, json.dumps({"n": 3, "mode": "which"}))
     assert haystack.haystack_config()["mode"] == "which" and haystack.haystack_config()["n"] == 3
     for bad, message in [({"mode": "find"}, "mode 'find' is not one of locate, which"),
