@@ -18,9 +18,12 @@ IMAGE_POSITIONS = ("before_prompt", "after_prompt")
 _PLACEHOLDER = re.compile(r"<image \d+>")
 
 
-def with_image_after_prompt(context: str) -> str:
-    """Simple backend: the `interleave_visuals` placeholder appended unless the task already placed its images."""
-    return context if _PLACEHOLDER.search(context) else f"{context} <image 1>"
+def with_image_after_prompt(context: str, n_images: int = 1) -> str:
+    """Simple backend: one `interleave_visuals` placeholder per image, in order, appended unless the task already
+    placed its images (the backend passes only the images placeholders name)."""
+    if _PLACEHOLDER.search(context):
+        return context
+    return context + "".join(f" <image {i}>" for i in range(1, n_images + 1))
 
 
 def text_before_media(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -63,10 +66,16 @@ class ImagePositionMixin:
     def generate_until(self, requests):
         if self.vrh_image_position == "after_prompt":
             if self.is_simple:
-                requests = [_with_argument(r, 0, with_image_after_prompt(r.args[0])) for r in requests]
+                requests = [_with_argument(r, 0, with_image_after_prompt(r.args[0], self._vrh_n_visuals(r)))
+                            for r in requests]
             else:
                 requests = [_with_argument(r, 1, _reordered(r.args[1])) for r in requests]
         return super().generate_until(requests)
+
+    def _vrh_n_visuals(self, request) -> int:
+        """How many visuals the simple request's doc has (its doc_to_visual on the doc)."""
+        _, _, doc_to_visual, doc_id, task, split = request.args
+        return len(doc_to_visual(self.task_dict[task][split][doc_id]) or [])
 
 
 class BackendResizeMixin:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support.wrappers import recorded_generate, run, scene_docs
+from support.wrappers import SPLIT, TASK, recorded_generate, requests, run, scene_docs
 from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25, VRHQwen25Chat, with_image_after_prompt
 
 from vrh_lmms.errors import VRHError
@@ -42,6 +42,38 @@ def test_image_position_orders_image_and_request(tiny_qwen25, cls):
 def test_placeholder_is_added_once():
     assert with_image_after_prompt("Locate it.") == "Locate it. <image 1>"
     assert with_image_after_prompt("<image 1> Locate it.") == "<image 1> Locate it."
+    assert with_image_after_prompt("Locate it.", 3) == "Locate it. <image 1> <image 2> <image 3>"
+
+
+@pytest.mark.parametrize("position", ["before_prompt", "after_prompt"])
+@pytest.mark.parametrize("cls", [VRHQwen25, VRHQwen25Chat], ids=["simple", "chat"])
+def test_every_image_of_a_doc_reaches_generate_in_order(tiny_qwen25, cls, position):
+    """A doc of three images of different sizes: generate gets three image spans, grids in the doc's order."""
+    from PIL import Image
+
+    wrapper = cls(pretrained=str(tiny_qwen25), image_position=position, **PIXELS)
+    images = [Image.new("RGB", s, (90, 90, 90)) for s in [(56, 56), (112, 56), (56, 112)]]
+    docs = {0: {"image": images[0], "images": images, "expression": "the red circle"}}
+    if wrapper.is_simple:
+        reqs = requests(docs, chat=False, max_new_tokens=1)
+        reqs[0] = reqs[0].__class__(request_type="generate_until", idx=0, metadata=reqs[0].metadata,
+                                    arguments=(reqs[0].args[0], reqs[0].args[1], lambda d: d["images"],
+                                               *reqs[0].args[3:]))
+    else:
+        def to_messages(d):
+            return [{"role": "user", "content": [*({"type": "image", "url": im} for im in d["images"]),
+                                                 {"type": "text", "text": "Locate the red circle."}]}]
+
+        reqs = requests(docs, chat=True, max_new_tokens=1)
+        reqs[0] = reqs[0].__class__(request_type="generate_until", idx=0, metadata=reqs[0].metadata,
+                                    arguments=(reqs[0].args[0], to_messages, *reqs[0].args[2:]))
+    wrapper.task_dict = {TASK: {SPLIT: docs}}
+    with recorded_generate(wrapper.model) as calls:
+        wrapper.generate_until(reqs)
+    grids = calls[0]["image_grid_thw"].tolist()
+    assert grids == [[1, 4, 4], [1, 4, 8], [1, 8, 4]]
+    ids = calls[0]["input_ids"][0]
+    assert int((ids == wrapper.model.config.vision_start_token_id).sum()) == 3
 
 
 def test_unknown_image_position_is_refused(tiny_qwen25):

@@ -106,6 +106,7 @@ class GenerateInterceptor(GenerateWrapper):
                  cached_answer: Callable[[DocContext], tuple[torch.Tensor, bool] | None]) -> None:
         self.tracker = tracker
         self.on_generated, self.cached_answer = on_generated, cached_answer
+        self.error: VRHError | None = None  # the first error of a doc, re-raised once the evaluation returns
         super().__init__(model)
 
     def _generate(self, *args, **kwargs):
@@ -131,5 +132,9 @@ class GenerateInterceptor(GenerateWrapper):
         with_prompt = sequences.shape[1] >= prompt_len and torch.equal(
             sequences[0, :prompt_len].to(input_ids.device), input_ids[0])
         answer = sequences[0, prompt_len:] if with_prompt else sequences[0]
-        self.on_generated(ctx, tensors, answer.detach(), with_prompt)
+        try:
+            self.on_generated(ctx, tensors, answer.detach(), with_prompt)
+        except VRHError as exc:  # lmms-eval's internvl_hf logs and swallows errors raised in generate: keep it
+            self.error = self.error or exc
+            raise
         return output

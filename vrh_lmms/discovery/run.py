@@ -212,6 +212,8 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     finally:
         interceptor.uninstall()
         lm.task_dict = dict(tracker)
+    if interceptor.error is not None:  # a backend that swallowed it would end in "no doc produced statistics"
+        raise interceptor.error
     distributed.barrier()  # every rank's parts are written
     if not distributed.is_main() or results is None:
         return None
