@@ -54,7 +54,7 @@ def test_tasks_load_docs_with_images_in_order(manager, vrh_env):
     assert doc["vrh_evidence"]["text"] in prompt
     shown = text.doc_to_visual(doc)
     assert [_colour(im) for im in shown] == [_colour(p) for p in doc["vrh_images"]] and len(shown) == 2
-    assert text.process_results(doc, ["oak"])["acc"] == 1.0
+    assert text.process_results(doc, ["Seven."])["acc"] == 1.0
 
     doc = image.test_docs()[0]
     shown = image.doc_to_visual(doc)
@@ -71,3 +71,30 @@ def test_tasks_load_docs_with_images_in_order(manager, vrh_env):
         assert doc["vrh_images"][at].endswith(("000000000139.jpg", "000000000724.jpg", "000000000632.jpg"))
         assert vhs.doc_to_text(doc).startswith("You are given a set of images.")
     assert vhs.process_results(docs[0], ["Yes"])["acc"] == 1.0
+
+
+def test_mmniah_needle_span_in_the_fed_ids(tiny_checkpoints, vrh_env):
+    """The retrieval-text needle maps to tokens of the sequence the qwen2_5_vl backend feeds (system prompt, the
+    doc's images first, then its text), through the text-span kind: found once, decoding back to the needle."""
+    from transformers import AutoProcessor
+    from vrh_lmms.tasks.common import haystack as H
+    from vrh_lmms.tasks.common import mm_niah as M
+
+    from vrh_lmms.discovery.text_span import span_positions, text_evidence
+
+    vrh_env.setenv("VRH_MMNIAH_DIR", str(FIXTURES / "mm_niah"))
+    processor = AutoProcessor.from_pretrained(str(tiny_checkpoints("qwen2_5_vl")))
+    docs = [d for d in M.vrh_mmniah_retrieval_text(None) if d["vrh_evidence"] is not None]
+    assert len(docs) == 2
+    for doc in docs:
+        images = H.doc_to_visual(doc)
+        msgs = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": [{"type": "image", "image": im} for im in images]
+                 + [{"type": "text", "text": H.doc_to_text(doc)}]}]
+        text = processor.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        ids = processor(text=[text], images=images, return_tensors="pt")["input_ids"][0].tolist()
+        pos = span_positions(processor.tokenizer, ids, text_evidence(doc))
+        assert pos == list(range(pos[0], pos[-1] + 1))
+        assert processor.tokenizer.decode([ids[p] for p in pos]).strip() == doc["vrh_evidence"]["text"]
+        image_pad = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+        assert max(i for i, t in enumerate(ids) if t == image_pad) < pos[0]  # the images come before the text

@@ -61,7 +61,7 @@ def test_mmniah_text_docs_interleave_images_and_place_the_needle(mmniah):
             + rec["question"] + "\n" + M.OPEN_INSTRUCTION)
     assert doc["vrh_prompt"] == want and H.doc_to_text(doc) == want
     assert [_pixel(im) for im in H.doc_to_visual(doc)] == [_pixel(p) for p in doc["vrh_images"]]
-    assert doc["vrh_target"] == "oak" and doc["vrh_split"] == "val"
+    assert doc["vrh_target"] == "seven" and doc["vrh_split"] == "val"
     for d, r in zip(docs, records):  # the needle is found exactly once in the rendered text, where it was put
         if d["vrh_evidence"] is None:
             continue
