@@ -19,13 +19,16 @@ Evidence: retrieval-text -> `{"kind": "text", "text": <needle>}` when the needle
 the rendered prompt; retrieval-image -> `{"kind": "image", "index": i}` when `meta.needles` names an image that is
 the i-th of `images_list` (the haystack image carrying the needle). The record gives no pasted location, so there
 is no `image_box` form; a record whose needle image is not one of the context's images (a needle named only by the
-pasted picture's own path) does not tell which image holds it: its doc has `vrh_evidence` None and
-`vrh_evidence_note` says why. Scoring as the benchmark's calculate_scores.py `is_correct`.
+pasted picture's own path) does not tell which image holds it. Such records are left out by default (discovery
+needs the evidence; `VRH_MMNIAH_DOCS=evidence`); `VRH_MMNIAH_DOCS=all` keeps every record, as the benchmark's own
+accuracy counts them, with `vrh_evidence` None and `vrh_evidence_note` saying why. `VRH_MMNIAH_LIMIT`: the first N
+records. Scoring as the benchmark's calculate_scores.py `is_correct`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -37,9 +40,11 @@ from vrh_lmms.tasks.common.records import vqa_result
 
 from vrh_lmms.errors import VRHError
 
-DIR_ENV, SPLIT_ENV, IMAGES_ENV, LIMIT_ENV = ("VRH_MMNIAH_DIR", "VRH_MMNIAH_SPLIT", "VRH_MMNIAH_IMAGES",
-                                             "VRH_MMNIAH_LIMIT")
+DIR_ENV, SPLIT_ENV, IMAGES_ENV, LIMIT_ENV, DOCS_ENV = ("VRH_MMNIAH_DIR", "VRH_MMNIAH_SPLIT", "VRH_MMNIAH_IMAGES",
+                                                       "VRH_MMNIAH_LIMIT", "VRH_MMNIAH_DOCS")
+DOCS = ("evidence", "all")
 SPLITS = ("val", "test")
+logger = logging.getLogger(__name__)
 PLACEHOLDER = "<image>"
 MC_INSTRUCTION = "Answer with the option's letter from the given choices directly."
 OPEN_INSTRUCTION = "Answer the question using a single word or phrase."
@@ -138,6 +143,9 @@ def image_evidence(rec: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
 
 
 def make_docs(subset: str, task: str):
+    keep = os.environ.get(DOCS_ENV, "").strip() or "evidence"
+    if keep not in DOCS:
+        raise VRHError(f"{DOCS_ENV}={keep!r}: use evidence (records that tell where the needle is) or all")
     records, images, split = read_records(subset)
     rows = []
     for rec in records:
@@ -159,6 +167,16 @@ def make_docs(subset: str, task: str):
                      "placed_depth": json.dumps(rec["meta"].get("placed_depth")),
                      "context_length": int(rec["meta"].get("context_length") or 0),
                      "image_id": f"mmniah_{split}_{subset}_{rec['id']}", "question_id": str(rec["id"])})
+    placed = [r for r in rows if r["vrh_evidence"] is not None]
+    if keep == "evidence":
+        if not placed:
+            why = sorted({r["vrh_evidence_note"] for r in rows})[0]
+            raise VRHError(f"{task}: none of the {len(rows)} records tells where the needle is ({why}); "
+                           f"{DOCS_ENV}=all evaluates them without evidence")
+        if len(placed) < len(rows):
+            logger.info("%s: %d of %d records tell where the needle is; the others are left out (%s=all keeps "
+                        "them)", task, len(placed), len(rows), DOCS_ENV)
+        rows = placed
     return H.to_dataset(rows, task)
 
 

@@ -50,6 +50,7 @@ def vhs(vrh_env):
 
 # ------------------------------------------------------------------------------------------------ MM-NIAH
 def test_mmniah_text_docs_interleave_images_and_place_the_needle(mmniah):
+    mmniah.setenv("VRH_MMNIAH_DOCS", "all")
     docs = M.vrh_mmniah_retrieval_text(None)
     records = _records("retrieval-text")
     assert len(docs) == len(records) == 3
@@ -75,6 +76,7 @@ def test_mmniah_text_docs_interleave_images_and_place_the_needle(mmniah):
 
 
 def test_mmniah_image_docs_name_the_needle_image_when_the_record_does(mmniah):
+    mmniah.setenv("VRH_MMNIAH_DOCS", "all")
     docs = M.vrh_mmniah_retrieval_image(None)
     records = _records("retrieval-image")
     pasted, text_options = docs[0], docs[1]
@@ -92,6 +94,26 @@ def test_mmniah_image_docs_name_the_needle_image_when_the_record_does(mmniah):
     assert text_options["vrh_prompt"].endswith("\nA. bear\nB. kite\nC. lamp\nD. frog\n" + M.MC_INSTRUCTION)
     assert len(text_options["vrh_images"]) == 2 and text_options["vrh_target"] == "A"
     assert text_options["vrh_evidence"] is None and "does not tell" in text_options["vrh_evidence_note"]
+
+
+def test_mmniah_keeps_the_records_with_evidence_unless_asked(mmniah, tmp_path):
+    """Discovery needs the needle's place: by default only records that tell it are docs; `all` keeps the rest."""
+    assert [d["question_id"] for d in M.vrh_mmniah_retrieval_text(None)] == ["0", "1"]
+    assert [d["vrh_evidence"] for d in M.vrh_mmniah_retrieval_image(None)] == [{"kind": "image", "index": 1}]
+    mmniah.setenv("VRH_MMNIAH_DOCS", "all")
+    assert len(M.vrh_mmniah_retrieval_image(None)) == 2
+    root = tmp_path / "mm_niah_val"
+    shutil.copytree(MMNIAH / "mm_niah_val", root)
+    ann = root / "annotations" / "retrieval-image.jsonl"
+    ann.write_text(ann.read_text().splitlines()[1] + "\n")  # only the record that does not tell
+    mmniah.setenv("VRH_MMNIAH_DIR", str(root))
+    assert len(M.vrh_mmniah_retrieval_image(None)) == 1
+    mmniah.setenv("VRH_MMNIAH_DOCS", "evidence")
+    with pytest.raises(VRHError, match=r"none of the 1 records tells where the needle is .*VRH_MMNIAH_DOCS=all"):
+        M.vrh_mmniah_retrieval_image(None)
+    mmniah.setenv("VRH_MMNIAH_DOCS", "some")
+    with pytest.raises(VRHError, match="VRH_MMNIAH_DOCS='some'"):
+        M.vrh_mmniah_retrieval_image(None)
 
 
 def test_mmniah_split_and_limit(mmniah):
