@@ -21,8 +21,10 @@ the i-th of `images_list` (the haystack image carrying the needle). The record g
 is no `image_box` form; a record whose needle image is not one of the context's images (a needle named only by the
 pasted picture's own path) does not tell which image holds it. Such records are left out by default (discovery
 needs the evidence; `VRH_MMNIAH_DOCS=evidence`); `VRH_MMNIAH_DOCS=all` keeps every record, as the benchmark's own
-accuracy counts them, with `vrh_evidence` None and `vrh_evidence_note` saying why. `VRH_MMNIAH_LIMIT`: the first N
-records. Scoring as the benchmark's calculate_scores.py `is_correct`.
+accuracy counts them, with `vrh_evidence` None and `vrh_evidence_note` saying why. `VRH_MMNIAH_MAX_CONTEXT`: only
+records whose `meta.context_length` (the benchmark's own token count, text + image) is at most N; `VRH_MMNIAH_LIMIT`:
+the first N records read. Contexts keep what the records hold (the `</s>` between concatenated OBELICS documents
+included), as the benchmark's eval scripts feed them. Scoring as the benchmark's calculate_scores.py `is_correct`.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ from vrh_lmms.tasks.common.records import vqa_result
 
 from vrh_lmms.errors import VRHError
 
-DIR_ENV, SPLIT_ENV, IMAGES_ENV, LIMIT_ENV, DOCS_ENV = ("VRH_MMNIAH_DIR", "VRH_MMNIAH_SPLIT", "VRH_MMNIAH_IMAGES",
-                                                       "VRH_MMNIAH_LIMIT", "VRH_MMNIAH_DOCS")
+DIR_ENV, SPLIT_ENV, IMAGES_ENV, LIMIT_ENV, DOCS_ENV, MAX_CONTEXT_ENV = (
+    "VRH_MMNIAH_DIR", "VRH_MMNIAH_SPLIT", "VRH_MMNIAH_IMAGES", "VRH_MMNIAH_LIMIT", "VRH_MMNIAH_DOCS",
+    "VRH_MMNIAH_MAX_CONTEXT")
 DOCS = ("evidence", "all")
 SPLITS = ("val", "test")
 logger = logging.getLogger(__name__)
@@ -71,7 +74,7 @@ def read_records(subset: str) -> tuple[list[dict[str, Any]], Path, str]:
     images = Path(os.environ[IMAGES_ENV].strip()).expanduser() if images_var == IMAGES_ENV else folder / "images"
     H.media_folder(images, images_var, f"MM-NIAH {split} images, the extracted images.tar.gz")
     records = []
-    limit = H.read_limit(LIMIT_ENV)
+    limit, max_context = H.read_limit(LIMIT_ENV), H.read_limit(MAX_CONTEXT_ENV)
     with ann.open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
@@ -84,6 +87,8 @@ def read_records(subset: str) -> tuple[list[dict[str, Any]], Path, str]:
                     rec[key]  # noqa: B018  (presence check)
             except (ValueError, KeyError) as exc:
                 raise VRHError(f"{ann}:{line_no}: not an MM-NIAH record ({type(exc).__name__}: {exc})") from None
+            if max_context is not None and int(rec["meta"].get("context_length") or 0) > max_context:
+                continue
             rec["_where"] = f"{ann.name}:{line_no}"
             records.append(rec)
     return records, images, split

@@ -124,6 +124,10 @@ def test_mmniah_split_and_limit(mmniah):
     mmniah.setenv("VRH_MMNIAH_SPLIT", "val")
     mmniah.setenv("VRH_MMNIAH_LIMIT", "2")
     assert len(M.vrh_mmniah_retrieval_text(None)) == 2
+    mmniah.setenv("VRH_MMNIAH_LIMIT", "")
+    mmniah.setenv("VRH_MMNIAH_DOCS", "all")
+    mmniah.setenv("VRH_MMNIAH_MAX_CONTEXT", "800")  # the records' meta.context_length: 900, 700, 120
+    assert [d["question_id"] for d in M.vrh_mmniah_retrieval_text(None)] == ["1", "2"]
     mmniah.setenv("VRH_MMNIAH_SPLIT", "dev")
     with pytest.raises(VRHError, match="VRH_MMNIAH_SPLIT='dev'"):
         M.vrh_mmniah_retrieval_text(None)
