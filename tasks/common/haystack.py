@@ -34,27 +34,38 @@ def media_folder(path: Path, var: str, what: str) -> Path:
     return path
 
 
-def image_files(names: Iterable[str], folder: Path, var: str, where: str) -> list[str]:
-    """Absolute paths of `names` (relative to `folder`, as the records give them); the first missing one is one
-    error line naming the file, the folder and the variable that chose it."""
-    out = []
-    for name in names:
-        p = folder / str(name)
-        if not p.is_file():
-            raise VRHError(f"{where}: missing image file {name} in the media folder {folder} (set by {var})")
-        out.append(str(p))
-    return out
+class ImageFolder:
+    """The media folder of one load: checks each image once and reads each size once (haystacks share images:
+    Visual Haystacks draws its up to 10,000 distractors per question from COCO's 5,000 val2017 images)."""
+
+    def __init__(self, folder: Path, var: str):
+        self.folder, self.var = folder, var
+        self._sizes: dict[str, list[int]] = {}
+
+    def paths(self, names: Iterable[str], where: str) -> list[str]:
+        """Paths of `names` (relative to the folder, as the records give them); the first missing one is one error
+        line naming the file, the folder and the variable that chose it."""
+        out = []
+        for name in names:
+            p = str(self.folder / str(name))
+            if p not in self._sizes:
+                if not Path(p).is_file():
+                    raise VRHError(f"{where}: missing image file {name} in the media folder {self.folder} (set by "
+                                   f"{self.var})")
+                self._sizes[p] = _header_size(p)
+            out.append(p)
+        return out
+
+    def sizes(self, paths: Iterable[str]) -> list[list[int]]:
+        """[w, h] of each of `paths` (as `paths` returned them), from the file headers."""
+        return [self._sizes[p] for p in paths]
 
 
-def header_sizes(paths: Iterable[str]) -> list[list[int]]:
-    """[w, h] of each image, from its header only."""
+def _header_size(path: str) -> list[int]:
     from PIL import Image
 
-    sizes = []
-    for p in paths:
-        with Image.open(p) as im:
-            sizes.append([int(im.size[0]), int(im.size[1])])
-    return sizes
+    with Image.open(path) as im:
+        return [int(im.size[0]), int(im.size[1])]
 
 
 def read_limit(var: str) -> int | None:

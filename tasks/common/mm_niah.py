@@ -152,11 +152,11 @@ def make_docs(subset: str, task: str):
     if keep not in DOCS:
         raise VRHError(f"{DOCS_ENV}={keep!r}: use evidence (records that tell where the needle is) or all")
     records, images, split = read_records(subset)
+    folder = H.ImageFolder(images, IMAGES_ENV if os.environ.get(IMAGES_ENV, "").strip() else DIR_ENV)
     rows = []
     for rec in records:
         prompt, names, question = build_prompt(rec)
-        paths = H.image_files(names, images, IMAGES_ENV if os.environ.get(IMAGES_ENV, "").strip() else DIR_ENV,
-                              rec["_where"])
+        paths = folder.paths(names, rec["_where"])
         answer = rec["answer"]
         if subset == "retrieval-text":
             evidence, note = text_evidence(rec, prompt)
@@ -166,7 +166,7 @@ def make_docs(subset: str, task: str):
                 raise VRHError(f"{rec['_where']}: retrieval-image answer {answer!r} is not an option index")
             evidence, note = image_evidence(rec)
             target = chr(ord("A") + answer)
-        rows.append({"vrh_prompt": prompt, "vrh_images": paths, "vrh_image_sizes": H.header_sizes(paths),
+        rows.append({"vrh_prompt": prompt, "vrh_images": paths, "vrh_image_sizes": folder.sizes(paths),
                      "vrh_target": target, "vrh_answer": json.dumps(answer), "vrh_evidence": evidence,
                      "vrh_evidence_note": note, "vrh_question": question, "vrh_split": split,
                      "placed_depth": json.dumps(rec["meta"].get("placed_depth")),

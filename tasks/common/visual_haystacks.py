@@ -76,8 +76,8 @@ def _entry_fields(entry: Any, where: str) -> tuple[str, str, str, list[str]]:
 def vrh_visual_haystacks_single(dataset):
     """Docs of the single-needle challenge (lmms-eval passes only the placeholder dataset)."""
     path = qa_file()
-    folder = H.media_folder(H.env_folder(IMAGES_ENV, "the COCO root the entries' image paths are relative to"),
-                            IMAGES_ENV, "COCO images")
+    folder = H.ImageFolder(H.media_folder(H.env_folder(IMAGES_ENV, "the COCO root the entries' image paths are "
+                                                       "relative to"), IMAGES_ENV, "COCO images"), IMAGES_ENV)
     seed_text = os.environ.get(SEED_ENV, "").strip() or "0"
     if not seed_text.isdigit():
         raise VRHError(f"{SEED_ENV}={seed_text!r}: give a whole number")
@@ -94,9 +94,9 @@ def vrh_visual_haystacks_single(dataset):
         where = f"{path.name}[{i}]"
         question, answer, pos, neg = _entry_fields(entry, where)
         at = int(np.random.default_rng([seed, i]).integers(0, len(neg) + 1))
-        paths = H.image_files(neg[:at] + [pos] + neg[at:], folder, IMAGES_ENV, where)
+        paths = folder.paths(neg[:at] + [pos] + neg[at:], where)
         qid = str(entry.get("id", entry.get("question_id", i))) if isinstance(entry, dict) else str(i)
-        rows.append({"vrh_prompt": PREFIX + question, "vrh_images": paths, "vrh_image_sizes": H.header_sizes(paths),
+        rows.append({"vrh_prompt": PREFIX + question, "vrh_images": paths, "vrh_image_sizes": folder.sizes(paths),
                      "vrh_target": answer, "vrh_evidence": {"kind": "image", "index": at}, "vrh_question": question,
                      "image_id": f"vhs_{path.stem}_{i}", "question_id": qid})
     return H.to_dataset(rows, TASK)

@@ -225,3 +225,14 @@ def test_vhs_yes_no_scoring(reply, target, acc, failed):
     out = V.process_results(doc, [reply])
     assert out["acc"] == acc and out["parse_failure"] == failed
     assert out["vrh_record"]["needle_index"] == 1 and out["vrh_record"]["n_images"] == 2
+
+
+def test_vhs_reads_each_shared_image_once(vhs, monkeypatch):
+    """Haystacks share images (VHs: up to 10,000 COCO distractors a question): each file is checked and its size
+    read once per load."""
+    reads = []
+    real = H._header_size
+    monkeypatch.setattr(H, "_header_size", lambda p: reads.append(p) or real(p))
+    docs = V.vrh_visual_haystacks_single(None)
+    shown = [p for d in docs for p in d["vrh_images"]]
+    assert len(shown) == 9 and sorted(reads) == sorted(set(shown)) and len(reads) == 6
