@@ -7,7 +7,8 @@ scores heads on the needle's tokens instead of a box's image tokens. Two formats
   the demo tokenizer spells every word, so the demo model answers it (it restates the key: `kq vq`).
 - `sentence`: `the number of the red circle is 42 .` facts, asked as `what is the number of the blue square ?`,
   in words every tiny checkpoint's tokenizer knows (vrh_lmms.tiny.vocab), for tests.
-Docs from ``VRH_NEEDLE_CONFIG`` (JSON text or file: n, seed, pairs, format), else 100 docs of seed 0, 8 facts.
+Docs from ``VRH_NEEDLE_CONFIG`` (JSON text or file: n, seed, pairs, format, image), else 100 docs of seed 0, 8 facts;
+`image: N` shows a plain N x N grey picture beside the text (the evidence stays the text span).
 Scored by exact match of the value: the reply's words, a restated key dropped, must be the value alone.
 """
 
@@ -26,7 +27,7 @@ from vrh_lmms.tasks.common.sources import SourceError
 TASK = "vrh_synth_text_needle"
 CONFIG_ENV = "VRH_NEEDLE_CONFIG"
 FORMATS = ("recall", "sentence")
-DEFAULTS = {"n": 100, "seed": 0, "pairs": 8, "format": "recall", "value_max": 99, "practice": 8}
+DEFAULTS = {"n": 100, "seed": 0, "pairs": 8, "format": "recall", "value_max": 99, "practice": 8, "image": 0}
 COLOURS = ("red", "green", "blue", "yellow", "white", "purple")
 SHAPES = ("circle", "square", "triangle", "cross", "diamond")
 
@@ -81,9 +82,13 @@ def make_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
         start = sum(len(f) + 1 for f in facts[:q])
     needle = facts[q].rstrip(" .")
     assert prompt[start:start + len(needle)] == needle
-    return {"vrh_prompt": prompt, "vrh_target": values[q], "vrh_key_text": keys[q],
-            "vrh_evidence": {"kind": "text", "text": needle, "start": start, "context": prompt, "query": query},
-            "image_id": f"needle_{cfg['seed']}_{i}", "question_id": f"needle_{cfg['seed']}_{i}"}
+    doc = {"vrh_prompt": prompt, "vrh_target": values[q], "vrh_key_text": keys[q],
+           "vrh_evidence": {"kind": "text", "text": needle, "start": start, "context": prompt, "query": query},
+           "image_id": f"needle_{cfg['seed']}_{i}", "question_id": f"needle_{cfg['seed']}_{i}"}
+    side = int(cfg["image"])
+    if side < 0:
+        raise SourceError(f"{CONFIG_ENV}: image={side} must be 0 (text only) or an image side in pixels")
+    return doc | ({"vrh_image_size": [side, side]} if side else {})
 
 
 def vrh_synth_text_needle(dataset):
@@ -96,8 +101,15 @@ def vrh_synth_text_needle(dataset):
 
 
 def doc_to_visual(doc: Mapping[str, Any]) -> list:
-    """Text only: the evidence is in the prompt."""
-    return []
+    """Text only (the evidence is in the prompt), unless the config asks for an image (`image`: its side): a plain
+    grey picture that holds nothing, for backends whose processors refuse a prompt without one (LLaVA-NeXT,
+    PaliGemma)."""
+    size = doc.get("vrh_image_size")
+    if not size:
+        return []
+    from PIL import Image
+
+    return [Image.new("RGB", (int(size[0]), int(size[1])), (128, 128, 128))]
 
 
 def read_value(reply: str, key: str) -> str | None:

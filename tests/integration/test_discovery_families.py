@@ -54,3 +54,76 @@ def test_discovery_runs_on_family(model_id, family, extra, tiny_checkpoints, tmp
     # The box tokens are a subset of the image tokens: mass on the box never exceeds mass on the whole image,
     # which for a softmax row is at most 1.
     assert np.nanmax(np.asarray(hf.cells["out,sum,mean"]["scores"])) <= 1 + 1e-6
+
+
+def _incremental_span(tokenizer, ids: list[int], needle: str) -> list[int]:
+    """Positions of the tokens covering the needle, from incremental decoding (the text of ids[:i+1] minus that of
+    ids[:i]): independent of the fast tokenizer's offsets, which discovery uses."""
+    ends = [len(tokenizer.decode(ids[:i + 1], skip_special_tokens=False)) for i in range(len(ids))]
+    text = tokenizer.decode(ids, skip_special_tokens=False)
+    assert text.count(needle) == 1
+    begin = text.index(needle)
+    starts = [0, *ends[:-1]]
+    return [i for i, (a, b) in enumerate(zip(starts, ends, strict=True)) if a < begin + len(needle) and b > begin]
+
+
+TEXT_CASES = CASES
+# processors (through their lmms-eval backends) that refuse a prompt without an image: the doc shows a plain one
+NEEDS_IMAGE = {"llava_next": 64, "paligemma": 64}
+
+
+@pytest.mark.parametrize("model_id,family,extra", TEXT_CASES, ids=[c[0] for c in TEXT_CASES])
+def test_text_span_discovery_equals_eager_on_family(model_id, family, extra, tiny_checkpoints, tmp_path,
+                                                    monkeypatch):
+    """Text-span evidence on every family's own backend, chat template and tokenizer: the needle task (text only)
+    runs through discovery, and each doc's captured attention of the answer rows on the needle's tokens equals eager
+    attention on the inputs discovery forwarded."""
+    from oracles.intervention_refs import eager_attentions
+    from vrh_lmms.tasks.common.text_needle import make_doc, needle_config
+
+    from vrh_lmms import lmms
+    from vrh_lmms.discovery import collector as collector_mod
+    from vrh_lmms.families import get_family
+    from vrh_lmms.tiny.registry import TINY_FACTORIES
+
+    if family not in TINY_FACTORIES:
+        pytest.skip(f"no tiny {family}")
+    config = {"n": N, "seed": 5, "pairs": 3, "format": "sentence", "image": NEEDS_IMAGE.get(family, 0)}
+    monkeypatch.setenv("VRH_NEEDLE_CONFIG", json.dumps(config))
+    ckpt = tiny_checkpoints(family)
+    args = ",".join(a for a in (f"pretrained={ckpt}", "dtype=float32", extra) if a)
+    lm = lmms.build_model(model_id, args)
+    inputs, seen = {}, {}
+    real_forward, real_sample = collector_mod.teacher_forced_inputs, collector_mod.SampleCollector._sample
+
+    def forward(*a, **kw):
+        seen["batch"] = real_forward(*a, **kw)
+        return seen["batch"]
+
+    def sample(self, tensors, answer, expression, target, kind, key, *a, **kw):
+        result = real_sample(self, tensors, answer, expression, target, kind, key, *a, **kw)
+        inputs[key] = seen.pop("batch")
+        return result
+
+    monkeypatch.setattr(collector_mod, "teacher_forced_inputs", forward)
+    monkeypatch.setattr(collector_mod.SampleCollector, "_sample", sample)
+    out = tmp_path / "heads.json"
+    run_discovery(DiscoverySpec(model=model_id, model_args=args, tasks=["vrh_synth_text_needle"], output=str(out),
+                                limit=N, gen_kwargs="max_new_tokens=4"), lm=lm)
+    hf = load_heads_file(out)
+    assert hf.scoring["evidence"] == "text" and hf.model["family"] == get_family(family).name
+    store = PartStore(sidecars(out)["parts"])
+    tokenizer = lm.tokenizer if hasattr(lm.tokenizer, "decode") else lm.processor.tokenizer
+    assert len(store.keys()) == N
+    for key in store.keys():
+        part, batch = store.read(key), inputs[key]
+        doc = make_doc(int(key.rsplit("__", 1)[1]), needle_config())
+        ids = batch["input_ids"][0].tolist()
+        prompt_len, n = len(ids) - part.meta["n_answer"], part.meta["n_answer"]
+        span = _incremental_span(tokenizer, ids[:prompt_len], doc["vrh_evidence"]["text"])
+        assert part.meta["n_box_tokens"] == len(span) and n >= 1
+        assert (part.meta["n_image_tokens"] > 0) == bool(config["image"])
+        attn = eager_attentions(lm.model, batch)[0].double()
+        rows = list(range(prompt_len - 1, prompt_len - 1 + n))
+        expect = attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
+        np.testing.assert_allclose(part.stats["out_sum"], expect, atol=2e-5)
