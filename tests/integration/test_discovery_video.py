@@ -1,0 +1,170 @@
+"""Discovery on video-span evidence (`vrh_synth_needle_clip`) through the real lmms-eval backend of a tiny
+Qwen2.5-VL: the evidence key set is exactly the tokens of the temporal groups whose fed frames show the needle scene
+(told apart by the frames the backend handed its processor, not by the layout module), the captured attention on it
+equals eager attention on the very inputs discovery forwarded, and `vrh-lmms sweep` and `report` run on the task.
+A missing clip and a span without a fed frame are one-line errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from oracles.intervention_refs import eager_attentions
+from vrh_lmms.tasks.common.needle_clip import clip_config, clip_frames, make_doc
+
+from vrh_lmms.discovery import collector as collector_mod
+from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.discovery.store import PartStore
+from vrh_lmms.discovery.video_evidence import video_keys, video_target
+from vrh_lmms.errors import VRHError
+from vrh_lmms.heads.heads_file import load_heads_file
+
+torch.set_num_threads(1)
+N = 2
+CONFIG = {"n": N, "seed": 3, "scenes": 4, "frames_per_scene": 4, "fps": 4, "size": 112}
+ARGS = "pretrained={},dtype=float32,min_pixels=3136,max_pixels=12544"
+TASK = "vrh_synth_needle_clip"
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_checkpoints, tmp_path_factory):
+    from vrh_lmms import lmms
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VRH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    mp.setenv("VRH_CLIP_CONFIG", json.dumps(CONFIG))
+    ckpt = tiny_checkpoints("qwen2_5_vl")
+    yield lmms.build_model("vrh_qwen25", ARGS.format(ckpt))
+    mp.undo()
+
+
+@pytest.fixture(scope="module")
+def discovered(lm, tmp_path_factory):
+    """One discovery on the clip task; per doc (in order): the forwarded inputs, the frames the backend gave its
+    processor, and the KeyContext the evidence kind read."""
+    inputs, videos, contexts = {}, [], []
+    real_forward, real_ctx = collector_mod.teacher_forced_inputs, collector_mod.KeyContext
+    proc_cls = type(lm.processor)
+    real_call = proc_cls.__call__
+
+    def forward(*args, **kwargs):
+        batch = real_forward(*args, **kwargs)
+        inputs[len(inputs)] = batch
+        return batch
+
+    def call(self, *args, **kwargs):
+        videos.append(kwargs.get("videos"))
+        return real_call(self, *args, **kwargs)
+
+    def context(*args, **kwargs):
+        contexts.append(real_ctx(*args, **kwargs))
+        return contexts[-1]
+
+    mp = pytest.MonkeyPatch()
+    mp.setattr(collector_mod, "teacher_forced_inputs", forward)
+    mp.setattr(collector_mod, "KeyContext", context)
+    mp.setattr(proc_cls, "__call__", call)
+    out = tmp_path_factory.mktemp("clip") / "heads.json"
+    run_discovery(DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=[TASK], output=str(out),
+                                limit=N, gen_kwargs="max_new_tokens=3"), lm=lm)
+    mp.undo()
+    return out, inputs, videos, contexts
+
+
+def needle_groups(i: int, fed: torch.Tensor) -> list[int]:
+    """Temporal groups whose fed frames are the needle scene's, each fed frame matched to its nearest source frame."""
+    cfg = {**clip_config(), **CONFIG}
+    frames, at, _ = clip_frames(i, cfg)
+    source = torch.tensor(np.stack(frames)).permute(0, 3, 1, 2).float()
+    assert fed.shape[-2:] == source.shape[-2:]  # 112 px frames are fed unresized
+    nearest = [int((source - f).abs().mean((1, 2, 3)).argmin()) for f in fed.float()]
+    scenes = [k // cfg["frames_per_scene"] for k in nearest]
+    return sorted({j // 2 for j, s in enumerate(scenes) if s == at})
+
+
+def test_video_mass_equals_eager_attention(lm, discovered):
+    out, inputs, videos, _ = discovered
+    hf = load_heads_file(out)
+    assert hf.scoring["evidence"] == "video"
+    assert "localization_heads" in hf.scoring["skipped_cells"]
+    store = PartStore(sidecars(out)["parts"])
+    keys = sorted(store.keys(), key=lambda k: int(k.rsplit("__", 1)[1]))
+    assert len(keys) == N == len(inputs) == len(videos)
+    video_id = lm.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    masses = []
+    for i, key in enumerate(keys):
+        part, batch = store.read(key), inputs[i]
+        ids = batch["input_ids"][0]
+        start = int((ids == video_id).nonzero()[0])
+        t, h, w = batch["video_grid_thw"][0].tolist()
+        per = h * w // 4
+        assert int((ids == video_id).sum()) == t * per
+        groups = needle_groups(i, videos[i][0])
+        assert groups, "the backend fed no frame of the needle scene"
+        span = [start + g * per + k for g in groups for k in range(per)]
+        assert part.meta["evidence"] == "video" and part.meta["n_box_tokens"] == len(span)
+        assert part.meta["n_image_tokens"] == t * per
+        prompt_len, n = part.meta["prompt_len"], part.meta["n_answer"]
+        assert n >= 1
+        attn = eager_attentions(lm.model, batch)[0].double()
+        rows = list(range(prompt_len - 1, prompt_len - 1 + n))
+        expect = attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
+        np.testing.assert_allclose(part.stats["out_sum"], expect, atol=2e-5)
+        masses.append(expect)
+    np.testing.assert_allclose(hf.scores, np.mean(masses, axis=0), atol=2e-5)
+
+
+def test_sweep_and_report_run_on_the_clip_task(lm, discovered, tmp_path):
+    from vrh_lmms.report import ReportSettings, build_report
+    from vrh_lmms.sweep.plan import plan_configurations
+    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+
+    heads = discovered[0]
+    configs = plan_configurations([1], 1, False, ["zero"])
+    spec = SweepSpec("vrh_qwen25", "pretrained=x", [TASK], str(heads), configs, limit=N, gen_kwargs="max_new_tokens=3")
+    sweep = run_sweep(spec, tmp_path / "sweep", lm=lm, progress=False)
+    assert sorted(p.name for p in (sweep / "configs").iterdir()) == ["baseline", "random1_s0", "top1"]
+    top1 = json.loads((sweep / "configs" / "top1" / "results.json").read_text())
+    assert top1["vrh"]["ablation"]["heads"] == [str(load_heads_file(heads).ranking[0])]
+    base = sweep / "configs" / "baseline"
+    records = [json.loads(line)["vrh_record"] for line in (base / f"samples_{TASK}.jsonl").read_text().splitlines()]
+    assert len(records) == N and all(r["correct"] == (r["pred"] == r["target"]) for r in records)
+    acc = json.loads((base / "results.json").read_text())["results"][TASK]["acc,none"]
+    assert acc == pytest.approx(np.mean([r["correct"] for r in records]))
+    build_report([sweep], tmp_path / "report", ReportSettings(plots=False, n_resamples=200))
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert TASK in text and "top1" in text
+
+
+def test_span_outside_the_clip_or_between_fed_frames_is_refused(lm, discovered, tmp_path):
+    _, _, _, contexts = discovered
+    doc = make_doc(0, {**clip_config(), **CONFIG}, tmp_path)
+    target = video_target(doc, "doc 0")
+    ctx = contexts[0]  # 16 frames at 4 fps, all fed (the chat backend: nframes = min(max_num_frames, 16))
+    assert not lm.is_simple
+    assert video_keys(target, ctx).evidence.sum() > 0
+    with pytest.raises(VRHError, match=r"span \[3.5, 9\] s ends past .*clip_3_0.mp4 \(4 s\)"):
+        video_keys(dataclasses.replace(target, seconds=(3.5, 9.0)), ctx)
+    with pytest.raises(VRHError, match=r"span \[0.3, 0.45\] s holds no fed frame .* \(fed frames at 0, 0.25, 0.5,"):
+        video_keys(dataclasses.replace(target, seconds=(0.3, 0.45)), ctx)
+    with pytest.raises(VRHError, match="needs `seconds` \\[t0, t1\\] with 0 <= t0 <= t1, got \\[2, 1\\]"):
+        video_target({**doc, "vrh_evidence": {"kind": "video", "seconds": [2, 1]}}, "doc 0")
+
+
+def test_missing_clip_is_one_clear_error(lm, tmp_path, monkeypatch):
+    from vrh_lmms.tasks.common import needle_clip
+
+    real = needle_clip.make_doc
+
+    def gone(i, cfg, folder):
+        doc = real(i, cfg, folder)
+        return {**doc, "vrh_videos": [str(tmp_path / "gone.mp4")]}
+
+    monkeypatch.setattr(needle_clip, "make_doc", gone)
+    spec = DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=[TASK],
+                         output=str(tmp_path / "heads.json"), limit=1, gen_kwargs="max_new_tokens=2")
+    with pytest.raises(VRHError, match=f"{TASK}: video file .*gone.mp4 does not exist"):
+        run_discovery(spec, lm=lm)
