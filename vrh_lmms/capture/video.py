@@ -122,6 +122,16 @@ def predicted_grid(video: SourceVideo, fed: Sequence[int], read: int, video_proc
     return math.ceil(len(fed) / tp), h // p, w // p
 
 
+def backend_grid(backend: Any, video: SourceVideo) -> tuple[int, int, int]:
+    """(t, h, w) patches this backend's processor will report for `video` (its sampling and pixel limits)."""
+    fed = backend_frames(backend, video)
+    # qwen_vl_utils sizes frames by the count it read: the simple backend subsamples only afterwards
+    simple = getattr(backend, "is_simple", True)
+    read = len(qwen_vl_utils_indices(video.total_frames, video.fps, {})) if simple else len(fed)
+    return predicted_grid(video, fed, read, backend.processor.video_processor,
+                          getattr(backend, "min_pixels", None), getattr(backend, "max_pixels", None))
+
+
 @dataclass(frozen=True)
 class VideoLayout:
     """One video's tokens in the prompt: `start` (first `<|video_pad|>` position), `grid` (t, h, w) patches, the fed
