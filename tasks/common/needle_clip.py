@@ -124,8 +124,7 @@ def doc_to_visual(doc: Mapping[str, Any]) -> list[str]:
     """The clip's path (the qwen2_5_vl backends read `.mp4` paths as videos); a missing file is refused."""
     for path in doc["vrh_videos"]:
         if not os.path.isfile(path):
-            raise VRHError(f"{TASK}: video file {path} does not exist (clips are written into the cache folder "
-                           f"when the task loads; remove the folder's stale docs cache or rerun)")
+            raise VRHError(f"{TASK}: video file {path} does not exist")
     return list(doc["vrh_videos"])
 
 

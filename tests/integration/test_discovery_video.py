@@ -166,5 +166,36 @@ def test_missing_clip_is_one_clear_error(lm, tmp_path, monkeypatch):
     monkeypatch.setattr(needle_clip, "make_doc", gone)
     spec = DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=[TASK],
                          output=str(tmp_path / "heads.json"), limit=1, gen_kwargs="max_new_tokens=2")
-    with pytest.raises(VRHError, match=f"{TASK}: video file .*gone.mp4 does not exist"):
+    with pytest.raises(VRHError, match=f"^{TASK}: video file .*gone.mp4 does not exist$"):
         run_discovery(spec, lm=lm)
+
+
+def test_cli_discover_sweep_report_on_the_clip_task(tiny_checkpoints, tmp_path, monkeypatch, capfd):
+    """The commands end to end (small n); a clip gone from the cache is one `vrh-lmms: error:` line."""
+    from vrh_lmms.cli import main
+
+    monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("VRH_CLIP_CONFIG", json.dumps(CONFIG))
+    common = ["--model", "vrh_qwen25", "--model_args", ARGS.format(tiny_checkpoints("qwen2_5_vl")), "--tasks", TASK,
+              "--limit", str(N), "--gen-kwargs", "max_new_tokens=3"]
+    heads = tmp_path / "d" / "heads.json"
+    assert main(["discover", *common, "--output", str(heads)]) == 0
+    assert load_heads_file(heads).scoring["evidence"] == "video"
+    assert main(["sweep", *common, "--heads-file", str(heads), "--k", "1", "--random-seeds", "1",
+                 "--output", str(tmp_path / "sweep")]) == 0
+    assert main(["report", str(tmp_path / "sweep"), "--output", str(tmp_path / "report"), "--no-plots",
+                 "--n-resamples", "200"]) == 0
+    assert TASK in (tmp_path / "report" / "report.md").read_text()
+    from vrh_lmms.tasks.common import needle_clip
+
+    real = needle_clip.make_doc
+    monkeypatch.setattr(needle_clip, "make_doc", lambda i, cfg, folder: {**real(i, cfg, folder),
+                                                                         "vrh_videos": [str(tmp_path / "gone.mp4")]})
+    capfd.readouterr()
+    assert main(["discover", *common, "--output", str(tmp_path / "d2" / "heads.json")]) == 2
+    captured = capfd.readouterr()
+    err = captured.err + captured.out
+    # (an unfinished progress bar may precede the line on the terminal)
+    lines = [line.split("vrh-lmms: error: ", 1)[1] for line in err.splitlines() if "vrh-lmms: error: " in line]
+    assert lines == [f"{TASK}: video file {tmp_path / 'gone.mp4'} does not exist"]
+    assert "Traceback" not in err
