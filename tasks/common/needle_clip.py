@@ -6,7 +6,8 @@ the demo's generator (vrh_lmms.synth.scenes) for `frames_per_scene` frames each 
 draw the needle shape; the needle scene (a seeded position) holds one object of that shape in a seeded colour. The
 question "What colour is the <shape> ?" (the demo's VQA wording) needs the needle; the doc's evidence
 (`vrh_evidence`, kind `video`) is the needle's time span: [first / fps, last / fps] seconds of its frames.
-Docs from ``VRH_CLIP_CONFIG`` (JSON text or file), else DEFAULTS. Scored by exact match of the colour word.
+Docs from ``VRH_CLIP_CONFIG`` (JSON text or file), else DEFAULTS; `scene` holds SceneConfig settings (e.g. the demo
+model's, vrh_lmms.demo.spec) for every scene. Scored by exact match of the colour word.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from vrh_lmms.errors import VRHError
 
 TASK = "vrh_synth_needle_clip"
 CONFIG_ENV = "VRH_CLIP_CONFIG"
-DEFAULTS = {"n": 50, "seed": 0, "scenes": 6, "frames_per_scene": 4, "fps": 4, "size": 224, "needle_shape": "ring"}
+DEFAULTS = {"n": 50, "seed": 0, "scenes": 6, "frames_per_scene": 4, "fps": 4, "size": 224, "needle_shape": "ring",
+            "scene": {}}
 
 
 def clip_config() -> dict[str, Any]:
@@ -41,10 +43,15 @@ def clip_config() -> dict[str, Any]:
     if unknown:
         raise SourceError(f"{CONFIG_ENV}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
     cfg = {**DEFAULTS, **data}
-    from vrh_lmms.synth.scenes import SHAPES
+    from vrh_lmms.synth.scenes import SHAPES, SceneConfig
 
-    if cfg["needle_shape"] not in SHAPES:
-        raise SourceError(f"{CONFIG_ENV}: needle_shape {cfg['needle_shape']!r} is not one of {', '.join(SHAPES)}")
+    known = {f for f in SceneConfig.__dataclass_fields__} - {"image_size"}
+    if not isinstance(cfg["scene"], dict) or set(cfg["scene"]) - known:
+        raise SourceError(f"{CONFIG_ENV}: scene must map SceneConfig settings ({', '.join(sorted(known))})")
+    shapes = tuple(cfg["scene"].get("shapes", SHAPES))
+    if cfg["needle_shape"] not in shapes or len(shapes) < 2:
+        raise SourceError(f"{CONFIG_ENV}: needle_shape {cfg['needle_shape']!r} is not one of {', '.join(shapes)} "
+                          f"(the haystack needs another)")
     for key in ("n", "scenes", "frames_per_scene", "fps", "size"):
         if int(cfg[key]) < 1:
             raise SourceError(f"{CONFIG_ENV}: {key} must be positive, got {cfg[key]}")
@@ -65,14 +72,17 @@ def clip_frames(i: int, cfg: Mapping[str, Any]) -> tuple[list[np.ndarray], int, 
     rng = np.random.default_rng([int(cfg["seed"]), i])
     size, needle = int(cfg["size"]), str(cfg["needle_shape"])
     scale = dict(image_size=size, min_size=max(8, size * 28 // 224), max_size=max(12, size * 64 // 224))
-    hay = SceneConfig(**scale, shapes=tuple(s for s in SHAPES if s != needle))
+    scale.update({k: tuple(v) if isinstance(v, list) else v for k, v in cfg["scene"].items()})
+    shapes = tuple(scale.pop("shapes", SHAPES))
+    hay = SceneConfig(**scale, shapes=tuple(s for s in shapes if s != needle))
     at = int(rng.integers(int(cfg["scenes"])))
     frames, colour = [], ""
     for k in range(int(cfg["scenes"])):
         scene_id = i * int(cfg["scenes"]) + k
         if k == at:
             scene = generate_scene(scene_id, int(cfg["seed"]),
-                                   SceneConfig(**scale, shapes=(needle,), min_objects=1, max_objects=1))
+                                   SceneConfig(**{**scale, "min_objects": 1, "max_objects": 1},
+                                               shapes=(needle,)))
             colour = scene.objects[0].colour
         else:
             scene = generate_scene(scene_id, int(cfg["seed"]), hay)

@@ -7,11 +7,11 @@ is (groups, h, w) patches and each group is `h * w / merge**2` consecutive token
 (Qwen2VLVideoProcessor.patchify). A group is the merge of its frames: its tokens cover its frames' times.
 
 Which source frames are fed is the backend's choice, reproduced here from lmms-eval 0.7.3 (read, not guessed):
-- simple (`vrh_qwen25`): qwen_vl_utils reads the video at its default 2 fps (`smart_nframes`, frames
-  `linspace(0, n - 1, k).round()`), then the backend keeps `unique(linspace(0, k - 1, max_num_frames, int))` of
-  those plus the last one; its `fps` option is not used for videos.
-- chat (`vrh_qwen25_chat`): qwen_vl_utils with `fps` when the backend has one, else `nframes` = min(max_num_frames,
-  total) floored to even (at least 2); no further subsampling.
+- simple (`VRHQwen25`, lmms-eval's simple `qwen2_5_vl`): qwen_vl_utils reads the video at its default 2 fps
+  (`smart_nframes`, frames `linspace(0, n - 1, k).round()`), then the backend keeps
+  `unique(linspace(0, k - 1, max_num_frames, int))` of those plus the last one; its `fps` option is not used.
+- chat (`VRHQwen25Chat`, what `--model vrh_qwen25` resolves to): qwen_vl_utils with `fps` when the backend has one,
+  else `nframes` = min(max_num_frames, total) floored to even (at least 2); no further subsampling.
 Source frame i's time is i / fps (the container's average fps, as decord reports it; qwen_vl_utils reads with
 decord when torchcodec is absent).
 """
