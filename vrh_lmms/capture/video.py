@@ -14,6 +14,11 @@ Which source frames are fed is the backend's choice, reproduced here from lmms-e
   else `nframes` = min(max_num_frames, total) floored to even (at least 2); no further subsampling.
 Source frame i's time is i / fps (the container's average fps, as decord reports it; qwen_vl_utils reads with
 decord when torchcodec is absent).
+
+Qwen3-VL (`vrh_qwen3`): its processor writes each temporal group as its own `<t.t seconds><|vision_start|>` +
+h*w/merge^2 `<|video_pad|>` + `<|vision_end|>` block, t being the mean of the group's first and last frame's times
+(Qwen3VLProcessor._calculate_timestamps); its backends pass `nframes` / `fps` / `max_frames` to qwen_vl_utils
+(`qwen3_backend_frames`).
 """
 
 from __future__ import annotations
@@ -88,8 +93,25 @@ def chat_backend_frames(total: int, fps: float, max_num_frames: int, backend_fps
     return qwen_vl_utils_indices(total, fps, {"nframes": nframes})
 
 
+def qwen3_backend_frames(backend: Any, video: SourceVideo) -> list[int]:
+    """Source frames lmms-eval's qwen3_vl backends feed (`_build_video_kwargs`): `fps` + max_frames when the backend
+    has an fps, else max_frames alone with `total_pixels`, else nframes = max_num_frames (the simple backend caps it
+    at the clip's frame count; the chat one does not)."""
+    max_num_frames = int(getattr(backend, "max_num_frames", 32))
+    if getattr(backend, "fps", None) is not None:
+        ele: dict[str, Any] = {"fps": backend.fps, "max_frames": max_num_frames}
+    elif getattr(backend, "total_pixels", None) is not None:
+        ele = {"max_frames": max_num_frames}
+    else:
+        simple = getattr(backend, "is_simple", True)
+        ele = {"nframes": min(max_num_frames, video.total_frames) if simple else max_num_frames}
+    return qwen_vl_utils_indices(video.total_frames, video.fps, ele)
+
+
 def backend_frames(backend: Any, video: SourceVideo) -> list[int]:
-    """The source frames this backend instance feeds for `video` (simple or chat path, its own settings)."""
+    """The source frames this backend instance feeds for `video` (its family, simple or chat path, its settings)."""
+    if getattr(backend, "vrh_family", "qwen2_5_vl") == "qwen3_vl":
+        return qwen3_backend_frames(backend, video)
     max_num_frames = int(getattr(backend, "max_num_frames", 32))
     if getattr(backend, "is_simple", True):
         return simple_backend_frames(video.total_frames, video.fps, max_num_frames)
@@ -134,10 +156,10 @@ def backend_grid(backend: Any, video: SourceVideo) -> tuple[int, int, int]:
 
 @dataclass(frozen=True)
 class VideoLayout:
-    """One video's tokens in the prompt: `start` (first `<|video_pad|>` position), `grid` (t, h, w) patches, the fed
-    source frames in order and the source fps."""
+    """One video's tokens in the prompt: `starts` (each temporal group's first `<|video_pad|>` position), `grid`
+    (t, h, w) patches, the fed source frames in order and the source fps."""
 
-    start: int
+    starts: tuple[int, ...]
     grid: tuple[int, int, int]
     merge: int
     temporal: int
@@ -161,11 +183,15 @@ class VideoLayout:
         frames = self.group_frames(g)
         return frames[0] / self.fps, frames[-1] / self.fps
 
-    def group_positions(self, g: int) -> range:
-        return range(self.start + g * self.per_group, self.start + (g + 1) * self.per_group)
+    def group_stamp(self, g: int) -> float:
+        """The time Qwen3-VL's processor writes before group g: the mean of its first and last frame's times."""
+        return sum(self.group_seconds(g)) / 2
 
-    def positions(self) -> range:
-        return range(self.start, self.start + self.n_tokens)
+    def group_positions(self, g: int) -> range:
+        return range(self.starts[g], self.starts[g] + self.per_group)
+
+    def positions(self) -> list[int]:
+        return [p for g in range(self.grid[0]) for p in self.group_positions(g)]
 
     def frame_seconds(self) -> list[float]:
         return [f / self.fps for f in self.frames]
@@ -192,19 +218,28 @@ def token_runs(ids: torch.Tensor, token_id: int) -> list[tuple[int, int]]:
 
 
 def video_layouts(prompt_ids: torch.Tensor, video_token_id: int, grid_thw: torch.Tensor, merge: int, temporal: int,
-                  frames: Sequence[Sequence[int]], fps: Sequence[float]) -> list[VideoLayout]:
-    """Each video's layout, checked against what the processor built: one token run per `video_grid_thw` row of
-    t*h*w/merge^2 tokens, and t groups for the fed frames (else the sampling reproduced is not the backend's)."""
+                  frames: Sequence[Sequence[int]], fps: Sequence[float],
+                  run_per_group: bool = False) -> list[VideoLayout]:
+    """Each video's layout, checked against what the processor built: t groups for the fed frames (else the sampling
+    reproduced is not the backend's) and, per `video_grid_thw` row, one run of t*h*w/merge^2 tokens (Qwen2.5-VL) or,
+    with `run_per_group` (Qwen3-VL: a timestamp and a vision start/end around each group), t runs of h*w/merge^2."""
     runs = token_runs(prompt_ids, video_token_id)
     grids = [tuple(int(v) for v in row) for row in grid_thw.tolist()]
-    if len(runs) != len(grids) or len(grids) != len(frames):
-        raise VRHError(f"the prompt has {len(runs)} video token runs, video_grid_thw {len(grids)} rows and "
-                       f"{len(frames)} videos were sampled; cannot map video tokens")
-    out = []
-    for v, ((start, length), grid, fed, rate) in enumerate(zip(runs, grids, frames, fps)):
-        layout = VideoLayout(start, grid, merge, temporal, tuple(int(f) for f in fed), float(rate))
-        if layout.n_tokens != length:
-            raise VRHError(f"video {v}: {length} tokens in the prompt, video_grid_thw {grid} gives {layout.n_tokens}")
+    if len(grids) != len(frames):
+        raise VRHError(f"video_grid_thw has {len(grids)} rows but {len(frames)} videos were sampled")
+    need = sum(g[0] for g in grids) if run_per_group else len(grids)
+    if len(runs) != need:
+        raise VRHError(f"the prompt has {len(runs)} video token runs, video_grid_thw needs {need}; "
+                       f"cannot map video tokens")
+    out, at = [], 0
+    for v, (grid, fed, rate) in enumerate(zip(grids, frames, fps)):
+        per = grid[1] * grid[2] // merge ** 2
+        mine = runs[at:at + grid[0]] if run_per_group else [(runs[at][0] + g * per, per) for g in range(grid[0])]
+        whole = sum(n for _, n in runs[at:at + grid[0]]) if run_per_group else runs[at][1]
+        at += grid[0] if run_per_group else 1
+        layout = VideoLayout(tuple(s for s, _ in mine), grid, merge, temporal, tuple(int(f) for f in fed), float(rate))
+        if layout.n_tokens != whole or any(n != per for _, n in mine):
+            raise VRHError(f"video {v}: {whole} tokens in the prompt, video_grid_thw {grid} gives {layout.n_tokens}")
         if math.ceil(len(fed) / temporal) != grid[0]:
             raise VRHError(f"video {v}: the backend fed {grid[0]} temporal groups, the reproduced sampling "
                            f"{len(fed)} frames; the backend's frame sampling is not the one reproduced")

@@ -20,7 +20,7 @@ from vrh_lmms.discovery.evidence import EvidenceKeys, EvidenceKind, KeyContext, 
 from vrh_lmms.errors import VRHError
 
 KIND_VIDEO = "video"
-FAMILIES = ("qwen2_5_vl",)  # families whose video layout vrh_lmms.capture.video reproduces
+FAMILIES = ("qwen2_5_vl", "qwen3_vl")  # families whose video layout vrh_lmms.capture.video reproduces
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def video_keys(target: VideoTarget, ctx: KeyContext) -> EvidenceKeys:
     fed = [backend_frames(ctx.backend, s) for s in sources]
     token_id = ctx.tokenizer.convert_tokens_to_ids(getattr(ctx.processor, "video_token", "<|video_pad|>"))
     layouts = video_layouts(ctx.prompt_ids, token_id, grid, vp.merge_size, vp.temporal_patch_size, fed,
-                            [s.fps for s in sources])
+                            [s.fps for s in sources], run_per_group=ctx.family == "qwen3_vl")
     layout, (t0, t1) = layouts[target.index], target.seconds
     source = sources[target.index]
     if t1 > source.duration + 1e-6:
@@ -84,7 +84,7 @@ def video_keys(target: VideoTarget, ctx: KeyContext) -> EvidenceKeys:
         evidence[list(layout.group_positions(g))] = True
     media = torch.zeros(ctx.seq_len, dtype=torch.bool)
     for lay in layouts:
-        media[list(lay.positions())] = True
+        media[lay.positions()] = True
     return EvidenceKeys(evidence, media)
 
 
