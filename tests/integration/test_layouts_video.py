@@ -155,3 +155,42 @@ def test_changing_one_frame_changes_exactly_its_group(tiny_checkpoints, tmp_path
             assert groups == ([] if f not in fed else [fed.index(f) // 2])
             expect = {p for g in groups for p in layout.group_positions(g)}
             assert changed == expect, (f, sorted(changed)[:5], sorted(expect)[:5])
+
+
+QWEN3_BACKENDS = [("VRHQwen3", {}), ("VRHQwen3", {"max_num_frames": 5}), ("VRHQwen3", {"fps": 1.0})]
+
+
+@pytest.mark.parametrize("cls_name,args", QWEN3_BACKENDS, ids=lambda v: v if isinstance(v, str) else str(v))
+def test_qwen3_groups_timestamps_and_frames_match_the_processor(tiny_checkpoints, tmp_path, cls_name, args):
+    """Qwen3-VL: one `<t seconds><|vision_start|>...<|vision_end|>` block per temporal group; each block's tokens,
+    frames (read from pixel_values_videos) and written time agree with the layout."""
+    import re
+
+    from vrh_lmms.model_wrappers import qwen3_vl
+
+    ckpt = tiny_checkpoints("qwen3_vl")
+    text = ",".join(f"{k}={v}" for k, v in {"pretrained": ckpt, "dtype": "float32", **args}.items())
+    lm = qwen3_vl.VRHQwen3.create_from_arg_string(text, {"batch_size": 1})
+    vp = lm.processor.video_processor
+    assert (vp.patch_size, vp.merge_size, vp.temporal_patch_size) == (16, 2, 2)
+    token_id = lm.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    for n, fps, w, h in [(9, 3, 128, 96), (16, 4, 112, 112), (21, 4, 224, 160)]:
+        path = write_clip(tmp_path / f"q3_{n}.mp4", n, fps, w, h)
+        video = probe(path)
+        inputs = fed_inputs(lm, path)
+        fed = backend_frames(lm, video)
+        ids = inputs["input_ids"][0]
+        layout = video_layouts(ids, token_id, inputs["video_grid_thw"], 2, 2, [fed], [video.fps],
+                               run_per_group=True)[0]
+        t, gh, gw = layout.grid
+        assert len(layout.starts) == t and int((ids == token_id).sum()) == t * gh * gw // 4
+        x = inputs["pixel_values_videos"].double().view(-1, 3, 2, 16, 16)[:, 0] * 0.5 + 0.5
+        grey = (x.mean((-1, -2)) * 255)[..., None] - torch.tensor(levels(n), dtype=torch.float64)
+        frames = grey.abs().argmin(-1).view(t, gh * gw, 2)
+        # the text before each block: `< t . t <unk> >` in the tiny tokenizer (digits and dots; `seconds` unknown)
+        stamps = []
+        for g in range(t):
+            assert (frames[g] == frames[g, 0]).all() and tuple(frames[g, 0].tolist()) == layout.group_frames(g)
+            before = lm.tokenizer.decode(ids[max(0, layout.starts[g] - 8):layout.starts[g]].tolist())
+            stamps.append(re.findall(r"<([\d.]+)<unk>>", before.replace(" ", ""))[-1])
+        assert stamps == [f"{layout.group_stamp(g):.1f}" for g in range(t)], (n, fed)
