@@ -43,6 +43,24 @@ def lm(tiny_checkpoints, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def discovered(lm, tmp_path_factory):
+    return discover(lm, "vrh_qwen25", tmp_path_factory.mktemp("clip") / "heads.json")
+
+
+@pytest.fixture(scope="module")
+def qwen3(tiny_checkpoints, tmp_path_factory):
+    """A tiny Qwen3-VL through `vrh_qwen3` (the chat backend; fps=2, as its default nframes=32 needs 32 frames)."""
+    from vrh_lmms import lmms
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("VRH_CACHE_DIR", str(tmp_path_factory.mktemp("cache3")))
+    mp.setenv("VRH_CLIP_CONFIG", json.dumps(CONFIG))
+    ckpt = tiny_checkpoints("qwen3_vl")
+    lm3 = lmms.build_model("vrh_qwen3", f"pretrained={ckpt},dtype=float32,min_pixels=4096,max_pixels=16384,fps=2")
+    yield lm3, discover(lm3, "vrh_qwen3", tmp_path_factory.mktemp("clip3") / "heads.json")
+    mp.undo()
+
+
+def discover(lm, model: str, out):
     """One discovery on the clip task; per doc (in order): the forwarded inputs, the frames the backend gave its
     processor, and the KeyContext the evidence kind read."""
     inputs, videos, contexts = {}, [], []
@@ -67,8 +85,7 @@ def discovered(lm, tmp_path_factory):
     mp.setattr(collector_mod, "teacher_forced_inputs", forward)
     mp.setattr(collector_mod, "KeyContext", context)
     mp.setattr(proc_cls, "__call__", call)
-    out = tmp_path_factory.mktemp("clip") / "heads.json"
-    run_discovery(DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=[TASK], output=str(out),
+    run_discovery(DiscoverySpec(model=model, model_args="pretrained=x", tasks=[TASK], output=str(out),
                                 limit=N, gen_kwargs="max_new_tokens=3"), lm=lm)
     mp.undo()
     return out, inputs, videos, contexts
@@ -79,14 +96,23 @@ def needle_groups(i: int, fed: torch.Tensor) -> list[int]:
     cfg = {**clip_config(), **CONFIG}
     frames, at, _ = clip_frames(i, cfg)
     source = torch.tensor(np.stack(frames)).permute(0, 3, 1, 2).float()
-    assert fed.shape[-2:] == source.shape[-2:]  # 112 px frames are fed unresized
+    source = torch.nn.functional.interpolate(source, size=tuple(fed.shape[-2:]), mode="bilinear", antialias=True)
     nearest = [int((source - f).abs().mean((1, 2, 3)).argmin()) for f in fed.float()]
     scenes = [k // cfg["frames_per_scene"] for k in nearest]
     return sorted({j // 2 for j, s in enumerate(scenes) if s == at})
 
 
 def test_video_mass_equals_eager_attention(lm, discovered):
-    out, inputs, videos, _ = discovered
+    check_masses(lm, *discovered[:3])
+
+
+def test_video_mass_equals_eager_attention_qwen3(qwen3):
+    """Qwen3-VL: each temporal group its own `<t seconds><|vision_start|>...<|vision_end|>` block."""
+    lm3, found = qwen3
+    check_masses(lm3, *found[:3])
+
+
+def check_masses(lm, out, inputs, videos):
     hf = load_heads_file(out)
     assert hf.scoring["evidence"] == "video"
     assert "localization_heads" in hf.scoring["skipped_cells"]
@@ -98,13 +124,13 @@ def test_video_mass_equals_eager_attention(lm, discovered):
     for i, key in enumerate(keys):
         part, batch = store.read(key), inputs[i]
         ids = batch["input_ids"][0]
-        start = int((ids == video_id).nonzero()[0])
+        where = (ids == video_id).nonzero().flatten().tolist()  # group g: the g-th h*w/4 video tokens, in order
         t, h, w = batch["video_grid_thw"][0].tolist()
         per = h * w // 4
-        assert int((ids == video_id).sum()) == t * per
+        assert len(where) == t * per
         groups = needle_groups(i, videos[i][0])
         assert groups, "the backend fed no frame of the needle scene"
-        span = [start + g * per + k for g in groups for k in range(per)]
+        span = [where[g * per + k] for g in groups for k in range(per)]
         assert part.meta["evidence"] == "video" and part.meta["n_box_tokens"] == len(span)
         assert part.meta["n_image_tokens"] == t * per
         prompt_len, n = part.meta["prompt_len"], part.meta["n_answer"]
