@@ -4,7 +4,8 @@
 `"query"`, the question's words for the `in` rows). The doc names its videos in `vrh_videos` (paths, visual order).
 Evidence: every token of each temporal group holding a fed frame whose time is in [t0, t1]; media: every video
 token. The fed frames are the backend's own sampling (vrh_lmms.capture.video), checked against `video_grid_thw`; a
-span holding no fed frame is refused, naming the fed frames' times.
+span holding no fed frame is refused, naming the fed frames' times. Qwen2.5-VL lays a video out as one token run,
+Qwen3-VL as one block per temporal group.
 """
 
 from __future__ import annotations
