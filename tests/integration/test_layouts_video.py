@@ -51,8 +51,8 @@ def backend(cls_name: str, ckpt, **args):
     return getattr(qwen2_5_vl, cls_name).create_from_arg_string(text, {"batch_size": 1})
 
 
-def fed_inputs(lm, path: str) -> dict[str, torch.Tensor]:
-    """The tensors the backend hands `generate` for one video + question (generate stubbed: no decoding)."""
+def fed_inputs(lm, *paths: str) -> dict[str, torch.Tensor]:
+    """The tensors the backend hands `generate` for the videos + a question (generate stubbed: no decoding)."""
     seen = {}
 
     def generate(**kwargs):
@@ -61,13 +61,13 @@ def fed_inputs(lm, path: str) -> dict[str, torch.Tensor]:
 
     gen = {"max_new_tokens": 1, "temperature": 0}
     if lm.is_simple:
-        args = ("What is shown ?", gen, lambda d: [d["video"]], 0, TASK, SPLIT)
+        args = ("What is shown ?", gen, lambda d: list(d["videos"]), 0, TASK, SPLIT)
     else:
         def messages(d):
-            return [{"role": "user", "content": [{"type": "video", "url": d["video"]},
+            return [{"role": "user", "content": [*({"type": "video", "url": v} for v in d["videos"]),
                                                  {"type": "text", "text": "What is shown ?"}]}]
         args = ("What is shown ?", messages, gen, 0, TASK, SPLIT)
-    lm.task_dict = {TASK: {SPLIT: {0: {"video": path}}}}
+    lm.task_dict = {TASK: {SPLIT: {0: {"videos": paths}}}}
     lm.model.generate = generate
     try:
         lm.generate_until([Instance(request_type="generate_until", arguments=args, idx=0,
@@ -126,6 +126,36 @@ def test_layout_matches_the_processor_at_7b_geometry(seven_b, tmp_path, cls_name
         assert fed_seen[:len(fed)] == fed and set(fed_seen[len(fed):]) <= {fed[-1]}
     if cls_name == "VRHQwen25" and args.get("max_num_frames") == 5:
         assert odd, "no clip gave an odd fed-frame count (the padded last group)"
+
+
+@pytest.mark.parametrize("cls_name,args", [("VRHQwen25", {"max_num_frames": 5}), ("VRHQwen25Chat", {}),
+                                           ("VRHQwen25Chat", {"max_num_frames": 7})])
+def test_two_videos_in_one_request(seven_b, tmp_path, cls_name, args):
+    """Only the first video is special: the simple backend subsamples it alone, the chat one sizes every video's
+    nframes by it; each video's groups are read back from its own rows of pixel_values_videos."""
+    from vrh_lmms.capture.video import fed_frames
+
+    lm = backend(cls_name, seven_b, **args)
+    token_id = lm.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    clips = [(9, 3, 160, 120), (21, 4, 224, 160)]
+    paths = [write_clip(tmp_path / f"v{i}.mp4", *clip) for i, clip in enumerate(clips)]
+    videos = [probe(p) for p in paths]
+    inputs = fed_inputs(lm, *paths)
+    fed = fed_frames(lm, videos)
+    layouts = video_layouts(inputs["input_ids"][0], token_id, inputs["video_grid_thw"], 2, 2, fed,
+                            [v.fps for v in videos])
+    row = 0
+    for (n, fps, _, _), layout in zip(clips, layouts):
+        t, h, w = layout.grid
+        frames = patch_frames(lm, inputs["pixel_values_videos"][row:row + t * h * w], n).view(t, h * w, 2)
+        row += t * h * w
+        assert [tuple(frames[g, 0].tolist()) for g in range(t)] == [layout.group_frames(g) for g in range(t)]
+        assert (frames == frames[:, :1]).all()
+    assert row == inputs["pixel_values_videos"].shape[0]
+    if lm.is_simple:  # the second video keeps qwen_vl_utils' 2 fps sampling (10 of 21), the first is cut to 5
+        assert [len(f) for f in fed] == [5, 10]
+    else:  # nframes from the first video (9 frames -> 8, or max_num_frames 7 -> 6) for both
+        assert [len(f) for f in fed] == [min(8, args.get("max_num_frames", 32) // 2 * 2)] * 2
 
 
 @pytest.mark.parametrize("cls_name,args", [("VRHQwen25", {"max_num_frames": 5}), ("VRHQwen25Chat", {})])

@@ -85,11 +85,13 @@ def simple_backend_frames(total: int, fps: float, max_num_frames: int) -> list[i
     return [first[int(i)] for i in keep]
 
 
-def chat_backend_frames(total: int, fps: float, max_num_frames: int, backend_fps: float | None) -> list[int]:
-    """Source frames lmms-eval's chat qwen2_5_vl backend feeds."""
+def chat_backend_frames(total: int, fps: float, max_num_frames: int, backend_fps: float | None,
+                        first_total: int | None = None) -> list[int]:
+    """Source frames lmms-eval's chat qwen2_5_vl backend feeds; without `fps` its nframes comes from the request's
+    first video (`first_total` frames; "Assume batch size 1 for videos") and applies to every video."""
     if backend_fps is not None:
         return qwen_vl_utils_indices(total, fps, {"fps": backend_fps})
-    nframes = max(2, (min(max_num_frames, total) // 2) * 2)
+    nframes = max(2, (min(max_num_frames, total if first_total is None else first_total) // 2) * 2)
     return qwen_vl_utils_indices(total, fps, {"nframes": nframes})
 
 
@@ -109,13 +111,23 @@ def qwen3_backend_frames(backend: Any, video: SourceVideo) -> list[int]:
 
 
 def backend_frames(backend: Any, video: SourceVideo) -> list[int]:
-    """The source frames this backend instance feeds for `video` (its family, simple or chat path, its settings)."""
+    """The source frames this backend instance feeds for `video`, the request's only video."""
+    return fed_frames(backend, [video])[0]
+
+
+def fed_frames(backend: Any, videos: Sequence[SourceVideo]) -> list[list[int]]:
+    """The source frames this backend instance feeds for each of one request's videos (its family, simple or chat
+    path, its settings). Qwen2.5-VL's backends treat the first video apart: the simple one subsamples only it to
+    max_num_frames, the chat one sizes every video's nframes by it."""
     if getattr(backend, "vrh_family", "qwen2_5_vl") == "qwen3_vl":
-        return qwen3_backend_frames(backend, video)
+        return [qwen3_backend_frames(backend, v) for v in videos]
     max_num_frames = int(getattr(backend, "max_num_frames", 32))
     if getattr(backend, "is_simple", True):
-        return simple_backend_frames(video.total_frames, video.fps, max_num_frames)
-    return chat_backend_frames(video.total_frames, video.fps, max_num_frames, getattr(backend, "fps", None))
+        return [simple_backend_frames(v.total_frames, v.fps, max_num_frames) if i == 0
+                else qwen_vl_utils_indices(v.total_frames, v.fps, {}) for i, v in enumerate(videos)]
+    first = videos[0].total_frames if videos else None
+    return [chat_backend_frames(v.total_frames, v.fps, max_num_frames, getattr(backend, "fps", None), first)
+            for v in videos]
 
 
 def qwen_vl_utils_frame_size(height: int, width: int, nframes: int, min_pixels: int | None,

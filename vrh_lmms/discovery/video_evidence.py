@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vrh_lmms.capture.video import backend_frames, probe, video_layouts
+from vrh_lmms.capture.video import fed_frames, probe, video_layouts
 from vrh_lmms.discovery.evidence import EvidenceKeys, EvidenceKind, KeyContext, register_evidence
 from vrh_lmms.errors import VRHError
 
@@ -67,7 +67,7 @@ def video_keys(target: VideoTarget, ctx: KeyContext) -> EvidenceKeys:
         raise VRHError(f"the backend fed no video for {target.image_id}; video evidence needs one")
     vp = ctx.processor.video_processor
     sources = [probe(path) for path in target.videos]
-    fed = [backend_frames(ctx.backend, s) for s in sources]
+    fed = fed_frames(ctx.backend, sources)
     token_id = ctx.tokenizer.convert_tokens_to_ids(getattr(ctx.processor, "video_token", "<|video_pad|>"))
     layouts = video_layouts(ctx.prompt_ids, token_id, grid, vp.merge_size, vp.temporal_patch_size, fed,
                             [s.fps for s in sources], run_per_group=ctx.family == "qwen3_vl")
