@@ -60,7 +60,7 @@ def qwen3(tiny_checkpoints, tmp_path_factory):
     mp.undo()
 
 
-def discover(lm, model: str, out):
+def discover(lm, model: str, out, **spec):
     """One discovery on the clip task; per doc (in order): the forwarded inputs, the frames the backend gave its
     processor, and the KeyContext the evidence kind read."""
     inputs, videos, contexts = {}, [], []
@@ -86,7 +86,7 @@ def discover(lm, model: str, out):
     mp.setattr(collector_mod, "KeyContext", context)
     mp.setattr(proc_cls, "__call__", call)
     run_discovery(DiscoverySpec(model=model, model_args="pretrained=x", tasks=[TASK], output=str(out),
-                                limit=N, gen_kwargs="max_new_tokens=3"), lm=lm)
+                                limit=N, gen_kwargs="max_new_tokens=3", **spec), lm=lm)
     mp.undo()
     return out, inputs, videos, contexts
 
@@ -103,16 +103,37 @@ def needle_groups(i: int, fed: torch.Tensor) -> list[int]:
 
 
 def test_video_mass_equals_eager_attention(lm, discovered):
-    check_masses(lm, *discovered[:3])
+    hf, masses = check_masses(lm, *discovered[:3])
+    np.testing.assert_allclose(hf.scores, masses.mean(0), atol=2e-5)
 
 
 def test_video_mass_equals_eager_attention_qwen3(qwen3):
     """Qwen3-VL: each temporal group its own `<t seconds><|vision_start|>...<|vision_end|>` block."""
     lm3, found = qwen3
-    check_masses(lm3, *found[:3])
+    hf, masses = check_masses(lm3, *found[:3])
+    np.testing.assert_allclose(hf.scores, masses.mean(0), atol=2e-5)
 
 
-def check_masses(lm, out, inputs, videos):
+def test_null_query_on_video_docs_equals_eager_attention(lm, tiny_checkpoints, tmp_path):
+    """`--null-query`: the content-free question ("N/A" for the question's words) is scored on the same groups,
+    found again in its own prompt; with the question before the video (image_position=after_prompt) they move."""
+    from vrh_lmms import lmms
+    from vrh_lmms.discovery.controls import NULL_PREFIX
+
+    after = lmms.build_model("vrh_qwen25", ARGS.format(tiny_checkpoints("qwen2_5_vl")) + ",image_position=after_prompt")
+    out, inputs, videos, _ = discover(after, "vrh_qwen25", tmp_path / "heads.json", null_query=True)
+    assert len(inputs) == 2 * N  # per doc: the real prompt, then the content-free one
+    real = {i: inputs[2 * i] for i in range(N)}
+    null = {i: inputs[2 * i + 1] for i in range(N)}
+    video_id = lm.tokenizer.convert_tokens_to_ids("<|video_pad|>")
+    first = [int((b["input_ids"][0] == video_id).nonzero()[0]) for b in (real[0], null[0])]
+    assert first[0] != first[1], "the content-free prompt did not move the video"
+    hf, masses = check_masses(after, out, real, videos)
+    _, null_masses = check_masses(after, out, null, videos, prefix=NULL_PREFIX)
+    np.testing.assert_allclose(hf.scores, (masses - null_masses).mean(0), atol=2e-5)  # what the question adds
+
+
+def check_masses(lm, out, inputs, videos, prefix: str = ""):
     hf = load_heads_file(out)
     assert hf.scoring["evidence"] == "video"
     assert "localization_heads" in hf.scoring["skipped_cells"]
@@ -123,6 +144,8 @@ def check_masses(lm, out, inputs, videos):
     masses = []
     for i, key in enumerate(keys):
         part, batch = store.read(key), inputs[i]
+        if prefix:
+            assert part.meta["null_query"]
         ids = batch["input_ids"][0]
         where = (ids == video_id).nonzero().flatten().tolist()  # group g: the g-th h*w/4 video tokens, in order
         t, h, w = batch["video_grid_thw"][0].tolist()
@@ -133,14 +156,15 @@ def check_masses(lm, out, inputs, videos):
         span = [where[g * per + k] for g in groups for k in range(per)]
         assert part.meta["evidence"] == "video" and part.meta["n_box_tokens"] == len(span)
         assert part.meta["n_image_tokens"] == t * per
-        prompt_len, n = part.meta["prompt_len"], part.meta["n_answer"]
+        n = part.meta["n_answer"]
+        prompt_len = batch["input_ids"].shape[1] - n
         assert n >= 1
         attn = eager_attentions(lm.model, batch)[0].double()
         rows = list(range(prompt_len - 1, prompt_len - 1 + n))
         expect = attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
-        np.testing.assert_allclose(part.stats["out_sum"], expect, atol=2e-5)
+        np.testing.assert_allclose(part.stats[prefix + "out_sum"], expect, atol=2e-5)
         masses.append(expect)
-    np.testing.assert_allclose(hf.scores, np.mean(masses, axis=0), atol=2e-5)
+    return hf, np.array(masses)
 
 
 def test_sweep_and_report_run_on_the_clip_task(lm, discovered, tmp_path):
