@@ -157,7 +157,8 @@ def predicted_grid(video: SourceVideo, fed: Sequence[int], read: int, video_proc
 
 
 def backend_grid(backend: Any, video: SourceVideo) -> tuple[int, int, int]:
-    """(t, h, w) patches this backend's processor will report for `video` (its sampling and pixel limits)."""
+    """(t, h, w) patches a Qwen2.5-VL backend's processor will report for `video`, the request's only video (its
+    sampling and pixel limits)."""
     fed = backend_frames(backend, video)
     # qwen_vl_utils sizes frames by the count it read: the simple backend subsamples only afterwards
     simple = getattr(backend, "is_simple", True)
