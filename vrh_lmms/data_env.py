@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 
 DATA_VARIABLES = ("VRH_SYNTH_CONFIG", "VRH_NEEDLE_CONFIG", "VRH_REFCOCO_ROOT", "VRH_REFCOCO_DATA", "VRH_TOLOKA_IMAGES",
-                  "VRH_SPATIALRGPT_IMAGES", "VRH_VAW_IMAGES", "VRH_VAW_ROOT", "VRH_VAW_MC", "VRH_VAW_MODE")
+                  "VRH_SPATIALRGPT_IMAGES", "VRH_VAW_IMAGES", "VRH_VAW_ROOT", "VRH_VAW_MC", "VRH_VAW_MODE",
+                  "VRH_AUDIO_CONFIG")
 
 
 def data_env(skip: tuple[str, ...] = ()) -> dict[str, str]:

@@ -62,7 +62,8 @@ CHAT_TEMPLATE = (
 # Words of the backend's default system prompt and of the audio needle task, so prompts tokenize without <unk>.
 EXTRA_WORDS = tuple(
     """qwen virtual developed team alibaba group capable perceiving auditory visual inputs as well generating text
-    speech audio clip tone tones code codes heard hear listen played spoken value second seconds""".split()
+    speech audio clip tone tones code codes heard hear listen played spoken value second seconds high low beep beeps
+    hum""".split()
 )
 
 DEFAULT_VISION = dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=14,
