@@ -1,6 +1,6 @@
 """`vrh_qwen25_omni`: lmms-eval's qwen2_5_omni backend (simple only) with head ablation on the thinker's decoder.
 
-Three corrections to the backend (lmms-eval 0.7.3 with transformers 5.x), none of which changes what it computes:
+Four corrections to the backend (lmms-eval 0.7.3 with transformers 5.x), none of which changes what it computes:
 - it loads its processor from the hub id "Qwen/Qwen2.5-Omni-7B" whatever `pretrained` says; this wrapper loads the
   checkpoint's own processor (the same files for the real model, and the only ones offline or for other checkpoints);
 - it calls `Qwen2_5OmniForConditionalGeneration.generate(return_audio=False, thinker_do_sample=False, ...)`, which
@@ -8,12 +8,15 @@ Three corrections to the backend (lmms-eval 0.7.3 with transformers 5.x), none o
   thinker's own `generate` (what the original does for text answers), with the same arguments;
 - it turns any error in generate into an empty answer; this wrapper raises it once the batch is done instead, so an
   ablation run never scores a crash as a wrong answer.
+- with `use_audio_in_video` it hands the processor each video's audio track without saying which video it belongs
+  to, which transformers 5.25 refuses; this wrapper's processor names them (`audio_from_video_indices`).
 It also assigns `cuda:<rank>` whenever `device_map` is not "auto"; without CUDA that becomes the CPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -94,6 +97,43 @@ def _forward(self, *args: Any, **kwargs: Any):
 
 
 _THINKER_CLASSES: dict[type, type] = {}
+_PROCESSOR_CLASSES: dict[type, type] = {}
+
+
+def audio_sources(text: str | list[str], audio_token: str, video_token: str) -> list[int | None]:
+    """`audio_from_video_indices` for a prompt whose videos carry their audio: one entry per audio slot, in the
+    order qwen_omni_utils collects them (content order), None for a standalone clip, v for the v-th video."""
+    texts = [text] if isinstance(text, str) else list(text)
+    pattern = re.compile(f"{re.escape(audio_token)}|{re.escape(video_token)}")
+    out: list[int | None] = []
+    video = 0
+    for t in texts:
+        for found in pattern.finditer(t):
+            if found.group() == audio_token:
+                out.append(None)
+            else:
+                out.append(video)
+                video += 1
+    return out
+
+
+def _processor_call(self, *args: Any, use_audio_in_video: bool = False, **kwargs: Any):
+    """The processor's call; with `use_audio_in_video` and audio, names which audio slot is which video's track
+    (transformers 5.25 counts every unnamed clip as standalone and refuses the prompt)."""
+    if use_audio_in_video and kwargs.get("audio") is not None and "audio_from_video_indices" not in kwargs:
+        kwargs["audio_from_video_indices"] = audio_sources(kwargs.get("text", args[0] if args else ""),
+                                                           self.audio_token, self.video_token)
+    return super(type(self), self).__call__(*args, use_audio_in_video=use_audio_in_video, **kwargs)
+
+
+def audio_from_video_processor(processor: Any) -> Any:
+    """Give the backend's processor a subclass (same name) whose call names the videos' audio tracks."""
+    cls = type(processor)
+    if cls not in _PROCESSOR_CLASSES:
+        _PROCESSOR_CLASSES[cls] = type(cls.__name__, (cls,), {"__call__": _processor_call,
+                                                              "__module__": cls.__module__})
+    processor.__class__ = _PROCESSOR_CLASSES[cls]
+    return processor
 
 
 def thinker_answering(model: Any) -> Any:
@@ -116,6 +156,7 @@ class VRHQwen25Omni(VRHMixin, CudaToCpuFallback, _Simple):
             raise missing_error()
         super().__init__(*args, **kwargs)
         thinker_answering(self.model)
+        audio_from_video_processor(self.processor)
 
     def _vrh_load_context(self, args: tuple, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
         pretrained = kwargs.get("pretrained") or (args[0] if args else DEFAULT_PRETRAINED)

@@ -81,3 +81,23 @@ def test_the_thinker_runs_on_the_interleaved_block(tiny_checkpoints, processor):
     with torch.no_grad():
         out = model.thinker(**batch, use_audio_in_video=True)
     assert out.logits.shape[1] == batch["input_ids"].shape[1]
+
+
+def test_clip_positions_in_a_prompt_mixing_clips_and_videos():
+    """A standalone clip, a video without audio, then a video with its track: clip 1 is the second video's track."""
+    from vrh_lmms.capture.audio_video import audio_clip_positions
+    from vrh_lmms.errors import VRHError
+
+    tokens = {"audio": 1, "video": 2, "audio_bos": 3, "audio_eos": 4, "vision_bos": 5}
+    grids, spg = torch.tensor([[1, 4, 4], [2, 4, 4]]), torch.tensor([1.0, 1.0])
+    layout = interleaved_offsets((2, 4, 4), 1.0, 3)
+    block = torch.zeros(layout.length, dtype=torch.long)
+    block[layout.video], block[layout.audio] = 2, 1
+    ids = torch.tensor([9, 3, 1, 1, 1, 4, 9, 5, 2, 2, 2, 2, 6, 9, 5, 3, *block.tolist(), 4, 6, 9])
+    assert audio_clip_positions(ids, tokens, torch.tensor([1, 2]), 0, 3, grids, spg).tolist() == [3, 4]
+    got = audio_clip_positions(ids, tokens, torch.tensor([0, 2]), 1, 3, grids, spg)
+    assert got.tolist() == (16 + layout.audio[[0, 2]]).tolist() and (ids[got] == 1).all()
+    with pytest.raises(VRHError, match="the prompt has 3 audio tokens, the layout expects 4"):
+        audio_clip_positions(ids, tokens, torch.tensor([0]), 0, 4, grids, spg)
+    with pytest.raises(VRHError, match="audio index 2: the prompt has 2 audio clip"):
+        audio_clip_positions(ids, tokens, torch.tensor([0]), 2, 3, grids, spg)

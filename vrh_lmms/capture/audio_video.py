@@ -67,3 +67,53 @@ def video_tokens_in_seconds(layout: InterleavedLayout, second_per_grid: float,
     grid = torch.arange(layout.video.numel()) // layout.tokens_per_grid
     start = grid.double() * second_per_grid
     return torch.nonzero((start < t1) & (start + second_per_grid > t0)).flatten()
+
+
+def _is_video_block(ids: list[int], start: int, video_id: int, audio_bos_id: int) -> bool:
+    """Whether the `<|vision_bos|>` at `start` opens a video (plain run of video tokens, or an audio block with
+    video tokens inside)."""
+    nxt = ids[start + 1] if start + 1 < len(ids) else None
+    return nxt == video_id or (nxt == audio_bos_id and start + 2 < len(ids) and ids[start + 2] == video_id)
+
+
+def audio_clip_positions(input_ids: torch.Tensor, tokens: dict[str, int], clip_tokens: torch.Tensor,
+                         index: int, n_tokens: int, video_grids: torch.Tensor | None = None,
+                         seconds_per_grid: torch.Tensor | None = None, merge_size: int = 2,
+                         position_id_per_seconds: float = 25, seconds_per_chunk: float = 2.0) -> torch.Tensor:
+    """Prompt positions of audio clip `index`'s tokens `clip_tokens` (indices within the clip, vrh_lmms.capture
+    .audio). Clips are the prompt's `<|audio_bos|>` blocks in order (the processor's audio order: standalone clips
+    and videos' audio tracks as their content comes); a block holding video tokens is a video's track, interleaved
+    (`interleaved_offsets`, with that video's grid). `tokens`: ids of audio, video, audio_bos, audio_eos, vision_bos.
+    `n_tokens`: the clip's token count by the audio layout, which the block must hold.
+    """
+    from vrh_lmms.errors import VRHError
+
+    ids = input_ids.flatten().tolist()
+    bos = [i for i, t in enumerate(ids) if t == tokens["audio_bos"]]
+    eos = [i for i, t in enumerate(ids) if t == tokens["audio_eos"]]
+    if len(bos) != len(eos):
+        raise VRHError(f"the prompt has {len(bos)} <|audio_bos|> and {len(eos)} <|audio_eos|>")
+    if not 0 <= index < len(bos):
+        raise VRHError(f"audio index {index}: the prompt has {len(bos)} audio clip(s)")
+    start, end = bos[index], eos[index]
+    block = ids[start + 1:end]
+    if tokens["video"] not in block:  # a standalone clip: one run of audio tokens
+        if any(t != tokens["audio"] for t in block):
+            raise VRHError(f"audio clip {index}: its block holds other tokens than audio tokens")
+        if len(block) != n_tokens:
+            raise VRHError(f"audio clip {index}: the prompt has {len(block)} audio tokens, the layout expects "
+                           f"{n_tokens}")
+        return start + 1 + clip_tokens
+    if video_grids is None or seconds_per_grid is None:
+        raise VRHError("an audio track inside a video needs video_grid_thw and video_second_per_grid")
+    video = sum(1 for i, t in enumerate(ids[:start - 1]) if t == tokens["vision_bos"]  # videos before its own
+                and _is_video_block(ids, i, tokens["video"], tokens["audio_bos"]))
+    n_audio = sum(1 for t in block if t == tokens["audio"])
+    if n_audio != n_tokens:
+        raise VRHError(f"audio clip {index} (the track of video {video}): the prompt has {n_audio} audio tokens, "
+                       f"the layout expects {n_tokens}")
+    layout = interleaved_offsets(tuple(video_grids[video].tolist()), float(seconds_per_grid[video]), n_audio,
+                                 merge_size, position_id_per_seconds, seconds_per_chunk)
+    if layout.length != len(block) or any(block[o] != tokens["audio"] for o in layout.audio.tolist()):
+        raise VRHError(f"audio clip {index}: the interleaved block does not follow the layout of video {video}")
+    return start + 1 + layout.audio[clip_tokens]

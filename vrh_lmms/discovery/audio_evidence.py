@@ -3,8 +3,9 @@
 `vrh_evidence = {"kind": "audio", "seconds": [t0, t1]}` (optionally `"index": a`, the a-th audio clip of the prompt,
 0-based; `"samples": n`, the clip's length in samples at the feature extractor's rate, which pins the last token's
 end exactly; `"query"`: the question's words, the `in` query rows). Positions come from the exact inputs the backend
-built: each clip's placeholder run in `input_ids`, its valid mel frames in `feature_attention_mask`, and the
-layout of vrh_lmms.capture.audio. The media key set is every audio token of the prompt.
+built: each clip's `<|audio_bos|>` block in `input_ids`, its valid mel frames in `feature_attention_mask`, and the
+layout of vrh_lmms.capture.audio; a video's audio track (use_audio_in_video) is a clip too, in content order, placed
+in its interleaved block through vrh_lmms.capture.audio_video. The media key set is every audio token.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def audio_token_id(processor: Any) -> int:
 
 
 def audio_keys(target: AudioTarget, ctx):
-    from vrh_lmms.capture.audio import AudioSettings, audio_positions, clip_samples
+    from vrh_lmms.capture.audio import AudioSettings, audio_token_count, clip_samples, tokens_in_seconds
+    from vrh_lmms.capture.audio_video import audio_clip_positions
     from vrh_lmms.discovery.evidence import EvidenceKeys, media_mask
 
     mask_key = "feature_attention_mask"
@@ -76,8 +78,17 @@ def audio_keys(target: AudioTarget, ctx):
             raise VRHError(f"vrh_evidence samples={target.samples} disagrees with the clip the backend fed "
                            f"({samples // settings.hop_length} mel frames)")
         samples = target.samples
-    token = audio_token_id(ctx.processor)
-    positions = audio_positions(ctx.prompt_ids, token, target.index, samples, target.seconds, settings)
+    proc, tok = ctx.processor, ctx.tokenizer
+    token = audio_token_id(proc)
+    ids = {"audio": token, "video": int(proc.video_token_id),
+           **{k: int(tok.convert_tokens_to_ids(getattr(proc, f"{k}_token"))) for k in
+              ("audio_bos", "audio_eos", "vision_bos")}}
+    grids, spg = ctx.tensors.get("video_grid_thw"), ctx.tensors.get("video_second_per_grid")
+    positions = audio_clip_positions(
+        ctx.prompt_ids, ids, tokens_in_seconds(samples, target.seconds, settings), target.index,
+        audio_token_count(samples, settings), None if grids is None else grids.detach().cpu(),
+        None if spg is None else spg.detach().cpu(), int(getattr(proc.video_processor, "merge_size", 2)),
+        float(getattr(proc, "position_id_per_seconds", 25)), float(getattr(proc, "seconds_per_chunk", 2.0)))
     evidence = torch.zeros(ctx.seq_len, dtype=torch.bool)
     evidence[positions] = True
     return EvidenceKeys(evidence, media_mask(ctx.prompt_ids, [token], ctx.seq_len))
