@@ -16,7 +16,7 @@ from vrh_lmms.tiny.registry import TINY_FACTORIES
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module", params=sorted(set(TINY_FACTORIES) - {"qwen2_5_omni"}))  # omni: test_omni_family.py
+@pytest.fixture(scope="module", params=sorted(TINY_FACTORIES))
 def family_model(request, tiny_checkpoints):
     model, processor = load_tiny(tiny_checkpoints(request.param))
     batch = processor_inputs(processor, n=2)

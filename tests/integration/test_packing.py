@@ -44,7 +44,7 @@ def scenes_batch(processor, n: int = 3, repeat: int = 1) -> dict:
     return dict(batch)
 
 
-@pytest.fixture(scope="module", params=sorted(set(TINY_FACTORIES) - {"qwen2_5_omni"}))  # omni: test_omni_family.py
+@pytest.fixture(scope="module", params=sorted(TINY_FACTORIES))
 def family(request, tiny_checkpoints):
     model, processor = load_tiny(tiny_checkpoints(request.param))
     decoder = locate_decoder(model)

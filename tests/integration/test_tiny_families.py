@@ -23,10 +23,7 @@ from vrh_lmms.tiny.inputs import load_tiny, processor_inputs, render_prompt, sce
 from vrh_lmms.tiny.registry import TINY_FACTORIES, build_tiny
 
 torch.set_num_threads(1)
-# Qwen2.5-Omni has no AutoModelForImageTextToText class nor a talker-free top-level generate: its own checks of the
-# same properties are in test_omni_family.py.
-OWN_FILE = {"qwen2_5_omni"}
-ALL = sorted(set(TINY_FACTORIES) - OWN_FILE)
+ALL = sorted(TINY_FACTORIES)
 
 # Image-token layout per family for a plain image: (placeholder, lengths of the placeholder runs at 112x112 and at
 # 224x112 (w x h), token just before the first run, token just after the last; None = the run starts the prompt /
@@ -47,6 +44,8 @@ LAYOUT = {
     # longest side scaled to 224, cut into 112 px tiles of 16 tokens (+ global view), each run framed by
     # <fake_token_around_image> and a <row_i_col_j> / <global-img> tag: 2x2 + 1; 1x2 + 1.
     "idefics3": ("<image>", [16] * 5, [16] * 3, "<row_1_col_1>", "<fake_token_around_image>"),
+    # Qwen2.5-VL's image processor and 28 px cells (load_tiny gives the thinker, which has the forward)
+    "qwen2_5_omni": ("<|IMAGE|>", [16], [32], "<|vision_bos|>", "<|vision_eos|>"),
 }
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
@@ -100,6 +99,7 @@ def test_cli_round_trip_generates_and_is_deterministic(family, tiny_checkpoints,
     # The real class named in config.json loads it, and AutoProcessor the processor.
     arch = json.loads((out / "config.json").read_text())["architectures"][0]
     model = getattr(transformers, arch).from_pretrained(out, dtype=torch.float32).eval()
+    model = getattr(model, "thinker", model)  # Qwen2.5-Omni answers text through its thinker (no talker here)
     processor = AutoProcessor.from_pretrained(out)
     batch = one_prompt(processor, scene_image())
     with torch.no_grad():
