@@ -1,11 +1,11 @@
 """The Qwen2.5-Omni family on its tiny real-class checkpoint, through lmms-eval's own `qwen2_5_omni` backend.
 
-The tiny checkpoint is Qwen2_5OmniForConditionalGeneration (thinker only); the shared tiny-family tests load models
-with AutoModelForImageTextToText and call the top-level generate, which Qwen2.5-Omni has not (its generate needs a
-talker in transformers 5), so its own checks live here: CLI round trip and seeds, token ids inside the vocabulary,
-geometry, generation through `vrh_qwen25_omni` on audio, the wrapper's generate equal to the thinker's, ablated
-logits equal to an independent reference, a head that writes nothing changes nothing, and a failing generate is an
-error, not an empty answer.
+The tiny checkpoint is Qwen2_5OmniForConditionalGeneration (thinker only). The shared tiny-family tests run on its
+thinker (image inputs; vrh_lmms.tiny.inputs.load_tiny); here: the saved files and the talker-free weights, audio
+token ids inside the vocabulary, generation through `vrh_qwen25_omni` on audio, the wrapper's generate equal to the
+thinker's, ablated logits (through the full model, on audio) equal to an independent reference, a head that writes
+nothing changes nothing, and a failing generate is an error, not an empty answer (lmms-eval's plain backend cannot
+be compared: it loads the hub processor and cannot answer with transformers 5, docs/models.md).
 """
 
 from __future__ import annotations
