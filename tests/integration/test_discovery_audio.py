@@ -152,3 +152,22 @@ def test_sweep_and_report_run_on_the_audio_task(lm, discovered, tmp_path, monkey
     report = build_report([sweep], tmp_path / "report", ReportSettings(plots=False, n_resamples=200))
     text = (tmp_path / "report" / "report.md").read_text()
     assert TASK in text and "top1" in text and report
+
+
+def test_evidence_that_disagrees_with_the_fed_clip_is_refused(lm, discovered):
+    from vrh_lmms.discovery.audio_evidence import audio_keys
+    from vrh_lmms.discovery.evidence import KeyContext
+
+    _, inputs = discovered
+    batch = inputs[0]
+    ids = batch["input_ids"][0]
+    ctx = KeyContext("qwen2_5_omni", lm.processor, lm.tokenizer, lm, batch, ids, ids.numel())
+    fed = int(batch["feature_attention_mask"].sum()) * 160
+    ok = audio_keys(audio_target({"vrh_evidence": {"kind": "audio", "seconds": [0.1, 0.2], "samples": fed}}), ctx)
+    assert int(ok.evidence.sum()) == 3  # tokens 2, 3, 4: [0.08, 0.12), [0.12, 0.16), [0.16, 0.2)
+    with pytest.raises(VRHError, match="samples=16000 disagrees with the clip the backend fed"):
+        audio_keys(audio_target({"vrh_evidence": {"kind": "audio", "seconds": [0.1, 0.2], "samples": 16000}}), ctx)
+    with pytest.raises(VRHError, match="audio index 1: the prompt has 1 audio clip"):
+        audio_keys(audio_target({"vrh_evidence": {"kind": "audio", "seconds": [0.1, 0.2], "index": 1}}), ctx)
+    with pytest.raises(VRHError, match="start after the clip ends"):
+        audio_keys(audio_target({"vrh_evidence": {"kind": "audio", "seconds": [9.0, 9.5]}}), ctx)
