@@ -194,3 +194,13 @@ def test_without_the_omni_extra_the_wrapper_fails_with_one_clear_message(monkeyp
     finally:
         monkeypatch.undo()
         importlib.reload(wrapper_module)
+
+
+def test_audio_sources_follow_the_prompts_content_order():
+    """With use_audio_in_video, qwen_omni_utils collects audio slots in content order: standalone clips and each
+    video's track; the processor must be told which slot is which video's."""
+    from vrh_lmms.model_wrappers.qwen2_5_omni import audio_sources
+
+    text = "a <|AUDIO|> b <|VIDEO|> c <|AUDIO|><|VIDEO|>"
+    assert audio_sources(text, "<|AUDIO|>", "<|VIDEO|>") == [None, 0, None, 1]
+    assert audio_sources(["<|VIDEO|>", "<|AUDIO|>"], "<|AUDIO|>", "<|VIDEO|>") == [0, None]
