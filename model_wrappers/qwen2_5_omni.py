@@ -92,8 +92,19 @@ def _generate(self, input_ids=None, *, use_audio_in_video: bool = False, return_
 
 
 def _forward(self, *args: Any, **kwargs: Any):
-    """The thinker's forward: teacher-forced captures call the model the backend generates with."""
+    """The thinker's forward: teacher-forced captures call the model the backend generates with. They pass tensors
+    only, so `use_audio_in_video` (which sets TMRoPE's positions) is read from the ids as generate had it: a video
+    whose audio track rides along opens its block with <|audio_bos|> followed by video tokens."""
+    if "use_audio_in_video" not in kwargs and kwargs.get("input_ids") is not None:
+        kwargs["use_audio_in_video"] = has_audio_in_video(kwargs["input_ids"], self.config.thinker_config)
     return self.thinker(*args, **kwargs)
+
+
+def has_audio_in_video(input_ids: Any, thinker_config: Any) -> bool:
+    """Whether the prompt holds a video interleaved with its audio track (use_audio_in_video)."""
+    ids = input_ids
+    starts = ids[..., :-1] == thinker_config.audio_start_token_id
+    return bool((starts & (ids[..., 1:] == thinker_config.video_token_index)).any())
 
 
 _THINKER_CLASSES: dict[type, type] = {}

@@ -102,3 +102,14 @@ def test_audio_seconds_land_in_the_interleaved_block_and_capture_equals_eager(an
         model.thinker.set_attn_implementation({"text_config": "sdpa"})
     eager = torch.stack(out.attentions, dim=1)[0].double()[:, :, row][..., expected].sum(-1)
     torch.testing.assert_close(got, eager, atol=2e-5, rtol=0)
+
+
+def test_a_forward_without_the_flag_reads_it_from_the_ids(answered):
+    """Discovery's teacher-forced forward passes tensors only: the model still runs TMRoPE's interleaved positions."""
+    lm, _, call = answered
+    inputs = model_inputs(call)
+    with torch.no_grad():
+        got = lm.model(**inputs).logits
+        interleaved = lm.model.thinker(**inputs, use_audio_in_video=True).logits
+        plain = lm.model.thinker(**inputs, use_audio_in_video=False).logits
+    assert torch.equal(got, interleaved) and not torch.allclose(got, plain)
