@@ -32,7 +32,8 @@ from vrh_lmms.tiny.qwen2_5_omni import REAL_FEATURE_EXTRACTOR, make_processor, m
 torch.set_num_threads(1)
 SR = 16000
 # clip lengths in samples: one hop and its edges, under one chunk, just past it, several chunks, odd tails
-LENGTHS = [160, 320, 321, 640, 641, 16000, 31999, 32000, 32001, 32160, 48000 + 37, 16000 * 7 + 123]
+LENGTHS = [160, 320, 321, 640, 641, 16000, 31999, 32000, 32001, 32160, 48000 + 37, 16000 * 7 + 123,
+           4_800_000 + 16000]  # the last: past chunk_length (300 s), truncated to nb_max_frames
 REAL = AudioSettings()  # Qwen2.5-Omni-7B: 16 kHz, hop 160, n_fft 400, 30000 frames, n_window 100
 
 
@@ -106,6 +107,10 @@ def test_seconds_pick_the_overlapping_tokens():
         audio_positions(ids, 7, 0, n - 800, (0.0, 1.0), REAL)
     with pytest.raises(VRHError, match="start after the clip ends"):
         tokens_in_seconds(n, (3.5, 4.0), REAL)
+    long = 4_800_000 + 16000  # 301 s: the feature extractor keeps 300 s
+    assert tokens_in_seconds(long, (299.9, 301.0), REAL).tolist() == [7497, 7498, 7499]
+    with pytest.raises(VRHError, match=r"start after the clip ends \(300.000 s\)"):
+        tokens_in_seconds(long, (300.2, 300.5), REAL)
 
 
 def _attention_off(model) -> None:

@@ -66,6 +66,12 @@ def encoder_tokens(frames: int) -> int:
     return (after_conv - 2) // 2 + 1
 
 
+def kept_seconds(n_samples: int, settings: AudioSettings) -> float:
+    """Seconds of the clip the model sees: the feature extractor truncates at nb_max_frames (300 s for
+    Qwen2.5-Omni; lmms-eval's backend cuts longer audio into 5 min clips first)."""
+    return min(n_samples, settings.nb_max_frames * settings.hop_length) / settings.sampling_rate
+
+
 def audio_token_count(n_samples: int, settings: AudioSettings) -> int:
     return encoder_tokens(mel_frames(n_samples, settings))
 
@@ -75,14 +81,14 @@ def token_spans(n_samples: int, settings: AudioSettings) -> torch.Tensor:
     n = audio_token_count(n_samples, settings)
     step = settings.token_seconds
     starts = torch.arange(n, dtype=torch.float64) * step
-    ends = torch.clamp(starts + step, max=n_samples / settings.sampling_rate)
+    ends = torch.clamp(starts + step, max=kept_seconds(n_samples, settings))
     return torch.stack([starts, ends], dim=1)
 
 
 def tokens_in_seconds(n_samples: int, seconds: tuple[float, float], settings: AudioSettings) -> torch.Tensor:
     """Indices (within the clip's audio tokens) of the tokens whose span overlaps [t0, t1)."""
     t0, t1 = (float(v) for v in seconds)
-    duration = n_samples / settings.sampling_rate
+    duration = kept_seconds(n_samples, settings)
     if not 0 <= t0 < t1:
         raise VRHError(f"audio seconds {[t0, t1]}: need 0 <= t0 < t1")
     if t0 >= duration:
