@@ -146,6 +146,15 @@ for _fam in (
            layout="internvl", layout_builder="vrh_lmms.capture.tilings:internvl_tiles",
            wrappers=(Wrapper("vrh_internvl", "internvl_hf", None, "VRHInternVLChat"),),
            tiny=_tiny("internvl"), hf_class="InternVLForConditionalGeneration"),
+    # Qwen2.5-Omni: the thinker's text decoder (its audio and vision towers have o_proj too); Qwen2.5-VL's vision
+    # tower and image processor, so its box convention and image layout; audio layout in vrh_lmms.capture.audio.
+    # The thinker alone (Qwen2_5OmniThinkerForConditionalGeneration, `model.thinker`) is the same family.
+    Family("qwen2_5_omni", ("qwen2_5_omni", "qwen2_5_omni_thinker"),
+           ("thinker.model.language_model.layers", "model.language_model.layers"),
+           text_config_paths=("thinker_config.text_config", "text_config"), convention=conv.QWEN2_5_VL,
+           layout="qwen2_5_vl", layout_builder="vrh_lmms.capture.tilings:merged_patch_grid",
+           wrappers=(Wrapper("vrh_qwen25_omni", "qwen2_5_omni", "VRHQwen25Omni"),),
+           tiny=_tiny("qwen2_5_omni"), hf_class="Qwen2_5OmniForConditionalGeneration"),
     # InternVL remote code (InternVLChatModel): InternLM2 text uses attention.wo, Qwen2/Llama text o_proj.
     Family("internvl_chat", ("internvl_chat",), ("language_model.model.layers",),
            attn_attrs=("attention", "self_attn"), out_attrs=("wo", "o_proj"),

@@ -14,7 +14,8 @@ from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
 
 torch.set_num_threads(1)
 
-CAPTURE_FAMILIES = ["qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3"]
+CAPTURE_FAMILIES = ["qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
+                    "qwen2_5_omni"]
 
 
 def need_tiny(family: str) -> None:

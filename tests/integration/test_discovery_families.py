@@ -24,6 +24,7 @@ CASES = [
     ("vrh_llava_next", "llava_next", ""),
     ("vrh_glm4v", "glm4v", ""),
     ("vrh_paligemma", "paligemma", ""),
+    ("vrh_qwen25_omni", "qwen2_5_omni", ""),  # Qwen2.5-VL's image layout, through the thinker's decoder
 ]
 N = 2
 

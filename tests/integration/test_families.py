@@ -29,8 +29,10 @@ OLD_WRAPPERS = {
     "vrh_paligemma": ("paligemma", "VRHPaliGemma", None),
     "vrh_magma": ("magma", "VRHMagma", None),
     "vrh_deepseek_vl2": ("deepseek_vl2", "VRHDeepseekVL2", None),
+    "vrh_qwen25_omni": ("qwen2_5_omni", "VRHQwen25Omni", None),  # added with its family (issue 29)
 }
-OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3"}
+OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
+            "qwen2_5_omni"}  # qwen2_5_omni: added with its family (issue 29)
 OLD_BUILDERS = {"qwen2_5_vl": "merged_patch_grid", "qwen3_vl": "merged_patch_grid", "glm4v": "merged_patch_grid",
                 "internvl": "internvl_tiles", "llava_next": "llava_next_anyres", "paligemma": "square_grid",
                 "deepseek_vl": "deepseek_vl_padded", "deepseek_vl2": "deepseek_vl2_tiles",
@@ -42,7 +44,8 @@ OLD_CONVENTIONS = {"qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", 
 OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_internvl": "internvl",
                       "vrh_internvl3": "internvl", "vrh_internvl3_5": "internvl", "vrh_internvl2": "internvl",
                       "vrh_llava_next": "llava_next", "vrh_glm4v": "glm4v", "vrh_phi4": "phi4_multimodal",
-                      "vrh_paligemma": "paligemma", "vrh_magma": "magma", "vrh_deepseek_vl2": "deepseek_vl2"}
+                      "vrh_paligemma": "paligemma", "vrh_magma": "magma", "vrh_deepseek_vl2": "deepseek_vl2",
+                      "vrh_qwen25_omni": "qwen2_5_vl"}  # omni (issue 29): no template line; Qwen2.5-VL's convention
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():

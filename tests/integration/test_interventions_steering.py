@@ -17,7 +17,8 @@ from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
 
 torch.set_num_threads(1)
 
-FAMILIES = ["qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3"]
+FAMILIES = ["qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
+            "qwen2_5_omni"]
 GEN = {"max_new_tokens": 4, "do_sample": False, "output_scores": True, "return_dict_in_generate": True}
 
 

@@ -13,7 +13,8 @@ from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
 
 torch.set_num_threads(1)
 
-LAYOUT_FAMILIES = ["qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "idefics3"]
+LAYOUT_FAMILIES = ["qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "idefics3",
+                   "qwen2_5_omni"]
 # Non-square sizes exercise the aspect-ratio logic (InternVL: 6 and 4 tiles + thumbnail; LLaVA-NeXT: unpadding).
 SIZES = [(150, 90), (97, 131), (300, 50)]
 RECTS = [(0.2, 0.3, 0.55, 0.7), (0.6, 0.05, 0.95, 0.4)]

@@ -21,7 +21,8 @@ from vrh_lmms.tiny.inputs import render_prompt, scene_messages
 from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
 
 SIZES = [(640, 480), (97, 131), (1000, 250), (250, 1000), (30, 30), (333, 334), (1200, 90), (90, 700), (56, 57)]
-FAMILIES = ["qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "idefics3"]
+FAMILIES = ["qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "idefics3",
+            "qwen2_5_omni"]
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -19,7 +19,8 @@ GROUNDING = ["vrh_refcoco_val", "vrh_refcoco_testA", "vrh_refcoco_testB", "vrh_r
              "vrh_toloka", "vrh_toloka_private", "vrh_refspatial_location", "vrh_refspatial_placement",
              "vrh_refspatial_unseen", "vrh_synth_grounding", "vrh_synth_grounding_refer"]
 VQA = ["vrh_vaw", "vrh_spatialrgpt", "vrh_cv_bench", "vrh_cv_bench_2d", "vrh_cv_bench_3d", "vrh_mmstar",
-       "vrh_countbenchqa", "vrh_mathvista_testmini", "vrh_synth_vqa", "vrh_synth_text_needle"] + [
+       "vrh_countbenchqa", "vrh_mathvista_testmini", "vrh_synth_vqa", "vrh_synth_text_needle",
+       "vrh_synth_audio_needle"] + [
     f"vrh_spatial457_{lvl}" for lvl in ("l1_single", "l2_objects", "l3_2d_spatial", "l4_occ", "l4_pose",
                                         "l5_6d_spatial", "l5_collision")]
 VQA += ["vrh_synth_needle_clip"]

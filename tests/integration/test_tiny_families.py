@@ -44,6 +44,8 @@ LAYOUT = {
     # longest side scaled to 224, cut into 112 px tiles of 16 tokens (+ global view), each run framed by
     # <fake_token_around_image> and a <row_i_col_j> / <global-img> tag: 2x2 + 1; 1x2 + 1.
     "idefics3": ("<image>", [16] * 5, [16] * 3, "<row_1_col_1>", "<fake_token_around_image>"),
+    # Qwen2.5-VL's image processor and 28 px cells (load_tiny gives the thinker, which has the forward)
+    "qwen2_5_omni": ("<|IMAGE|>", [16], [32], "<|vision_bos|>", "<|vision_eos|>"),
 }
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
@@ -97,6 +99,7 @@ def test_cli_round_trip_generates_and_is_deterministic(family, tiny_checkpoints,
     # The real class named in config.json loads it, and AutoProcessor the processor.
     arch = json.loads((out / "config.json").read_text())["architectures"][0]
     model = getattr(transformers, arch).from_pretrained(out, dtype=torch.float32).eval()
+    model = getattr(model, "thinker", model)  # Qwen2.5-Omni answers text through its thinker (no talker here)
     processor = AutoProcessor.from_pretrained(out)
     batch = one_prompt(processor, scene_image())
     with torch.no_grad():

@@ -55,7 +55,7 @@ def test_doc_fields():
     doc = {"vrh_evidence": {"kind": "text", "text": NEEDLE, "query": "what is the red circle ?"}}
     assert evidence_kind(doc) == "text" and evidence_kind({"vrh_gt_box": [0, 0, 1, 1]}) == "box"
     assert text_evidence(doc).query == "what is the red circle ?"
-    with pytest.raises(VRHError, match="kind 'audio' is not supported"):
-        evidence_kind({"vrh_evidence": {"kind": "audio"}})
+    with pytest.raises(VRHError, match="kind 'smell' is not supported"):
+        evidence_kind({"vrh_evidence": {"kind": "smell"}})
     with pytest.raises(VRHError, match="needs a non-empty `text`"):
         text_evidence({"vrh_evidence": {"kind": "text"}})

@@ -67,7 +67,7 @@ class EvidenceKind:
 EVIDENCE_KINDS: dict[str, EvidenceKind] = {}
 # modules that register kinds (imported on first lookup, so the registry fills without import cycles)
 KIND_MODULES = ("vrh_lmms.discovery.box_evidence", "vrh_lmms.discovery.text_span", "vrh_lmms.discovery.multi_image",
-                "vrh_lmms.discovery.video_evidence")
+                "vrh_lmms.discovery.video_evidence", "vrh_lmms.discovery.audio_evidence")
 
 
 def register_evidence(kind: EvidenceKind, replace: bool = False) -> EvidenceKind:

@@ -49,6 +49,19 @@ def load_tiny(path: str | Path, model_cls=None, **kwargs):
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    if model_cls is None and _model_type(path) == "qwen2_5_omni":
+        # no Auto class maps Qwen2.5-Omni, and only its thinker has a forward and a text generate
+        from transformers import Qwen2_5OmniForConditionalGeneration
+
+        model = Qwen2_5OmniForConditionalGeneration.from_pretrained(path, dtype=torch.float32, **kwargs).thinker
+        return model.eval(), AutoProcessor.from_pretrained(path)
     cls = model_cls or AutoModelForImageTextToText
     model = cls.from_pretrained(path, dtype=torch.float32, **kwargs).eval()
     return model, AutoProcessor.from_pretrained(path)
+
+
+def _model_type(path: str | Path) -> str | None:
+    import json
+
+    config = Path(path) / "config.json"
+    return json.loads(config.read_text()).get("model_type") if config.is_file() else None
