@@ -14,6 +14,7 @@ import functools
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -323,3 +324,25 @@ class VRHMixin:
             "config": config or {"id": hs.spec if hs.heads else "baseline", "kind": hs.kind, "k": hs.k,
                                  "seed": hs.seed},
         }
+
+
+def unavailable_backend(error: Callable[[], Exception]) -> type:
+    """A stand-in for an lmms-eval backend whose module could not be imported (an optional extra is missing), so
+    the wrapper class can still be defined and registered; constructing it raises `error()`, one line naming what to
+    install."""
+    from lmms_eval.api.model import lmms
+
+    class Unavailable(lmms):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            raise error()
+
+        def loglikelihood(self, requests):  # pragma: no cover - never constructed
+            raise NotImplementedError
+
+        def generate_until(self, requests):  # pragma: no cover
+            raise NotImplementedError
+
+        def generate_until_multi_round(self, requests):  # pragma: no cover
+            raise NotImplementedError
+
+    return Unavailable

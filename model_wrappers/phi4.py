@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lmms_eval.api.model import lmms
-from vrh_lmms.model_wrappers.base import VRHMixin, user_errors_exit
+from vrh_lmms.model_wrappers.base import VRHMixin, unavailable_backend, user_errors_exit
 
 from vrh_lmms.errors import VRHError
 
@@ -26,22 +25,7 @@ try:
 except ModuleNotFoundError as exc:  # librosa (or another optional audio package) is not installed
     MISSING = exc.name or str(exc)
 
-    class _Unavailable(lmms):
-        """Stands in for the backend so the class can be named; constructing it always fails."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise missing_error()
-
-        def loglikelihood(self, requests):  # pragma: no cover - never constructed
-            raise NotImplementedError
-
-        def generate_until(self, requests):  # pragma: no cover
-            raise NotImplementedError
-
-        def generate_until_multi_round(self, requests):  # pragma: no cover
-            raise NotImplementedError
-
-    _Simple = _Chat = _Unavailable
+    _Simple = _Chat = unavailable_backend(lambda: missing_error())
 
 
 def missing_error() -> VRHError:

@@ -20,8 +20,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from lmms_eval.api.model import lmms
-from vrh_lmms.model_wrappers.base import VRHMixin, user_errors_exit
+from vrh_lmms.model_wrappers.base import VRHMixin, unavailable_backend, user_errors_exit
 from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 
 from vrh_lmms.errors import VRHError
@@ -35,20 +34,7 @@ except ModuleNotFoundError as exc:  # librosa, moviepy or qwen_omni_utils (the `
     MISSING = exc.name or str(exc)
     _omni_module = None
 
-    class _Simple(lmms):  # type: ignore[no-redef]
-        """Stands in for the backend so the class can be named; constructing it always fails."""
-
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            raise missing_error()
-
-        def loglikelihood(self, requests):  # pragma: no cover - never constructed
-            raise NotImplementedError
-
-        def generate_until(self, requests):  # pragma: no cover
-            raise NotImplementedError
-
-        def generate_until_multi_round(self, requests):  # pragma: no cover
-            raise NotImplementedError
+    _Simple = unavailable_backend(lambda: missing_error())  # type: ignore[misc]
 
 
 def missing_error() -> VRHError:

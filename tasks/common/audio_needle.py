@@ -12,15 +12,13 @@ Docs from ``VRH_AUDIO_CONFIG`` (JSON text or file: n, seed, seconds, value_max, 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from vrh_lmms.tasks.common.records import vqa_result
-from vrh_lmms.tasks.common.sources import SourceError
+from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 TASK = "vrh_synth_audio_needle"
 CONFIG_ENV = "VRH_AUDIO_CONFIG"
@@ -32,17 +30,7 @@ _INT = re.compile(r"\d+")
 
 
 def audio_config() -> dict[str, Any]:
-    raw = os.environ.get(CONFIG_ENV, "").strip()
-    data: dict[str, Any] = {}
-    if raw:
-        try:
-            data = json.loads(Path(raw).read_text() if not raw.startswith("{") else raw)
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"{CONFIG_ENV}: not JSON text or a readable JSON file ({exc})") from None
-    unknown = set(data) - set(DEFAULTS)
-    if unknown:
-        raise SourceError(f"{CONFIG_ENV}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
-    cfg = {**DEFAULTS, **data}
+    cfg = env_json_config(CONFIG_ENV, DEFAULTS)
     longest = int(cfg["value_max"]) * (BEEP_ON + BEEP_OFF)
     if not 1 <= int(cfg["value_max"]) <= 9 or float(cfg["seconds"]) < longest + 0.4:
         raise SourceError(f"{CONFIG_ENV}: need 1 <= value_max <= 9 and seconds >= {longest + 0.4:.2f} "

@@ -17,14 +17,12 @@ images take in turn (different sizes exercise the per-image layouts); object siz
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from vrh_lmms.tasks.common.records import grounding_result, vqa_result
-from vrh_lmms.tasks.common.sources import SourceError
+from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 TASK = "vrh_synth_haystack"
 CONFIG_ENV = "VRH_HAYSTACK_CONFIG"
@@ -36,17 +34,7 @@ MAX_DRAWS = 200  # haystack scenes drawn per slot before giving up
 
 
 def haystack_config() -> dict[str, Any]:
-    raw = os.environ.get(CONFIG_ENV, "").strip()
-    data: dict[str, Any] = {}
-    if raw:
-        try:
-            data = json.loads(Path(raw).read_text() if not raw.startswith("{") else raw)
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"{CONFIG_ENV}: not JSON text or a readable JSON file ({exc})") from None
-    unknown = set(data) - set(DEFAULTS)
-    if unknown:
-        raise SourceError(f"{CONFIG_ENV}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
-    cfg = {**DEFAULTS, **data}
+    cfg = env_json_config(CONFIG_ENV, DEFAULTS)
     if cfg["mode"] not in MODES:
         raise SourceError(f"{CONFIG_ENV}: mode {cfg['mode']!r} is not one of {', '.join(MODES)}")
     if int(cfg["n"]) < 1 or int(cfg["n_images"]) < 2:

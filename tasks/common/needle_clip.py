@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 from vrh_lmms.tasks.common.records import vqa_result
-from vrh_lmms.tasks.common.sources import SourceError
+from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 from vrh_lmms.errors import VRHError
 
@@ -32,17 +32,7 @@ DEFAULTS = {"n": 50, "seed": 0, "scenes": 6, "frames_per_scene": 4, "fps": 4, "s
 
 
 def clip_config() -> dict[str, Any]:
-    raw = os.environ.get(CONFIG_ENV, "").strip()
-    data: dict[str, Any] = {}
-    if raw:
-        try:
-            data = json.loads(Path(raw).read_text() if not raw.startswith("{") else raw)
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"{CONFIG_ENV}: not JSON text or a readable JSON file ({exc})") from None
-    unknown = set(data) - set(DEFAULTS)
-    if unknown:
-        raise SourceError(f"{CONFIG_ENV}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
-    cfg = {**DEFAULTS, **data}
+    cfg = env_json_config(CONFIG_ENV, DEFAULTS)
     from vrh_lmms.synth.scenes import SHAPES, SceneConfig
 
     known = {f for f in SceneConfig.__dataclass_fields__} - {"image_size"}

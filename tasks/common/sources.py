@@ -247,3 +247,23 @@ def existing_dir(path: str | Path | None, origin: str) -> Path:
     if not p.is_dir():
         raise SourceError(f"{origin}: {p} is not a folder")
     return p
+
+
+def env_json_config(env: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """A synthetic task's settings: `defaults` overridden by the JSON text or JSON file named in the environment
+    variable `env` (unset or empty: the defaults). An unreadable value or an unknown key is one SourceError line."""
+    import json
+
+    raw = os.environ.get(env, "").strip()
+    data: dict[str, Any] = {}
+    if raw:
+        try:
+            data = json.loads(Path(raw).read_text() if not raw.startswith("{") else raw)
+        except (OSError, ValueError) as exc:
+            raise SourceError(f"{env}: not JSON text or a readable JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise SourceError(f"{env}: expected a JSON object of settings, got {type(data).__name__}")
+    unknown = set(data) - set(defaults)
+    if unknown:
+        raise SourceError(f"{env}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(defaults)}")
+    return {**defaults, **data}

@@ -14,15 +14,12 @@ Scored by exact match of the value: the reply's words, a restated key dropped, m
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from vrh_lmms.tasks.common.records import vqa_result
-from vrh_lmms.tasks.common.sources import SourceError
+from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 TASK = "vrh_synth_text_needle"
 CONFIG_ENV = "VRH_NEEDLE_CONFIG"
@@ -33,17 +30,7 @@ SHAPES = ("circle", "square", "triangle", "cross", "diamond")
 
 
 def needle_config() -> dict[str, Any]:
-    raw = os.environ.get(CONFIG_ENV, "").strip()
-    data: dict[str, Any] = {}
-    if raw:
-        try:
-            data = json.loads(Path(raw).read_text() if not raw.startswith("{") else raw)
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"{CONFIG_ENV}: not JSON text or a readable JSON file ({exc})") from None
-    unknown = set(data) - set(DEFAULTS)
-    if unknown:
-        raise SourceError(f"{CONFIG_ENV}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
-    cfg = {**DEFAULTS, **data}
+    cfg = env_json_config(CONFIG_ENV, DEFAULTS)
     if cfg["format"] not in FORMATS:
         raise SourceError(f"{CONFIG_ENV}: format {cfg['format']!r} is not one of {', '.join(FORMATS)}")
     return cfg
