@@ -10,7 +10,7 @@ DATA_VARIABLES = ("VRH_SYNTH_CONFIG", "VRH_NEEDLE_CONFIG", "VRH_REFCOCO_ROOT", "
                   "VRH_MMNIAH_DIR", "VRH_MMNIAH_SPLIT", "VRH_MMNIAH_IMAGES", "VRH_MMNIAH_LIMIT", "VRH_MMNIAH_DOCS",
                   "VRH_MMNIAH_MAX_CONTEXT", "VRH_VHS_DIR", "VRH_VHS_IMAGES", "VRH_VHS_SUBSET", "VRH_VHS_SIZE",
                   "VRH_VHS_SEED", "VRH_VHS_LIMIT", "VRH_HAYSTACK_CONFIG",
-                  "VRH_CLIP_CONFIG", "VRH_AUDIO_CONFIG")
+                  "VRH_CLIP_CONFIG", "VRH_AUDIO_CONFIG", "VRH_FACT_CONFIG")
 
 
 def data_env(skip: tuple[str, ...] = ()) -> dict[str, str]:

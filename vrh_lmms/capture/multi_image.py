@@ -27,6 +27,9 @@ from vrh_lmms.errors import VRHError
 SPAN_MARKERS: dict[str, tuple[str, str]] = {"qwen2_5_vl": ("<|vision_start|>", "<|vision_end|>"),
                                             "qwen3_vl": ("<|vision_start|>", "<|vision_end|>"),
                                             "internvl": ("<img>", "</img>")}
+# families whose processor writes other markers than their layout's (Qwen2.5-Omni: Qwen2.5-VL's image layout inside
+# `<|vision_bos|>` ... `<|vision_eos|>`)
+FAMILY_MARKERS: dict[str, tuple[str, str]] = {"qwen2_5_omni": ("<|vision_bos|>", "<|vision_eos|>")}
 # layouts whose extras carry one row per image (the processor output's `image_grid_thw`)
 PER_IMAGE_ROWS = {"qwen2_5_vl": "image_grid_thw", "qwen3_vl": "image_grid_thw"}
 
@@ -53,7 +56,7 @@ def multi_image_layout(family: str) -> str:
 def marker_ids(family: str, tokenizer: Any) -> tuple[int, int]:
     """Token ids of the family's start / end markers in this tokenizer."""
     out = []
-    for token in SPAN_MARKERS[multi_image_layout(family)]:
+    for token in FAMILY_MARKERS.get(family) or SPAN_MARKERS[multi_image_layout(family)]:
         tid = tokenizer.convert_tokens_to_ids(token)
         if not isinstance(tid, int) or tid == getattr(tokenizer, "unk_token_id", None):
             raise VRHError(f"{type(tokenizer).__name__} has no {token} token, which delimits {family} images")
