@@ -213,3 +213,7 @@ def test_audio_heads_ablated_on_the_text_task_are_cross_ablation_rows(models, di
     rows = [line for line in text.splitlines() if line.startswith("|") and task in line]
     labels = {cell.strip() for line in rows for cell in line.split("|")}
     assert "top1@task:vrh_synth_fact_audio" in labels and "top1" in labels
+    # the transfer table: the text task's own top1 beside the audio task's top1, ablated on the text task
+    transfer = text.split("## Cross-model transfer of heads", 1)[1].split("\n## ", 1)[0]
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in transfer.splitlines() if task in line]
+    assert [c[2:4] for c in cells] == [["top1", "task:vrh_synth_fact_audio"]]

@@ -23,7 +23,7 @@ VQA = ["vrh_vaw", "vrh_spatialrgpt", "vrh_cv_bench", "vrh_cv_bench_2d", "vrh_cv_
        "vrh_synth_audio_needle"] + [
     f"vrh_spatial457_{lvl}" for lvl in ("l1_single", "l2_objects", "l3_2d_spatial", "l4_occ", "l4_pose",
                                         "l5_6d_spatial", "l5_collision")]
-VQA += ["vrh_synth_needle_clip"]
+VQA += ["vrh_synth_needle_clip", "vrh_synth_fact_text", "vrh_synth_fact_image", "vrh_synth_fact_audio"]
 GROUPS = ["vrh_refcoco", "vrh_refcoco_plus", "vrh_refcocog", "vrh_refspatial", "vrh_grounding", "vrh_spatial457",
           "vrh_vqa", "vrh_vqa_paper"]
 VQA += ["vrh_vqa_paper_vaw_mc", "vrh_vqa_paper_spatial457_l1_single", "vrh_vqa_paper_spatialrgpt_object_size",
