@@ -21,15 +21,13 @@ Scored by exact match of the first integer in the reply; VQA records (`question_
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from vrh_lmms.tasks.common import audio_needle as audio
 from vrh_lmms.tasks.common.records import vqa_result
-from vrh_lmms.tasks.common.sources import SourceError
+from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 CONFIG_ENV = "VRH_FACT_CONFIG"
 MODALITIES = ("text", "image", "audio")
@@ -43,17 +41,7 @@ _FACT, _STREAM = 29, {"text": 1, "image": 2, "audio": 3}
 
 
 def fact_config() -> dict[str, Any]:
-    raw = os.environ.get(CONFIG_ENV, "").strip()
-    data: dict[str, Any] = {}
-    if raw:
-        try:
-            data = json.loads(Path(raw).read_text() if not raw.startswith("{") else raw)
-        except (OSError, ValueError) as exc:
-            raise SourceError(f"{CONFIG_ENV}: not JSON text or a readable JSON file ({exc})") from None
-    unknown = set(data) - set(DEFAULTS)
-    if unknown:
-        raise SourceError(f"{CONFIG_ENV}: unknown key(s) {', '.join(sorted(unknown))}; known: {', '.join(DEFAULTS)}")
-    cfg = {**DEFAULTS, **data}
+    cfg = env_json_config(CONFIG_ENV, DEFAULTS)
     longest = int(cfg["value_max"]) * (audio.BEEP_ON + audio.BEEP_OFF)
     if not 1 <= int(cfg["value_max"]) <= 9 or float(cfg["seconds"]) < longest + 0.4:
         raise SourceError(f"{CONFIG_ENV}: need 1 <= value_max <= 9 and seconds >= {longest + 0.4:.2f} "
