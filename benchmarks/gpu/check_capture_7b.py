@@ -10,13 +10,14 @@ exits 1 when the check fails.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from bench_capture import SHAPE_7B, make_inputs, make_plan
+from bench_capture import SHAPE_7B, make_inputs, make_plans
 
 
 def main() -> int:
@@ -41,7 +42,7 @@ def main() -> int:
         model = Qwen2_5_VLForConditionalGeneration._from_config(config, attn_implementation="sdpa",
                                                                 dtype=torch.float32).eval()
     batch = make_inputs(processor, args.side, args.device)
-    plan = make_plan(model, processor, batch, 20, args.side)
+    plan = dataclasses.replace(make_plans(model, processor, batch, 20, args.side)["grid"], argmax=True)
     with torch.no_grad():
         plain = model(**batch, use_cache=False).logits
         with capture_attention(model, plan) as handle:
