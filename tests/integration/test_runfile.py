@@ -42,7 +42,9 @@ def test_flags_beside_config_override_it_and_env_fills_only_what_is_unset(tmp_pa
                                                                  "random-seeds": 3, "output": "o"},
                                     "env": {"VRH_REFCOCO_ROOT": "/from/file", "VRH_CACHE_DIR": "/from/file"}}))
     monkeypatch.setenv("VRH_CACHE_DIR", "/mine")
-    monkeypatch.delenv("VRH_REFCOCO_ROOT", raising=False)
+    # set first, so that teardown removes what expand() writes into os.environ (it must not leak into later tests)
+    monkeypatch.setenv("VRH_REFCOCO_ROOT", "unset at teardown")
+    monkeypatch.delenv("VRH_REFCOCO_ROOT")
     argv = expand(["sweep", "--config", str(path), "--k", "9"], parser)
     args = parser.parse_args(argv[1:])
     assert (args.k, args.random_seeds, args.output) == ("9", 3, "o")
