@@ -38,29 +38,36 @@ def audio_config() -> dict[str, Any]:
     return cfg
 
 
-def make_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Doc i: the clip's plan (needle and hums, in seconds), the answer and the needle's seconds as evidence."""
-    rng = np.random.default_rng([int(cfg["seed"]), i])
-    seconds = float(cfg["seconds"])
-    value = int(rng.integers(1, int(cfg["value_max"]) + 1))
+def clip_plan(rng: np.random.Generator, seconds: float, value: int, distractors: int,
+              noise_seed: list[int]) -> dict[str, Any]:
+    """A clip's plan: `value` beeps at a random time (0.2 s clear of either end) and up to `distractors` low hums
+    that never overlap the beeps or each other (rejection sampling, drawn from `rng` in this order)."""
     length = value * (BEEP_ON + BEEP_OFF) - BEEP_OFF
     t0 = round(float(rng.uniform(0.2, seconds - length - 0.2)), 3)
     needle = (t0, round(t0 + length, 3))
-    hums = []
-    for _ in range(200):  # rejection sampling: hums never overlap the needle or each other
-        if len(hums) == int(cfg["distractors"]):
+    hums: list[tuple[float, float, float]] = []
+    for _ in range(200):
+        if len(hums) == distractors:
             break
         dur = float(rng.uniform(0.3, 0.8))
         start = float(rng.uniform(0.0, seconds - dur))
         span = (round(start, 3), round(start + dur, 3))
         if all(span[1] <= a or span[0] >= b for a, b in [needle] + [(h[0], h[1]) for h in hums]):
             hums.append((*span, round(float(rng.uniform(150, 350)), 1)))
-    plan = {"seconds": seconds, "needle": list(needle), "beeps": value, "hums": [list(h) for h in hums],
-            "noise_seed": [int(cfg["seed"]), i]}
+    return {"seconds": seconds, "needle": list(needle), "beeps": value, "hums": [list(h) for h in hums],
+            "noise_seed": noise_seed}
+
+
+def make_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """Doc i: the clip's plan (needle and hums, in seconds), the answer and the needle's seconds as evidence."""
+    rng = np.random.default_rng([int(cfg["seed"]), i])
+    seconds = float(cfg["seconds"])
+    value = int(rng.integers(1, int(cfg["value_max"]) + 1))
+    plan = clip_plan(rng, seconds, value, int(cfg["distractors"]), [int(cfg["seed"]), i])
     samples = int(round(seconds * SAMPLING_RATE))
     key = f"audio_needle_{cfg['seed']}_{i}"
     return {"vrh_prompt": QUESTION, "vrh_target": str(value), "vrh_audio_plan": json.dumps(plan),
-            "vrh_evidence": {"kind": "audio", "seconds": list(needle), "samples": samples, "query": QUESTION},
+            "vrh_evidence": {"kind": "audio", "seconds": plan["needle"], "samples": samples, "query": QUESTION},
             "image_id": key, "question_id": key}
 
 

@@ -133,25 +133,12 @@ def audio_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The fact as n high beeps among low hums (the audio needle's plan and renderer); evidence the beeps' run."""
     f = fact(i, cfg)
     rng = np.random.default_rng([int(cfg["seed"]), i, _FACT, _STREAM["audio"]])
-    seconds, value = float(cfg["seconds"]), int(f["count"])
-    length = value * (audio.BEEP_ON + audio.BEEP_OFF) - audio.BEEP_OFF
-    t0 = round(float(rng.uniform(0.2, seconds - length - 0.2)), 3)
-    needle = (t0, round(t0 + length, 3))
-    hums: list[tuple[float, float, float]] = []
-    for _ in range(200):  # rejection sampling: hums never overlap the beeps or each other
-        if len(hums) == int(cfg["distractors"]):
-            break
-        dur = float(rng.uniform(0.3, 0.8))
-        start = float(rng.uniform(0.0, seconds - dur))
-        span = (round(start, 3), round(start + dur, 3))
-        if all(span[1] <= a or span[0] >= b for a, b in [needle] + [(h[0], h[1]) for h in hums]):
-            hums.append((*span, round(float(rng.uniform(150, 350)), 1)))
-    plan = {"seconds": seconds, "needle": list(needle), "beeps": value, "hums": [list(h) for h in hums],
-            "noise_seed": [int(cfg["seed"]), i, _FACT]}
+    seconds = float(cfg["seconds"])
+    plan = audio.clip_plan(rng, seconds, int(f["count"]), int(cfg["distractors"]), [int(cfg["seed"]), i, _FACT])
     samples = int(round(seconds * audio.SAMPLING_RATE))
     return _base(i, cfg, "audio", f) | {
         "vrh_prompt": audio.QUESTION, "vrh_audio_plan": json.dumps(plan),
-        "vrh_evidence": {"kind": "audio", "seconds": list(needle), "samples": samples, "query": audio.QUESTION}}
+        "vrh_evidence": {"kind": "audio", "seconds": plan["needle"], "samples": samples, "query": audio.QUESTION}}
 
 
 MAKERS = {"text": text_doc, "image": image_doc, "audio": audio_doc}
