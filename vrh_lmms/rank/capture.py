@@ -4,8 +4,9 @@ Inputs are built the way the chat `qwen2_5_vl` backend builds them (vrh_lmms.dem
 template, qwen_vl_utils' image loading, the processor) with N images in one user turn, the query text before them
 under `image_position=after_prompt` and after them otherwise. The query row is the last prompt token (the row that
 emits the first answer token, after every image in either order); the capture is vrh_lmms.capture.attention with
-one key set per candidate (its image-pad tokens, vrh_lmms.rank.spans), so a head's mass on a candidate is the
-attention probability that row puts on the candidate's tokens.
+one key set per candidate (its image-pad tokens, split per image by vrh_lmms.capture.multi_image, the same split
+several-image discovery uses), so a head's mass on a candidate is the attention probability that row puts on the
+candidate's tokens.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import numpy as np
 import torch
 
 from vrh_lmms.errors import VRHError
-from vrh_lmms.rank.spans import candidate_spans, special_ids
 
 QUERY_ROW = "last prompt token"
+FAMILY = "qwen2_5_vl"  # the ranker's prompts: Qwen2.5-VL's multi-image layout (vrh_qwen25)
 
 
 def messages(text: str, images: Sequence[Any], text_first: bool) -> list[dict]:
@@ -41,7 +42,11 @@ def multi_image_inputs(processor, text: str, images: Sequence[Any], text_first: 
 
 def checked_spans(processor, inputs) -> list[np.ndarray]:
     """Candidate spans, checked against the processor's own count of each image's tokens (image_grid_thw)."""
-    spans = candidate_spans(inputs["input_ids"][0].tolist(), *special_ids(processor))
+    from vrh_lmms.capture.extras import layout_extras
+    from vrh_lmms.capture.multi_image import image_spans
+
+    token = layout_extras(FAMILY, processor, inputs, 0)["image_token_id"]
+    spans = [s.placeholders.numpy() for s in image_spans(FAMILY, inputs["input_ids"][0], processor.tokenizer, token)]
     grid = inputs.get("image_grid_thw")
     merge = getattr(processor.image_processor, "merge_size", 2)
     if grid is not None:
