@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from vrh_lmms.discovery.targets import doc_image_id
 from vrh_lmms.errors import VRHError
 
 KIND_AUDIO = "audio"
@@ -44,8 +45,8 @@ def audio_target(doc: Mapping[str, Any], where: str = "doc") -> AudioTarget:
     samples = ev.get("samples")
     if samples is not None and (not isinstance(samples, int) or samples <= 0):
         raise VRHError(f"{where}: vrh_evidence `samples` must be a positive sample count, got {samples!r}")
-    image_id = str(doc.get("vrh_image_id", doc.get("question_id", doc.get("id", ""))))
-    return AudioTarget((float(seconds[0]), float(seconds[1])), index, samples, str(ev.get("query") or ""), image_id)
+    return AudioTarget((float(seconds[0]), float(seconds[1])), index, samples, str(ev.get("query") or ""),
+                       doc_image_id(doc))
 
 
 def audio_token_id(processor: Any) -> int:

@@ -57,7 +57,7 @@ def _sizes(doc: Mapping[str, Any], where: str, required: bool) -> tuple[tuple[in
 
 def image_target(doc: Mapping[str, Any], where: str) -> ImageTarget:
     """Read and check a doc's `image` / `image_box` evidence (one line naming the bad field)."""
-    from vrh_lmms.discovery.targets import _expression
+    from vrh_lmms.discovery.targets import _expression, doc_image_id
 
     ev = doc["vrh_evidence"]
     kind = ev["kind"]
@@ -80,9 +80,8 @@ def image_target(doc: Mapping[str, Any], where: str) -> ImageTarget:
                 or box[0] >= w or box[1] >= h:
             raise VRHError(f"{where}: vrh_evidence box must be [x1, y1, x2, y2] inside image {index} ({w}x{h}), "
                            f"got {raw!r}")
-    image_id = str(doc.get("vrh_image_id", doc.get("image_id", doc.get("question_id", ""))))
     expression = str(ev.get("query") or _expression(dict(doc)))
-    return ImageTarget(kind, index, sizes, box, expression, image_id)
+    return ImageTarget(kind, index, sizes, box, expression, doc_image_id(doc))
 
 
 def image_keys(target: ImageTarget, ctx: KeyContext) -> EvidenceKeys:

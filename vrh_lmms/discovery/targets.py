@@ -4,6 +4,7 @@ referring expression and an image id. Our tasks' docs carry these under `vrh_*` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,12 @@ def _expression(doc: dict[str, Any]) -> str:
     return ""
 
 
+def doc_image_id(doc: Mapping[str, Any]) -> str:
+    """The id that clusters a doc's statistics (docs sharing an image or clip share it): `vrh_image_id`, else
+    `image_id`, else `question_id`; every evidence kind records it."""
+    return str(doc.get("vrh_image_id", doc.get("image_id", doc.get("question_id", ""))))
+
+
 def target_from_doc(doc: dict[str, Any], where: str = "doc") -> Target:
     size = _image_size(doc)
     if size is None:
@@ -57,5 +64,4 @@ def target_from_doc(doc: dict[str, Any], where: str = "doc") -> Target:
     else:
         raise VRHError(f"{where}: no ground-truth box (expected vrh_gt_box [x1,y1,x2,y2], a COCO bbox, or "
                        f"left/top/right/bottom); discovery needs a grounding task")
-    image_id = str(doc.get("vrh_image_id", doc.get("image_id", doc.get("question_id", ""))))
-    return Target((x1, y1, x2, y2), size, _expression(doc), image_id)
+    return Target((x1, y1, x2, y2), size, _expression(doc), doc_image_id(doc))

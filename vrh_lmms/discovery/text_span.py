@@ -103,11 +103,10 @@ class TextTarget:
 
 
 def text_target(doc: Mapping[str, Any], where: str) -> TextTarget:
-    from vrh_lmms.discovery.targets import _image_size
+    from vrh_lmms.discovery.targets import _image_size, doc_image_id
 
     evidence = text_evidence(doc, where)
-    image_id = str(doc.get("vrh_image_id", doc.get("image_id", doc.get("question_id", ""))))
-    return TextTarget(evidence, evidence.query, image_id, _image_size(dict(doc)))
+    return TextTarget(evidence, evidence.query, doc_image_id(doc), _image_size(dict(doc)))
 
 
 def with_query_replaced(evidence: TextEvidence, replacement: str) -> TextEvidence:

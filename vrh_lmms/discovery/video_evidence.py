@@ -18,6 +18,7 @@ import torch
 
 from vrh_lmms.capture.video import fed_frames, probe, video_layouts
 from vrh_lmms.discovery.evidence import EvidenceKeys, EvidenceKind, KeyContext, register_evidence
+from vrh_lmms.discovery.targets import doc_image_id
 from vrh_lmms.errors import VRHError
 
 KIND_VIDEO = "video"
@@ -55,8 +56,8 @@ def video_target(doc: Mapping[str, Any], where: str) -> VideoTarget:
     index = ev.get("index", 0)
     if not isinstance(index, int) or not 0 <= index < len(videos):
         raise VRHError(f"{where}: vrh_evidence index {index!r} is not one of the doc's {len(videos)} videos")
-    image_id = str(doc.get("vrh_image_id", doc.get("image_id", doc.get("question_id", ""))))
-    return VideoTarget(videos, index, (float(seconds[0]), float(seconds[1])), str(ev.get("query") or ""), image_id)
+    return VideoTarget(videos, index, (float(seconds[0]), float(seconds[1])), str(ev.get("query") or ""),
+                       doc_image_id(doc))
 
 
 def video_keys(target: VideoTarget, ctx: KeyContext) -> EvidenceKeys:
