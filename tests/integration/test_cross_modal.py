@@ -14,9 +14,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.cross_modal import DEFAULTS, make_doc
 
-from vrh_lmms.backbone import locate_decoder
 from vrh_lmms.discovery import collector as collector_mod
 from vrh_lmms.discovery.controls import IMAGE_MASS
 from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
@@ -91,21 +91,6 @@ def discovered(models, tmp_path_factory):
     return get
 
 
-def eager_attentions(model, batch) -> torch.Tensor:
-    """(batch, layers, heads, T, T) from eager `output_attentions=True`, text stack only (Omni: its thinker)."""
-    dec = locate_decoder(model)
-    target = getattr(model, "thinker", model)
-    previous = dec.text_config._attn_implementation
-    target.set_attn_implementation({"text_config": "eager"})
-    try:
-        with torch.no_grad():
-            out = target(**batch, output_attentions=True)
-    finally:
-        target.set_attn_implementation({"text_config": previous})
-    assert len(out.attentions) == dec.geometry.layers
-    return torch.stack(out.attentions, dim=1)
-
-
 def text_positions(lm, ids: torch.Tensor, needle: str) -> list[int]:
     """The needle's own token run in the fed ids (it must occur exactly once)."""
     want = lm.tokenizer(needle, add_special_tokens=False)["input_ids"]
@@ -168,10 +153,9 @@ def test_evidence_mass_equals_eager_attention(models, discovered, family, modali
         prompt_len, n = part.meta["prompt_len"], part.meta["n_answer"]
         assert n >= 1 and evidence[-1] < prompt_len
         attn = eager_attentions(lm.model, batch)[0].double()
-        rows = list(range(prompt_len - 1, prompt_len - 1 + n))
-        expect = attn[:, :, rows][..., evidence].sum(-1).mean(-1).numpy()
+        expect = answer_rows_mass(attn, prompt_len, n, evidence)
         np.testing.assert_allclose(part.stats["out_sum"], expect, atol=2e-5)
-        np.testing.assert_allclose(part.stats[IMAGE_MASS], attn[:, :, rows][..., media].sum(-1).mean(-1).numpy(),
+        np.testing.assert_allclose(part.stats[IMAGE_MASS], answer_rows_mass(attn, prompt_len, n, media),
                                    atol=2e-5)
         masses.append(expect)
     np.testing.assert_allclose(hf.scores, np.mean(masses, axis=0), atol=2e-5)

@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.audio_needle import audio_config, make_doc, read_count, render
 
-from vrh_lmms.backbone import locate_decoder
 from vrh_lmms.discovery import collector as collector_mod
 from vrh_lmms.discovery.audio_evidence import audio_target
 from vrh_lmms.discovery.controls import IMAGE_MASS
@@ -60,20 +60,6 @@ def discovered(lm, tmp_path_factory):
     return out, inputs
 
 
-def eager_attentions(model, batch) -> torch.Tensor:
-    """(batch, layers, heads, T, T) from the thinker's eager `output_attentions=True`, text stack only."""
-    dec = locate_decoder(model)
-    previous = dec.text_config._attn_implementation
-    model.thinker.set_attn_implementation({"text_config": "eager"})
-    try:
-        with torch.no_grad():
-            out = model.thinker(**batch, output_attentions=True)
-    finally:
-        model.thinker.set_attn_implementation({"text_config": previous})
-    assert len(out.attentions) == dec.geometry.layers
-    return torch.stack(out.attentions, dim=1)
-
-
 def test_audio_mass_equals_eager_attention(lm, discovered):
     out, inputs = discovered
     hf = load_heads_file(out)
@@ -99,10 +85,9 @@ def test_audio_mass_equals_eager_attention(lm, discovered):
         prompt_len, n = part.meta["prompt_len"], part.meta["n_answer"]
         assert n >= 1 and span[-1] < prompt_len
         attn = eager_attentions(lm.model, batch)[0].double()
-        rows = list(range(prompt_len - 1, prompt_len - 1 + n))
-        expect = attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
+        expect = answer_rows_mass(attn, prompt_len, n, span)
         np.testing.assert_allclose(part.stats["out_sum"], expect, atol=2e-5)
-        media = attn[:, :, rows][..., run.tolist()].sum(-1).mean(-1).numpy()
+        media = answer_rows_mass(attn, prompt_len, n, run.tolist())
         np.testing.assert_allclose(part.stats[IMAGE_MASS], media, atol=2e-5)  # media = every audio token
         masses.append(expect)
     np.testing.assert_allclose(hf.scores, np.mean(masses, axis=0), atol=2e-5)

@@ -81,7 +81,7 @@ def test_text_span_discovery_equals_eager_on_family(model_id, family, extra, tin
     """Text-span evidence on every family's own backend, chat template and tokenizer: the needle task (text only)
     runs through discovery, and each doc's captured attention of the answer rows on the needle's tokens equals eager
     attention on the inputs discovery forwarded."""
-    from oracles.intervention_refs import eager_attentions
+    from oracles.intervention_refs import answer_rows_mass, eager_attentions
     from vrh_lmms.tasks.common.text_needle import make_doc, needle_config
 
     from vrh_lmms import lmms
@@ -127,6 +127,5 @@ def test_text_span_discovery_equals_eager_on_family(model_id, family, extra, tin
         assert part.meta["n_box_tokens"] == len(span) and n >= 1
         assert (part.meta["n_image_tokens"] > 0) == bool(config["image"])
         attn = eager_attentions(lm.model, batch)[0].double()
-        rows = list(range(prompt_len - 1, prompt_len - 1 + n))
-        expect = attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
+        expect = answer_rows_mass(attn, prompt_len, n, span)
         np.testing.assert_allclose(part.stats["out_sum"], expect, atol=2e-5)

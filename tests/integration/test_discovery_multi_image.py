@@ -14,7 +14,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from oracles.intervention_refs import eager_attentions
+from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.haystack import doc_to_visual, make_doc
 
 from vrh_lmms.discovery import collector as collector_mod
@@ -165,10 +165,9 @@ def test_evidence_mass_equals_eager_attention(lm, mode, tmp_path):
         prompt_len, n = part.meta["prompt_len"], part.meta["n_answer"]
         assert n >= 1
         attn = eager_attentions(model.model, batch)[0].double()
-        rows = list(range(prompt_len - 1, prompt_len - 1 + n))
-        expect = attn[:, :, rows][..., evidence].sum(-1).mean(-1).numpy()
+        expect = answer_rows_mass(attn, prompt_len, n, evidence)
         np.testing.assert_allclose(part.stats["out_sum"], expect, atol=2e-5)
-        np.testing.assert_allclose(part.stats[IMAGE_MASS], attn[:, :, rows][..., media].sum(-1).mean(-1).numpy(),
+        np.testing.assert_allclose(part.stats[IMAGE_MASS], answer_rows_mass(attn, prompt_len, n, media),
                                    atol=2e-5)
         masses.append(expect)
     np.testing.assert_allclose(hf.scores, np.mean(masses, axis=0), atol=2e-5)

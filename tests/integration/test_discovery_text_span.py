@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from oracles.intervention_refs import eager_attentions
+from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.text_needle import make_doc, needle_config, read_value
 
 from vrh_lmms.discovery import collector as collector_mod
@@ -82,9 +82,7 @@ def _needle_span(lm, ids: torch.Tensor, needle: str) -> list[int]:
 def _eager_mass(lm, batch, part, span: list[int]) -> np.ndarray:
     prompt_len, n = batch["input_ids"].shape[1] - part.meta["n_answer"], part.meta["n_answer"]
     assert n >= 1 and span[-1] < prompt_len
-    attn = eager_attentions(lm.model, batch)[0].double()
-    rows = list(range(prompt_len - 1, prompt_len - 1 + n))
-    return attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
+    return answer_rows_mass(eager_attentions(lm.model, batch)[0].double(), prompt_len, n, span)
 
 
 def test_needle_mass_equals_eager_attention(lm, discovered):

@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from oracles.intervention_refs import eager_attentions
+from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.needle_clip import clip_config, clip_frames, make_doc
 
 from vrh_lmms.discovery import collector as collector_mod
@@ -160,8 +160,7 @@ def check_masses(lm, out, inputs, videos, prefix: str = ""):
         prompt_len = batch["input_ids"].shape[1] - n
         assert n >= 1
         attn = eager_attentions(lm.model, batch)[0].double()
-        rows = list(range(prompt_len - 1, prompt_len - 1 + n))
-        expect = attn[:, :, rows][..., span].sum(-1).mean(-1).numpy()
+        expect = answer_rows_mass(attn, prompt_len, n, span)
         np.testing.assert_allclose(part.stats[prefix + "out_sum"], expect, atol=2e-5)
         masses.append(expect)
     return hf, np.array(masses)

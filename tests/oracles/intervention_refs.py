@@ -5,21 +5,24 @@ from __future__ import annotations
 
 import contextlib
 
+import numpy as np
 import torch
 
 from vrh_lmms.backbone import locate_decoder
 
 
 def eager_attentions(model, batch) -> torch.Tensor:
-    """(batch, layers, heads, T, T) from eager `output_attentions=True`, text stack only, in the model's dtype."""
+    """(batch, layers, heads, T, T) from eager `output_attentions=True`, text stack only, in the model's dtype
+    (Qwen2.5-Omni: its thinker, the part that reads the prompt)."""
     dec = locate_decoder(model)
+    target = getattr(model, "thinker", model)
     previous = dec.text_config._attn_implementation
-    model.set_attn_implementation({"text_config": "eager"})
+    target.set_attn_implementation({"text_config": "eager"})
     try:
         with torch.no_grad():
-            out = model(**batch, output_attentions=True)
+            out = target(**batch, output_attentions=True)
     finally:
-        model.set_attn_implementation({"text_config": previous})
+        target.set_attn_implementation({"text_config": previous})
     assert len(out.attentions) == dec.geometry.layers
     return torch.stack(out.attentions, dim=1)
 
@@ -53,3 +56,11 @@ def layer_tensors(model, layer: int):
 
 def head_slice(o_in: torch.Tensor, head: int, head_dim: int) -> torch.Tensor:
     return o_in[..., head * head_dim:(head + 1) * head_dim]
+
+
+def answer_rows_mass(attn: torch.Tensor, prompt_len: int, n_answer: int, keys) -> np.ndarray:
+    """(layers, heads): the eager attention (`attn`: one doc's (layers, heads, T, T)) of the rows that predict the
+    answer's n tokens (prompt_len - 1 onward) summed over the key positions `keys`, averaged over those rows: what
+    discovery's `out` rows put on a key set, computed by hand."""
+    rows = list(range(prompt_len - 1, prompt_len - 1 + n_answer))
+    return attn[:, :, rows][..., list(keys)].sum(-1).mean(-1).numpy()
