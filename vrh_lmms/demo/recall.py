@@ -57,18 +57,6 @@ def needle_discovery(lm, model_args: str, output: Path) -> Path:
                                                 gen_kwargs=NEEDLE_GEN), lm=lm))
 
 
-def needle_sweep(lm, model_args: str, settings: DemoSettings, heads: Path, configs, output: Path,
-                 progress: bool) -> None:
-    from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
-
-    pack = choose_pack(None, lm, len(configs), settings.batch_size)
-    lm.batch_size_per_gpu = settings.batch_size
-    with scoped_env(VRH_NEEDLE_CONFIG=json.dumps(NEEDLE_EVAL)):
-        run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[NEEDLE_TASK], heads_file=str(heads),
-                            configurations=configs, batch_size=settings.batch_size, gen_kwargs=NEEDLE_GEN, pack=pack),
-                  output, lm=lm, progress=progress)
-
-
 def run_recall(lm, model_args: str, grounding_heads: Path, spec, settings: DemoSettings, k: int, out: Path, say,
                progress: bool) -> list[Path]:
     """Both discoveries, the overlap and the cross-ablation sweeps; returns the sweep folders for the report."""
@@ -89,10 +77,9 @@ def run_recall(lm, model_args: str, grounding_heads: Path, spec, settings: DemoS
     top_only = [c for c in plan_configurations([k], 0, False, ["zero"]) if c.kind != "baseline"]
     for name, (task, head_set) in SWEEPS.items():
         configs = own if name == "sweep_needle" else top_only
-        if task == "needle":
-            needle_sweep(lm, model_args, settings, heads[head_set], configs, folder / name, progress)
-        else:
-            sweep_heads(lm, model_args, spec, settings, heads[head_set], configs, folder / name, progress)
+        needle = {"task": NEEDLE_TASK, "data": {"VRH_NEEDLE_CONFIG": json.dumps(NEEDLE_EVAL)},
+                  "gen_kwargs": NEEDLE_GEN} if task == "needle" else {}
+        sweep_heads(lm, model_args, spec, settings, heads[head_set], configs, folder / name, progress, **needle)
     return [folder / name for name in SWEEPS]
 
 

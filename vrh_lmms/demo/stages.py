@@ -87,14 +87,16 @@ def discover_heads(lm, model_args: str, spec, settings: DemoSettings, output: Pa
 
 
 def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, configs, output: Path,
-                progress: bool) -> None:
-    """A packed sweep of `configs` (heads from `heads`) on the demo's evaluation scenes."""
+                progress: bool, task: str = TASK, data: dict[str, str] | None = None,
+                gen_kwargs: str | None = None) -> None:
+    """A packed sweep of `configs` (heads from `heads`) on `task`: by default the demo's evaluation scenes; `data`:
+    the task's data-choosing environment instead (e.g. VRH_NEEDLE_CONFIG), `gen_kwargs` its generation settings."""
     from vrh_lmms.sweep.run import SweepSpec, choose_pack, run_sweep
 
-    gen = f"max_new_tokens={settings.max_new_tokens}"
+    gen = gen_kwargs or f"max_new_tokens={settings.max_new_tokens}"
     pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
     lm.batch_size_per_gpu = settings.batch_size
-    with scoped_env(VRH_SYNTH_CONFIG=synth_config(spec, settings.n_eval, EVAL_START)):
-        run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=str(heads),
+    with scoped_env(**(data or {"VRH_SYNTH_CONFIG": synth_config(spec, settings.n_eval, EVAL_START)})):
+        run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[task], heads_file=str(heads),
                             configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
                   output, lm=lm, progress=progress)
