@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from vrh_lmms.discovery.text_span import TextEvidence, evidence_kind, span_positions, text_evidence
+from vrh_lmms.discovery.evidence import evidence_kind
+from vrh_lmms.discovery.text_span import TextEvidence, span_positions, text_evidence
 from vrh_lmms.errors import VRHError
 from vrh_lmms.tiny.registry import TINY_FACTORIES
 

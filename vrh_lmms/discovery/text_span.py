@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from vrh_lmms.discovery.evidence import KIND_BOX, KIND_TEXT, evidence_kind  # noqa: F401  (re-exported)
+from vrh_lmms.discovery.evidence import KIND_TEXT
 from vrh_lmms.errors import VRHError
 
 
