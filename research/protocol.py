@@ -20,10 +20,10 @@ from research.demo_model.evaluation import held_out_scenes, prepare
 from research.demo_model.train import DESIGN_FILE, Design, load_demo_model, phases_of
 from research.probe import head_scores
 from research.text_probe import RecallProbe, recall_examples
-from vrh_lmms import atomic
-from vrh_lmms.demo import kcurve
-from vrh_lmms.demo.model_heads import geometry
-from vrh_lmms.synth.text_tasks import TextTaskConfig
+from vrh_lmms.base import atomic
+from vrh_lmms.base.synth.text_tasks import TextTaskConfig
+from vrh_lmms.pipelines.demo import kcurve
+from vrh_lmms.pipelines.demo.model_heads import geometry
 
 
 def _fmt(result: dict) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from vrh_lmms.tasks.common.sources import SourceError, resolve_image_path
 
-from vrh_lmms.boxes.geometry import xywh_to_xyxy
+from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
 
 DEFAULT_SPLIT_BY = {"refcoco": "unc", "refcoco+": "unc", "refcocog": "umd"}
 IMAGE_DIRS = ("images/mscoco/images/train2014", "images/train2014", "images", "train2014")
