@@ -6,65 +6,116 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from vrh_lmms.base import runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.runfile import CONFIG_COMMANDS
 
-# name -> (module under vrh_lmms.cli.commands, one-line help). Modules expose `configure(parser)` and `run(args) ->
-# int`.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("demo", "discover, validate and report on the shipped tiny VLM (no weights, no hub)"),
-    "discover": ("discover", "score every head of a model on a grounding task and write a heads file"),
-    "sweep": ("sweep", "evaluate baseline, top-k, random-k and layer-matched random-k head ablations"),
-    "steer": ("steer", "steer head sets toward another object of the image (sufficiency of the heads)"),
-    "patch": ("patch", "activation patching of every head between expressions naming two objects of an image"),
-    "report": ("report", "statistics, tables and plots from sweep or lmms-eval output folders"),
-    "sample-efficiency": ("sample_efficiency", "top-k overlap of rankings from n samples vs all samples"),
-    "dpo-pairs": ("dpo_pairs", "TRL-ready preference pairs: correct answers vs ablated answers"),
-    "dpo-train": ("dpo_train", "DPO fine-tune (TRL) on dpo-pairs output; the paper's recipe by default"),
-    "export-masked": ("export_masked", "write a checkpoint with heads folded out of o_proj"),
-    "eval": ("eval", "run lmms-eval with vrh tasks included and the device chosen for you"),
-    "make-tiny": ("make_tiny", "write a tiny random-weight checkpoint of a real VLM class"),
-    "train-tiny": ("train_tiny", "train the tiny grounding VLM shipped with the demo"),
-    "synth": ("synth", "write synthetic grounding data in the hub or refer layout"),
-    "tasks-path": ("tasks_path", "print the folder of the plugin's lmms-eval task YAMLs"),
-    "heads": ("heads", "show a heads file or resolve a head spec against it"),
-    "replicate": ("replicate", "the paper's protocol on one model, table by table, into one report"),
-    "attention-maps": ("attention_maps", "each head's attention over the image for chosen docs: PNG per doc + grids"),
-    "locate": ("locate", "training-free locator: boxes from the top-k heads' attention maps, Acc@0.5 vs controls"),
-    "compare-heads": ("compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files"),
-    "score-distribution": ("score_distribution", "share of heads above score thresholds, with a log-scale plot"),
-    "rank": ("rank", "heads as a ranker: candidate images ranked by attention mass, top-k vs all vs random heads"),
-    "kv-cache": ("kv_cache", "VRH-aware KV cache: accuracy against image KV kept, beside random and uniform"),
-    "rank-train": ("rank_train", "fine-tune (HF Trainer) with a ranking loss on the heads' attention over candidates"),
-}
+
+@dataclass(frozen=True)
+class Command:
+    """One subcommand: its module under vrh_lmms.cli.commands (`configure(parser)`, `run(args) -> int`), its
+    heading in `vrh-lmms --help`, and what the command line does around it."""
+
+    name: str
+    module: str
+    help: str
+    group: str
+    sets_threads: bool = False  # torch's CPU threads are chosen from the free cores first (vrh_lmms.model.device)
+    ranks: bool = False  # splits its docs across torchrun / accelerate ranks (docs/scaling.md); else one process
+    quiet: bool = False  # one progress display; libraries' output kept in vrh-lmms.log in the output folder
 
 
-# Commands that run a model: torch's CPU thread count is chosen from the free cores first (vrh_lmms.model.device).
-MODEL_COMMANDS = ("demo", "discover", "sweep", "export-masked", "eval", "replicate")
-# Commands that split their docs across the ranks of torchrun / accelerate launch (docs/scaling.md); the others
-# refuse to start on several ranks.
-RANK_COMMANDS = ("discover", "sweep", "steer", "patch", "eval")
-# Commands that show one progress display and a closing summary, their libraries' output kept in a log file in the
-# output folder (vrh_lmms.base.console); `--verbose` shows everything instead.
-QUIET_COMMANDS = ("demo", "discover", "sweep", "steer", "patch", "report", "replicate")
-MODEL_COMMANDS += ("attention-maps", "locate", "dpo-train")
-QUIET_COMMANDS += ("attention-maps", "locate")
-MODEL_COMMANDS += ("rank", "rank-train")
-QUIET_COMMANDS += ("rank",)
-MODEL_COMMANDS += ("kv-cache",)
-QUIET_COMMANDS += ("kv-cache",)
+# The headings of `vrh-lmms --help`, in order.
+GROUPS = ("Start here", "Find and test heads", "Read results", "Put heads to use", "Models and data")
+
+TABLE: tuple[Command, ...] = (
+    Command("demo", "demo", "discover, validate and report on the shipped tiny VLM (no weights, no hub)",
+            "Start here", sets_threads=True, quiet=True),
+    Command("discover", "discover", "score every head of a model on a grounding task and write a heads file",
+            "Find and test heads", sets_threads=True, ranks=True, quiet=True),
+    Command("sweep", "sweep", "evaluate baseline, top-k, random-k and layer-matched random-k head ablations",
+            "Find and test heads", sets_threads=True, ranks=True, quiet=True),
+    Command("steer", "steer", "steer head sets toward another object of the image (sufficiency of the heads)",
+            "Find and test heads", ranks=True, quiet=True),
+    Command("patch", "patch", "activation patching of every head between expressions naming two objects of an image",
+            "Find and test heads", ranks=True, quiet=True),
+    Command("replicate", "replicate", "the paper's protocol on one model, table by table, into one report",
+            "Find and test heads", sets_threads=True, quiet=True),
+    Command("eval", "eval", "run lmms-eval with vrh tasks included and the device chosen for you",
+            "Find and test heads", sets_threads=True, ranks=True),
+    Command("report", "report", "statistics, tables and plots from sweep or lmms-eval output folders",
+            "Read results", quiet=True),
+    Command("heads", "heads", "show a heads file or resolve a head spec against it", "Read results"),
+    Command("compare-heads", "compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files",
+            "Read results"),
+    Command("score-distribution", "score_distribution", "share of heads above score thresholds, with a log-scale plot",
+            "Read results"),
+    Command("sample-efficiency", "sample_efficiency", "top-k overlap of rankings from n samples vs all samples",
+            "Read results"),
+    Command("attention-maps", "attention_maps",
+            "each head's attention over the image for chosen docs: PNG per doc + grids", "Put heads to use",
+            sets_threads=True, quiet=True),
+    Command("locate", "locate",
+            "training-free locator: boxes from the top-k heads' attention maps, Acc@0.5 vs controls",
+            "Put heads to use", sets_threads=True, quiet=True),
+    Command("rank", "rank",
+            "heads as a ranker: candidate images ranked by attention mass, top-k vs all vs random heads",
+            "Put heads to use", sets_threads=True, quiet=True),
+    Command("kv-cache", "kv_cache", "VRH-aware KV cache: accuracy against image KV kept, beside random and uniform",
+            "Put heads to use", sets_threads=True, quiet=True),
+    Command("export-masked", "export_masked", "write a checkpoint with heads folded out of o_proj", "Put heads to use",
+            sets_threads=True),
+    Command("dpo-pairs", "dpo_pairs", "TRL-ready preference pairs: correct answers vs ablated answers",
+            "Put heads to use"),
+    Command("dpo-train", "dpo_train", "DPO fine-tune (TRL) on dpo-pairs output; the paper's recipe by default",
+            "Put heads to use", sets_threads=True),
+    Command("rank-train", "rank_train",
+            "fine-tune (HF Trainer) with a ranking loss on the heads' attention over candidates", "Put heads to use",
+            sets_threads=True),
+    Command("make-tiny", "make_tiny", "write a tiny random-weight checkpoint of a real VLM class", "Models and data"),
+    Command("train-tiny", "train_tiny", "train the tiny grounding VLM shipped with the demo (from a clone)",
+            "Models and data"),
+    Command("synth", "synth", "write synthetic grounding data in the hub or refer layout", "Models and data"),
+    Command("tasks-path", "tasks_path", "print the folder of the plugin's lmms-eval task YAMLs", "Models and data"),
+)
+BY_NAME: dict[str, Command] = {c.name: c for c in TABLE}
+# name -> (module, one-line help), for callers of the earlier table
+COMMANDS: dict[str, tuple[str, str]] = {c.name: (c.module, c.help) for c in TABLE}
+MODEL_COMMANDS = tuple(c.name for c in TABLE if c.sets_threads)
+RANK_COMMANDS = tuple(c.name for c in TABLE if c.ranks)
+QUIET_COMMANDS = tuple(c.name for c in TABLE if c.quiet)
+
+DESCRIPTION = ("Find the retrieval heads of a vision-language model, test what they do, and put them to use.\n"
+               "New here? `vrh-lmms demo` runs the whole job on a shipped tiny model, in about two minutes on a CPU.")
+EPILOG = "`vrh-lmms COMMAND --help` shows a command's options and their defaults. Docs: docs/ in the repository."
+
+
+class _GroupedHelp(argparse.RawDescriptionHelpFormatter):
+    """The top-level help lists the commands under their headings instead of argparse's one flat list."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if isinstance(action, argparse._SubParsersAction):
+            width = max(len(c.name) for c in TABLE) + 2
+            lines = []
+            for group in GROUPS:
+                lines.append(f"\n  {group}")
+                lines += [f"    {c.name:<{width}}{c.help}" for c in TABLE if c.group == group]
+            return "\n".join(lines).lstrip("\n") + "\n"
+        return super()._format_action(action)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vrh-lmms", description=__doc__.splitlines()[0] if __doc__ else None)
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+    parser = argparse.ArgumentParser(prog="vrh-lmms", description=DESCRIPTION, epilog=EPILOG,
+                                     formatter_class=_GroupedHelp)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    for command in TABLE:
+        name = command.name
+        p = sub.add_parser(name, help=command.help, description=command.help)
         if only is None or only == name:
-            _load(module).configure(p)
+            _load(command.module).configure(p)
             if name in CONFIG_COMMANDS:
                 p.add_argument("--config", metavar="RUN.yaml",
                                help="take the options from a run file (docs/runs.md; every finished run writes one "
