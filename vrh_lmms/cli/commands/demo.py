@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from vrh_lmms.pipelines.demo.pipeline import DemoSettings, run_demo
 from vrh_lmms.runs.sweep.plan import parse_int_list
@@ -15,7 +16,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n-eval", type=int, default=d.n_eval, help="other held-out scenes for the sweep")
     parser.add_argument("--k", default=None, help="head counts (default: about 5%%, 10%% and 15%% of all heads)")
     parser.add_argument("--random-seeds", type=int, default=d.random_seeds, help="random draws per k")
-    parser.add_argument("--model", default=None, help="another checkpoint folder (default: the shipped model)")
+    parser.add_argument("--pretrained", default=None, metavar="DIR",
+                        help="another checkpoint folder (default: the shipped model)")
+    # `--model` names a vrh_* model in every other command; here it was the checkpoint folder (kept working)
+    parser.add_argument("--model", dest="legacy_model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--interventions", action="store_true",
                         help="also steer and patch heads (vrh-lmms steer / patch) on more scenes; adds the steering "
                              "table and the patching map to the report")
@@ -37,11 +41,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.legacy_model is not None:
+        print("vrh-lmms demo: --model DIR is now --pretrained DIR (--model names a vrh_* model in the other "
+              "commands); going on with it", file=sys.stderr)
+        args.pretrained = args.pretrained or args.legacy_model
     settings = DemoSettings(n_discovery=args.n_discovery, n_eval=args.n_eval,
                             ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds,
                             interventions=args.interventions, transfer_model=args.transfer,
                             recall=args.recall)
-    summary = run_demo(args.output, settings, force=args.force, model_path=args.model)
+    summary = run_demo(args.output, settings, force=args.force, model_path=args.pretrained)
     if args.applications:
         from pathlib import Path
 
