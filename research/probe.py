@@ -1,7 +1,7 @@
 """Research probe for the demo model: head scores and top-k / random-k / layer-matched ablations on held-out scenes.
 
 The evaluation itself (backend-identical inputs, greedy Acc@0.5, ablation) is the package's
-(`research.demo_model.evaluation`, `vrh_lmms.pipelines.demo.model_heads`). Head scores are the attention mass that the
+(`research.demo_model.evaluation`, `research.demo_model.model_heads`). Head scores are the attention mass that the
 query
 positions emitting the answer tokens put on the image tokens inside the ground-truth box, averaged over samples.
 
@@ -20,11 +20,11 @@ import torch
 
 from research.demo_model.data import FastEncoder
 from research.demo_model.evaluation import Prepared, evaluate, held_out_scenes, prepare
+from research.demo_model.model_heads import geometry, layer_matched_heads, random_heads, ranking
 from research.demo_model.train import load_demo_model
 from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
 from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.model.capture.layouts import box_token_indices, image_token_map
-from vrh_lmms.pipelines.demo.model_heads import geometry, layer_matched_heads, random_heads, ranking
 
 # ---------------------------------------------------------------- head scoring
 

@@ -14,16 +14,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from research.demo_model import kcurve
 from research.demo_model.data import FastEncoder
 from research.demo_model.evaluation import evaluate as evaluate_grounding
 from research.demo_model.evaluation import held_out_scenes, prepare
+from research.demo_model.model_heads import geometry
 from research.demo_model.train import DESIGN_FILE, Design, load_demo_model, phases_of
 from research.probe import head_scores
 from research.text_probe import RecallProbe, recall_examples
 from vrh_lmms.base import atomic
 from vrh_lmms.base.synth.text_tasks import TextTaskConfig
-from vrh_lmms.pipelines.demo import kcurve
-from vrh_lmms.pipelines.demo.model_heads import geometry
+from vrh_lmms.pipelines.demo.kcurve import plot_k_curve
 
 
 def _fmt(result: dict) -> str:
@@ -112,13 +113,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = trained_text_config(args.checkpoint)
         result["recall"] = recall_curve(model, processor.tokenizer, cfg, args.n, args.pairs, ks, args.draws, say,
                                         keep("recall")) | {"complete": True}
-        kcurve.plot_k_curve(result["recall"], out / "kcurve_recall.png", f"recall ({args.pairs} pairs)")
+        plot_k_curve(result["recall"], out / "kcurve_recall.png", f"recall ({args.pairs} pairs)")
         say("recall: " + _fmt(result["recall"]))
     if not args.no_grounding:
         say("grounding k-curve")
         result["grounding"] = grounding_curve(model, processor, spec, args.n, args.n_score, ks, args.draws, say,
                                               keep("grounding")) | {"complete": True}
-        kcurve.plot_k_curve(result["grounding"], out / "kcurve_grounding.png", "grounding Acc@0.5")
+        plot_k_curve(result["grounding"], out / "kcurve_grounding.png", "grounding Acc@0.5")
         g = result["grounding"]
         say("grounding: " + _fmt(g) + f"; on some object {100 * g['localised']:.1f}% "
             f"(a blind pick among the objects: {100 * g['uniform_pick'] * g['localised']:.1f}%)")

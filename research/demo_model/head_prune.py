@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
+from research.demo_model.model_heads import head_groups, head_params
 from vrh_lmms.base.heads.geometry import HeadRef, parse_head
 from vrh_lmms.model.backbone import HEAD_OUT, Hook, locate_decoder, site_name
-from vrh_lmms.pipelines.demo.model_heads import head_groups, head_params
 
 # steps of importance measurement before the first head is pruned, and the moving average's decay per step
 WINDOW = 250

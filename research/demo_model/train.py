@@ -34,6 +34,7 @@ import torch
 from research.demo_model import head_prune, run_state
 from research.demo_model.data import FastEncoder, decoded_image
 from research.demo_model.evaluation import evaluate, held_out_scenes, prepare
+from research.demo_model.model_heads import chosen_layers
 from research.demo_model.sequences import Encoded, TurnEncoder, collate
 from research.demo_model.visual_tasks import questions
 from vrh_lmms.base.heads.geometry import head_name
@@ -43,7 +44,6 @@ from vrh_lmms.base.synth.text_tasks import TEXT_TASKS, TextTaskConfig, extra_wor
 from vrh_lmms.model.backbone import HEAD_OUT, Hook, locate_decoder, site_name
 from vrh_lmms.model.tiny import qwen2_5_vl as tiny
 from vrh_lmms.model.tiny.common import save_checkpoint, seeded
-from vrh_lmms.pipelines.demo.model_heads import chosen_layers
 
 DESIGN_FILE = "train_design.json"
 BACKBONE_DIR = "backbone"

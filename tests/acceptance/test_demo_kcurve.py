@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrh_lmms.pipelines.demo.kcurve import default_ks, k_curve, meets_criteria, plot_k_curve
+from research.demo_model.kcurve import default_ks, k_curve, meets_criteria
+from vrh_lmms.pipelines.demo.kcurve import plot_k_curve
 
 LAYERS, HEADS = 6, 16
 CAUSAL = [(2, 3), (4, 5), (4, 9)]  # ablating any one breaks the task on every sample

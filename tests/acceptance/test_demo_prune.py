@@ -12,6 +12,7 @@ import torch
 from test_demo_train import MICRO, _encoders
 
 from research.demo_model import head_prune
+from research.demo_model.model_heads import group_norms, head_groups
 from research.demo_model.train import (
     BatchMaker,
     Design,
@@ -22,7 +23,6 @@ from research.demo_model.train import (
     make_tokenizer,
     train,
 )
-from vrh_lmms.pipelines.demo.model_heads import group_norms, head_groups
 
 BASE = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=6, eval_every=3)
 

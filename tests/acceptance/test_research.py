@@ -11,10 +11,10 @@ import pytest
 import torch
 from test_demo_train import MICRO, _encoders
 
+from research.demo_model.model_heads import group_norms, head_groups, head_params
 from research.demo_model.train import Design, build_model, checkpoint_state, make_tokenizer, train
 from research.head_lasso import LassoDesign, lasso_weight, prox_step, with_lasso
 from vrh_lmms.base.paths import assets_path
-from vrh_lmms.pipelines.demo.model_heads import group_norms, head_groups, head_params
 
 
 def test_the_research_line_derives_the_shipped_design():

@@ -95,9 +95,11 @@ def check_heads_file_fits(heads_file: HeadsFile, geometry: Geometry, *, allow_cr
         )
 
 
-def random_heads(geometry: Geometry, k: int, seed: int, exclude: frozenset[HeadRef] = frozenset()) -> list[HeadRef]:
+def random_heads(geometry: Geometry, k: int, seed: int | np.random.Generator,
+                 exclude: frozenset[HeadRef] = frozenset()) -> list[HeadRef]:
     """k heads drawn uniformly without replacement from the heads not in `exclude` (with nothing excluded, exactly
-    the draw of `rng.choice(total_heads, k)`: the same seed gives the same heads as before pools existed)."""
+    the draw of `rng.choice(total_heads, k)`: the same seed gives the same heads as before pools existed). `seed`
+    may be a generator whose state the draw advances (a series of draws from one stream)."""
     flat = np.array([i for i in range(geometry.total_heads)
                      if HeadRef(i // geometry.heads, i % geometry.heads) not in exclude])
     if k > flat.size:
@@ -108,9 +110,10 @@ def random_heads(geometry: Geometry, k: int, seed: int, exclude: frozenset[HeadR
     return sorted(HeadRef(int(i) // geometry.heads, int(i) % geometry.heads) for i in idx)
 
 
-def layer_matched_heads(top: list[HeadRef], geometry: Geometry, seed: int,
+def layer_matched_heads(top: list[HeadRef], geometry: Geometry, seed: int | np.random.Generator,
                         exclude: frozenset[HeadRef] = frozenset()) -> list[HeadRef]:
-    """Same count per layer as `top`, drawn from each layer's heads that are neither in `top` nor in `exclude`."""
+    """Same count per layer as `top`, drawn from each layer's heads that are neither in `top` nor in `exclude`
+    (`seed`: an int, or a generator whose state the draw advances)."""
     rng = np.random.default_rng(seed)
     chosen = set(top)
     out: list[HeadRef] = []

@@ -10,13 +10,17 @@ themselves come from `locate_decoder`, never by attribute.
 from __future__ import annotations
 
 import contextlib
+from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from vrh_lmms.model.backbone import HEAD_OUT, Hook, locate_decoder, site_name
+from vrh_lmms.base.heads import spec
+from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.model.ablation import ablated
+from vrh_lmms.model.backbone import locate_decoder
 
 Head = tuple[int, int]
 
@@ -93,19 +97,9 @@ def group_norms(groups) -> torch.Tensor:
 
 @contextlib.contextmanager
 def ablate(model, heads: Iterable[Head]) -> Iterator[None]:
-    """Zero the listed heads' outputs before `o_proj` (every position, every sample)."""
-    by_layer: dict[int, list[int]] = {}
-    for layer, head in heads:
-        by_layer.setdefault(layer, []).append(head)
-    decoder = locate_decoder(model)
-    g = decoder.geometry
-    hooks = []
-    for layer, hs in by_layer.items():
-        mask = torch.ones(g.heads * g.head_dim)
-        for h in hs:
-            mask[h * g.head_dim:(h + 1) * g.head_dim] = 0.0
-        hooks.append(Hook(site_name(layer, HEAD_OUT), lambda x, mask=mask: x * mask.to(x.dtype)))
-    with decoder.hooks(hooks):
+    """Zero the listed heads' outputs before `o_proj` (every position, every sample): the product's ablation
+    (vrh_lmms.model.ablation) at the decoder's named head-output site, restored on exit."""
+    with ablated(model, [HeadRef(layer, head) for layer, head in heads], method="hook"):
         yield
 
 
@@ -121,21 +115,19 @@ def ranking(scores: np.ndarray) -> list[Head]:
 
 def random_heads(n_layers: int, n_heads: int, k: int, rng: np.random.Generator,
                  exclude: Sequence[Head] = ()) -> list[Head]:
-    pool = [(l, h) for l in range(n_layers) for h in range(n_heads) if (l, h) not in set(exclude)]
-    idx = rng.choice(len(pool), size=k, replace=False)
-    return [pool[i] for i in idx]
+    """The product's uniform draw (vrh_lmms.base.heads.spec.random_heads) on the demo's (layer, head) tuples, from a
+    shared generator."""
+    g = Geometry(n_layers, n_heads, n_heads, 1)
+    drawn = spec.random_heads(g, k, rng, frozenset(HeadRef(*h) for h in exclude))
+    return [(h.layer, h.head) for h in drawn]
 
 
 def layer_matched_heads(top: Sequence[Head], n_heads: int, rng: np.random.Generator) -> list[Head]:
-    """Same number of heads per layer as `top`, drawn from that layer's other heads."""
-    out: list[Head] = []
-    per_layer: dict[int, int] = {}
-    for l, _ in top:
-        per_layer[l] = per_layer.get(l, 0) + 1
-    taken = set(top)
-    for l, c in sorted(per_layer.items()):
-        pool = [h for h in range(n_heads) if (l, h) not in taken]
-        if len(pool) < c:
-            raise ValueError(f"layer {l} has only {len(pool)} heads outside the top set; need {c}")
-        out.extend((l, int(h)) for h in rng.choice(pool, size=c, replace=False))
-    return out
+    """The product's layer-matched draw (vrh_lmms.base.heads.spec.layer_matched_heads): as many heads per layer as
+    `top`, from that layer's other heads; ValueError where a layer has too few."""
+    for layer, count in sorted(Counter(l for l, _ in top).items()):
+        if n_heads - count < count:
+            raise ValueError(f"layer {layer} has only {n_heads - count} heads outside the top set; need {count}")
+    g = Geometry(max(l for l, _ in top) + 1, n_heads, n_heads, 1)
+    drawn = spec.layer_matched_heads([HeadRef(*h) for h in top], g, rng)
+    return [(h.layer, h.head) for h in drawn]
