@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vrh_lmms import runfile
+from vrh_lmms.commands.options import add_wait_option
 from vrh_lmms.errors import VRHError
 from vrh_lmms.runfile import CONFIG_COMMANDS
 
@@ -55,6 +56,12 @@ MODEL_COMMANDS += ("rank", "rank-train")
 QUIET_COMMANDS += ("rank",)
 MODEL_COMMANDS += ("kv-cache",)
 QUIET_COMMANDS += ("kv-cache",)
+# Commands that write an output folder or file -> the option naming it: each run holds that output's lock for its
+# whole run (vrh_lmms.folder_lock) and takes --wait.
+OUTPUT_OF = {name: "output" for name in (
+    "demo", "discover", "sweep", "steer", "patch", "report", "sample-efficiency", "dpo-pairs", "dpo-train",
+    "export-masked", "replicate", "attention-maps", "locate", "compare-heads", "score-distribution", "rank",
+    "kv-cache", "rank-train")} | {"make-tiny": "out_dir", "synth": "out_dir", "train-tiny": "out"}
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -68,6 +75,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 p.add_argument("--config", metavar="RUN.yaml",
                                help="take the options from a run file (docs/runs.md; every finished run writes one "
                                     "into its output); flags given beside it override it")
+            if name in OUTPUT_OF:
+                add_wait_option(p)
             if name in QUIET_COMMANDS:
                 p.add_argument("--verbose", "-v", action="store_true",
                                help="show lmms-eval's and the other libraries' output as it comes (default: one "
@@ -105,12 +114,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in RANK_COMMANDS:
         run = _one_process(args.command, run)
     if args.command in QUIET_COMMANDS:
-        code = _guarded(lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS))
+        session = lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS)  # noqa: E731
     else:
-        code = _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
-    if code == 0 and args.command in CONFIG_COMMANDS:
-        _write_run_file(args, subparser(parser, args.command))
-    return code
+        session = lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run()  # noqa: E731
+
+    def whole_run() -> int:
+        if args.command in CONFIG_COMMANDS:  # before anything loads
+            runfile.check_target(args.command, args.output, args.force)
+        code = int(session() or 0)
+        if code == 0 and args.command in CONFIG_COMMANDS:
+            _write_run_file(args, subparser(parser, args.command))
+        return code
+
+    return _guarded(lambda: _locked(args, whole_run))
+
+
+def _locked(args: argparse.Namespace, call):
+    """Run `call` holding the lock of the command's output (rank 0 alone: the ranks of one job share it)."""
+    from vrh_lmms.distributed import is_main
+
+    dest = OUTPUT_OF.get(args.command)
+    if dest is None or not getattr(args, dest, None) or not is_main():
+        return call()
+    from vrh_lmms import folder_lock
+
+    with folder_lock.held(getattr(args, dest), f"vrh-lmms {args.command}", wait=args.wait):
+        return call()
 
 
 def _write_run_file(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
