@@ -160,3 +160,18 @@ def test_every_command_that_writes_is_locked():
     writes = {name for name in COMMANDS if any(
         a.dest in ("output", "out", "out_dir") for a in subparser(build_parser(only=name), name)._actions)}
     assert writes <= set(OUTPUT_OF), writes - set(OUTPUT_OF)
+
+
+def test_locks_of_outputs_inside_a_folder_are_neither_foreign_nor_removed(tmp_path):
+    """`vrh-lmms report run/sweep --output run/report` leaves run/.report.vrh-lmms.lock: rerunning the command that
+    owns run/ (with --force) must neither refuse it as foreign nor delete a lock another run may hold."""
+    from vrh_lmms import owned
+
+    folder = tmp_path / "run"
+    with folder_lock.held(folder / "report", "vrh-lmms report"):
+        (folder / "result.json").write_text("{}")
+        layout = {"result.json": None}
+        assert owned.foreign_entries(folder, layout) == []
+        owned.prepare_output(folder, layout, force=True, what="a result")
+        assert sorted(p.name for p in folder.iterdir()) == [".report.vrh-lmms.lock", ".report.vrh-lmms.lock.json"]
+        owned.prepare_output(folder, layout, force=False, what="a result")  # only locks left: empty for the rules
