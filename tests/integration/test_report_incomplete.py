@@ -74,3 +74,4 @@ def test_results_of_another_sweep_in_the_folder_are_refused(tmp_path, capsys):
     assert main(["report", str(tmp_path / "sweep"), "--output", str(tmp_path / "r"), "--no-plots"]) == 2
     err = capsys.readouterr().err.strip()
     assert "results of 1 configuration(s) its sweep.json does not list (topk3: another sweep's)" in err
+
