@@ -69,11 +69,13 @@ def is_stale(holder: dict[str, Any] | None) -> bool:
         return False
 
 
-def _try(lock: FileLock, timeout: float) -> bool:
+def _try(lock: FileLock, timeout: float, output: str | Path) -> bool:
     try:
         lock.acquire(timeout=timeout)
     except Timeout:
         return False
+    except OSError as exc:  # a read-only or missing parent folder: one line, before anything is written
+        raise VRHError(f"{output}: cannot create its lock {lock.lock_file} ({exc.strerror or exc})") from None
     return True
 
 
@@ -86,22 +88,25 @@ def held(output: str | Path, command: str, wait: bool = False,
 
     say = note or (lambda line: print(line, file=sys.stderr))
     path = lock_path(output)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise VRHError(f"{output}: cannot create the folder that holds it ({exc.strerror or exc})") from None
     lock = FileLock(str(path), thread_local=False)
     previous = read_holder(path)
-    if not _try(lock, 0):
+    if not _try(lock, 0, output):
         holder = read_holder(path)
         if is_stale(holder):  # its OS lock outlives it in forked children: start a fresh lock file
             with suppress(OSError):
                 path.unlink()
             lock = FileLock(str(path), thread_local=False)
             previous = holder
-        if not _try(lock, 0):
+        if not _try(lock, 0, output):
             holder = read_holder(path)
             if not wait:
                 raise VRHError(f"{output} is in use by {describe(holder)}; wait for it to end, or pass --wait")
             say(f"vrh-lmms: note: {output} is in use by {describe(holder)}; waiting for it to end")
-            lock.acquire(timeout=-1)
+            _try(lock, -1, output)
             previous = None
     if previous and previous.get("pid") != os.getpid() and is_stale(previous):
         say(f"vrh-lmms: note: took over the lock of {output} left by {describe(previous)}, which no longer runs")

@@ -175,3 +175,11 @@ def test_locks_of_outputs_inside_a_folder_are_neither_foreign_nor_removed(tmp_pa
         owned.prepare_output(folder, layout, force=True, what="a result")
         assert sorted(p.name for p in folder.iterdir()) == [".report.vrh-lmms.lock", ".report.vrh-lmms.lock.json"]
         owned.prepare_output(folder, layout, force=False, what="a result")  # only locks left: empty for the rules
+
+
+def test_output_whose_lock_cannot_be_made_is_one_line(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    out = tmp_path / "afile" / "out"
+    assert main(["synth", str(out), "--split", "test=1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"vrh-lmms: error: {out}: cannot create the folder that holds it") and "\n" not in err
