@@ -54,10 +54,10 @@ def main() -> int:
 
     from vrh_lmms import lmms
     from vrh_lmms.demo.pipeline import EVAL_START, _synth_config, demo_model_args, demo_model_path
-    from vrh_lmms.demo.spec import DemoSpec
     from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
     from vrh_lmms.sweep.plan import plan_configurations
     from vrh_lmms.sweep.run import SweepSpec, run_sweep
+    from vrh_lmms.synth.demo_spec import DemoSpec
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="bench_sweep_pack."))

@@ -1,5 +1,5 @@
 """The demo model's research designs p1-p21 (docs/demo-model-experiments.md says what each measured), each a change to
-an earlier one. p21 shipped (vrh_lmms/demo/designs.py spells it out; a test checks that the line below derives the
+an earlier one. p21 shipped (research/demo_model/designs.py spells it out; a test checks that the line below derives the
 same design); the others are history, trainable with `python -m research.train --design NAME`.
 
 Earlier designs (a0-a6, t1-t7: one grounding task from scratch, with or without head dropout and group lasso) are
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from research.demo_model.designs import SCENE, VISION, TEXT_6x16
+from research.demo_model.train import Design
 from research.head_lasso import with_lasso
-from vrh_lmms.demo.designs import SCENE, VISION, TEXT_6x16
-from vrh_lmms.demo.spec import DemoSpec
-from vrh_lmms.demo.train import Design
+from vrh_lmms.synth.demo_spec import DemoSpec
 
 # p1: text-pretrained backbone (recall, records, copy, sort, count, add; recall pairs ramped 2 -> 8 over 2000
 # steps), then vision + projector aligned to the frozen backbone, then joint training with a third of the batches
@@ -94,7 +94,8 @@ _P15 = replace(_P9, name="p15", joint_steps=6000)
 # of slowing the lookup's learning.
 _P16 = replace(_P15, name="p16", head_drop_from=3000)
 
-# p17: p16 with importance-based pruning of layers 3-5 (vrh_lmms/demo/head_prune.py) down to 6 of their 48 heads over
+# p17: p16 with importance-based pruning of layers 3-5 (research/demo_model/head_prune.py) down to 6 of their 48
+# heads over
 # joint steps 4250-4750, importance measured from joint step 4000 on every batch (text and visual). The lasso's outcome
 # hung on its weight (25 pruned all of layers 3-5 and moved the readers into layer 2, 10 pruned none); pruning to a
 # count keeps the readers where the scorer looks and leaves the other heads of their layers idle, as in a 7B VLM.

@@ -11,7 +11,7 @@ step, w <- w * max(0, 1 - lr * weight / ||w||), shrinks every head's norm by lr 
 so a head whose task gradient does not push back reaches exactly zero (as decoupled weight decay is to L2).
 
 The lasso ran in designs p11, p12 and p14 (docs/demo-model-experiments.md) and did not ship: its outcome hung on its
-weight, and the shipped design prunes by importance instead (vrh_lmms/demo/head_prune.py). `LassoDesign` plugs it
+weight, and the shipped design prunes by importance instead (research/demo_model/head_prune.py). `LassoDesign` plugs it
 into the package's trainer as a phase hook, so those designs still train (`python -m research.train --design p11`).
 """
 
@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from research.demo_model.train import Design
 from vrh_lmms.demo.model_heads import group_norms, head_groups, head_params
-from vrh_lmms.demo.train import Design
 
 
 @torch.no_grad()

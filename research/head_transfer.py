@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from vrh_lmms.demo import evaluation as probe
-from vrh_lmms.demo.data import FastEncoder
-from vrh_lmms.demo.train import load_demo_model
+from research.demo_model import evaluation as probe
+from research.demo_model.data import FastEncoder
+from research.demo_model.train import load_demo_model
 
 
 def heads(names: list[str]) -> list[tuple[int, int]]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from research.demo_model.train import train
 from research.designs import get_design
-from vrh_lmms.demo.train import train
 
 
 def main(argv=None) -> int:

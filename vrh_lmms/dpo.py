@@ -194,7 +194,7 @@ def _prompt(line: dict) -> str | None:
 
 
 def _read_lines(path: Path) -> dict[str, dict]:
-    from vrh_lmms.report.samples import read_samples
+    from vrh_lmms.runfolder.samples import read_samples
 
     table = read_samples(path, keep_lines=True)  # validates vrh_record fields and doc_id uniqueness
     return dict(zip(table.doc_ids, table.raw_lines or [], strict=True))
@@ -220,7 +220,7 @@ def _config_folder(sweep: Path, config: str) -> Path:
 
 
 def _model_of(folder: Path) -> str:
-    from vrh_lmms.report.runs import read_run_meta
+    from vrh_lmms.runfolder.runs import read_run_meta
 
     return read_run_meta(folder / "results.json").model
 

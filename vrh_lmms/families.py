@@ -75,7 +75,7 @@ class Family:
     # tiny-checkpoint factory: a module with `build(out_dir, seed, **overrides) -> Path`, or that function
     tiny: str | Callable | None = None
     # inputs the model's forward needs but its generate builds itself, filled in for a teacher-forced forward
-    # (vrh_lmms.discovery.collector.FORWARD_FILLS): InternVLChatModel.forward needs `image_flags`, one per tile
+    # (vrh_lmms.capture.teacher_forced.FORWARD_FILLS): InternVLChatModel.forward needs `image_flags`, one per tile
     forward_fills: tuple[str, ...] = ()
     # transformers class names, for documentation and tiny factories
     hf_class: str | None = None

@@ -15,8 +15,8 @@ import torch
 from statsmodels.stats.contingency_tables import mcnemar
 
 from vrh_lmms.demo import probe
-from vrh_lmms.demo.data import FastEncoder, decoded_image
-from vrh_lmms.demo.train import load_demo_model
+from research.demo_model.data import FastEncoder, decoded_image
+from research.demo_model.train import load_demo_model
 from vrh_lmms.paths import assets_path
 
 

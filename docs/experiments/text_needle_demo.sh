@@ -7,7 +7,7 @@ set -e
 OUT=${1:-runs/text_needle}
 eval "$(python - <<'PY'
 import shlex
-from vrh_lmms.demo.spec import DemoSpec
+from vrh_lmms.synth.demo_spec import DemoSpec
 from vrh_lmms.demo.stages import EVAL_START, demo_model_args, synth_config
 from vrh_lmms.paths import assets_path
 model = assets_path() / "demo_model"

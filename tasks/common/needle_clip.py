@@ -7,7 +7,7 @@ draw the needle shape; the needle scene (a seeded position) holds one object of 
 question "What colour is the <shape> ?" (the demo's VQA wording) needs the needle; the doc's evidence
 (`vrh_evidence`, kind `video`) is the needle's time span: [first / fps, last / fps] seconds of its frames.
 Docs from ``VRH_CLIP_CONFIG`` (JSON text or file), else DEFAULTS; `scene` holds SceneConfig settings (e.g. the demo
-model's, vrh_lmms.demo.spec) for every scene. Scored by exact match of the colour word.
+model's, vrh_lmms.synth.demo_spec) for every scene. Scored by exact match of the colour word.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 The evidence is a span of the prompt text (`vrh_evidence`, kind `text`; vrh_lmms.discovery.text_span), so discovery
 scores heads on the needle's tokens instead of a box's image tokens. Two formats:
 - `recall` (default): the associative-recall format the demo model's backbone was pretrained on
-  (vrh_lmms.demo.text_tasks.recall): `recall : k1 v1 , k2 v2 , ... . key kq ?`, the needle being the pair `kq vq`;
+  (vrh_lmms.synth.text_tasks.recall): `recall : k1 v1 , k2 v2 , ... . key kq ?`, the needle being the pair `kq vq`;
   the demo tokenizer spells every word, so the demo model answers it (it restates the key: `kq vq`).
 - `sentence`: `the number of the red circle is 42 .` facts, asked as `what is the number of the blue square ?`,
   in words every tiny checkpoint's tokenizer knows (vrh_lmms.tiny.vocab), for tests.
@@ -38,7 +38,7 @@ def needle_config() -> dict[str, Any]:
 
 def _keys(fmt: str) -> list[str]:
     if fmt == "recall":
-        from vrh_lmms.demo.text_tasks import RECALL_KEYS
+        from vrh_lmms.synth.text_tasks import RECALL_KEYS
 
         return list(RECALL_KEYS)
     return [f"{c} {s}" for c in COLOURS for s in SHAPES]

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="n
 def captured(tmp_path_factory):
     """Every processor call of the real backend on three of the demo's evaluation scenes: its inputs and outputs."""
     from vrh_lmms import lmms
-    from vrh_lmms.demo.spec import DemoSpec
+    from vrh_lmms.synth.demo_spec import DemoSpec
 
     spec = DemoSpec.load(MODEL)
     mp = pytest.MonkeyPatch()
@@ -47,7 +47,7 @@ def captured(tmp_path_factory):
 
 
 def _scene_of(spec, text: str):
-    from vrh_lmms.demo.spec import EVAL_SCENE_SEED
+    from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED
     from vrh_lmms.synth.scenes import generate_scene
 
     scenes = [generate_scene(EVAL_START + i, EVAL_SCENE_SEED, spec.scene_config()) for i in range(3)]
@@ -56,7 +56,7 @@ def _scene_of(spec, text: str):
 
 
 def test_the_trainer_feeds_what_the_evaluation_backend_feeds(captured):
-    from vrh_lmms.demo.data import FastEncoder, backend_inputs, decoded_image
+    from research.demo_model.data import FastEncoder, backend_inputs, decoded_image
 
     lm, spec, calls = captured
     processor = lm.processor

@@ -1,4 +1,4 @@
-"""Importance-based head pruning in the demo trainer (vrh_lmms/demo/head_prune.py): the importance is the loss's
+"""Importance-based head pruning in the demo trainer (research/demo_model/head_prune.py): the importance is the loss's
 derivative by each head's output gate (checked against finite differences), the schedule prunes exactly the heads it
 says in the layers it names, measuring alone changes nothing, and a resumed run keeps what was measured."""
 
@@ -11,9 +11,8 @@ import pytest
 import torch
 from test_demo_train import MICRO, _encoders
 
-from vrh_lmms.demo import head_prune
-from vrh_lmms.demo.model_heads import group_norms, head_groups
-from vrh_lmms.demo.train import (
+from research.demo_model import head_prune
+from research.demo_model.train import (
     BatchMaker,
     Design,
     answer_logits,
@@ -23,6 +22,7 @@ from vrh_lmms.demo.train import (
     make_tokenizer,
     train,
 )
+from vrh_lmms.demo.model_heads import group_norms, head_groups
 
 BASE = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=6, eval_every=3)
 
@@ -153,7 +153,7 @@ def test_a_state_from_before_the_extra_group_resumes_into_it(tmp_path, monkeypat
     ends, weight for weight."""
     import shutil
 
-    from vrh_lmms.demo import run_state
+    from research.demo_model import run_state
 
     monkeypatch.setattr(head_prune, "WINDOW", 1)
     main = replace(BASE, head_drop=0.05, head_drop_layers=(0,), head_drop_kinds=("joint",), head_prune_layers=(1,),
@@ -190,8 +190,8 @@ def test_p18_keeps_exactly_the_shipped_models_survivors():
     """p18's named survivors (p17 seed 0's; research/designs.py) are the heads of layers 3-5 that the shipped model
     (p21 seed 0, which keeps them by design) did not prune, read from the shipped model's own training record and
     config."""
+    from research.demo_model.designs import P21
     from research.designs import DESIGNS
-    from vrh_lmms.demo.designs import P21
     from vrh_lmms.heads.geometry import head_name
     from vrh_lmms.paths import assets_path
 

@@ -9,16 +9,16 @@ import numpy as np
 import pytest
 import torch
 
+from research.demo_model import run_state
+from research.demo_model.data import FastEncoder, backend_inputs
+from research.demo_model.evaluation import held_out_scenes
+from research.demo_model.sequences import TurnEncoder, collate
+from research.demo_model.train import Design, checkpoint_state, load_backbone, load_demo_model, make_tokenizer, train
+from research.demo_model.visual_tasks import VISUAL_TASKS, ground, questions, unique_referents, vqa
 from research.head_lasso import with_lasso
-from vrh_lmms.demo import run_state
-from vrh_lmms.demo.data import FastEncoder, backend_inputs
-from vrh_lmms.demo.evaluation import held_out_scenes
 from vrh_lmms.demo.model_heads import group_norms, head_groups
-from vrh_lmms.demo.sequences import TurnEncoder, collate
-from vrh_lmms.demo.spec import DemoSpec
-from vrh_lmms.demo.text_tasks import TEXT_TASKS, TextTaskConfig, make_example
-from vrh_lmms.demo.train import Design, checkpoint_state, load_backbone, load_demo_model, make_tokenizer, train
-from vrh_lmms.demo.visual_tasks import VISUAL_TASKS, ground, questions, unique_referents, vqa
+from vrh_lmms.synth.demo_spec import DemoSpec
+from vrh_lmms.synth.text_tasks import TEXT_TASKS, TextTaskConfig, make_example
 from vrh_lmms.tiny import qwen2_5_vl as tiny
 
 SCENE = dict(position_tint=64, tint_headroom=True, min_objects=3, max_objects=5, grid_cell=28,
@@ -158,7 +158,7 @@ def test_align_phase_leaves_the_backbone_untouched(tmp_path):
     before, after = checkpoint_state(back), checkpoint_state(tmp_path / "v")
     moved = [k for k in after if not torch.equal(before[k], after[k])]
     assert moved and all(k.startswith("model.visual.") for k in moved)
-    from vrh_lmms.demo.train import build_model
+    from research.demo_model.train import build_model
 
     other = build_model(MICRO, make_tokenizer(), seed=0)
     load_backbone(other, back)
@@ -196,7 +196,7 @@ def test_continuing_after_a_phase_equals_the_uninterrupted_run(tmp_path):
 def test_curriculum_follows_the_visual_steps_through_align_and_joint(tmp_path, monkeypatch):
     """The curriculum clock counts align steps, then joint steps; the data stream's offset index (1e6 x phase)
     must not be mistaken for it (it was: every phased run trained on the full scenes from step 0)."""
-    from vrh_lmms.demo import train as train_mod
+    from research.demo_model import train as train_mod
 
     seen: list[tuple[int, int]] = []
     real = train_mod.train_scene
@@ -219,7 +219,7 @@ def test_curriculum_follows_the_visual_steps_through_align_and_joint(tmp_path, m
 
 def test_answers_are_scored_against_the_referent_and_every_object():
     """`localised` counts boxes on any object, so a model that finds objects but not the referent is told apart."""
-    from vrh_lmms.demo.evaluation import score_answers
+    from research.demo_model.evaluation import score_answers
 
     scene = next(s for s in held_out_scenes(SPEC, 20) if len(s.objects) >= 3)
     other = next(o for i, o in enumerate(scene.objects) if i != scene.target)
@@ -250,8 +250,8 @@ def test_joint_phase_can_keep_the_backbone_attention_frozen(tmp_path):
 def test_head_dropout_hits_only_the_chosen_layers():
     """`head_drop_layers=(1,)` with p = 1 zeroes every head output of layer 1 before o_proj and none of layer 0;
     inactive, it changes nothing; a layer the model lacks is refused by name."""
+    from research.demo_model.train import HeadDrop, build_model
     from vrh_lmms.demo.model_heads import text_layers
-    from vrh_lmms.demo.train import HeadDrop, build_model
 
     tok, _, _, turns = _encoders()
     model = build_model(MICRO, tok, seed=0)
@@ -310,7 +310,7 @@ def test_late_head_dropout_starts_at_its_own_step(tmp_path):
 
 
 def test_late_head_dropout_refuses_a_layer_named_twice():
-    from vrh_lmms.demo.train import HeadDrop, build_model
+    from research.demo_model.train import HeadDrop, build_model
 
     tok, _, _, _ = _encoders()
     model = build_model(MICRO, tok, seed=0)
@@ -325,7 +325,7 @@ def test_kept_state_is_the_state_at_its_step_and_resumes_there(tmp_path):
     state, it continues to the same end as the uninterrupted run. Points that are no evaluation are refused."""
     import shutil
 
-    from vrh_lmms.demo import run_state
+    from research.demo_model import run_state
 
     design = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=4, eval_every=2)
     train(design, tmp_path / "a", seed=0, keep_states=["joint:2"], log=lambda s: None)
@@ -356,7 +356,7 @@ def test_a_killed_run_resumes_bit_equal_to_the_uninterrupted_one(tmp_path, monke
     the lasso's reference norm is still the joint phase's starting median, not the resumed weights'; the final
     weights and every logged figure but the clock equal the run that was never stopped; and a call without `resume`
     refuses to overwrite the unfinished run."""
-    from vrh_lmms.demo import head_prune
+    from research.demo_model import head_prune
 
     monkeypatch.setattr(head_prune, "WINDOW", 4)
     design = with_lasso(MICRO, head_drop=0.5, head_drop_kinds=("joint",), head_lasso=5.0, head_lasso_steps=(0, 1),

@@ -11,8 +11,8 @@ import shutil
 import pytest
 
 from vrh_lmms.demo.pipeline import DemoSettings, demo_layout, demo_model_path, run_demo
-from vrh_lmms.demo.spec import SPEC_FILE, DemoSpec
 from vrh_lmms.errors import VRHError
+from vrh_lmms.synth.demo_spec import SPEC_FILE, DemoSpec
 
 
 @pytest.fixture(scope="module")

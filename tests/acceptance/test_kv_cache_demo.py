@@ -37,7 +37,7 @@ def _answers(folder):
 
 
 def test_table_and_files(runs):
-    from vrh_lmms.report.samples import read_samples
+    from vrh_lmms.runfolder.samples import read_samples
 
     tmp, _ = runs
     out = tmp / "mask"

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="n
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     from vrh_lmms.cli import main
-    from vrh_lmms.demo.spec import DemoSpec
     from vrh_lmms.demo.stages import TASK, demo_model_args, synth_config
+    from vrh_lmms.synth.demo_spec import DemoSpec
 
     tmp = tmp_path_factory.mktemp("rank")
     spec = DemoSpec.load(MODEL)
@@ -63,11 +63,11 @@ def test_files_and_figures_recompute_from_the_ranks(runs):
 
 def test_one_querys_ranks_from_a_direct_capture(runs):
     from vrh_lmms import lmms
-    from vrh_lmms.demo.spec import EVAL_SCENE_SEED, PROMPT, DemoSpec
     from vrh_lmms.discovery.collector import backend_processor
     from vrh_lmms.heads.geometry import parse_head
     from vrh_lmms.rank.capture import candidate_mass, checked_spans, multi_image_inputs
     from vrh_lmms.rank.data import synth_set
+    from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, DemoSpec
 
     tmp, margs, _ = runs
     data = json.loads((tmp / "synth" / "rank.json").read_text())

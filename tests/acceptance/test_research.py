@@ -11,17 +11,17 @@ import pytest
 import torch
 from test_demo_train import MICRO, _encoders
 
+from research.demo_model.train import Design, build_model, checkpoint_state, make_tokenizer, train
 from research.head_lasso import LassoDesign, lasso_weight, prox_step, with_lasso
 from vrh_lmms.demo.model_heads import group_norms, head_groups, head_params
-from vrh_lmms.demo.train import Design, build_model, checkpoint_state, make_tokenizer, train
 from vrh_lmms.paths import assets_path
 
 
 def test_the_research_line_derives_the_shipped_design():
     """research/designs.py's p21 (p19 + layer 2 pruned, through the whole p1-p19 line) equals the package's spelled-out
     P21, which equals the design the shipped model records (its lasso settings, gone from the package, were off)."""
+    from research.demo_model import designs as shipped
     from research.designs import DESIGNS, LATEST
-    from vrh_lmms.demo import designs as shipped
 
     assert DESIGNS[LATEST] == shipped.DESIGNS[shipped.LATEST] == shipped.P21 and type(DESIGNS[LATEST]) is Design
     recorded = json.loads((assets_path() / "demo_model" / "train_design.json").read_text())["design"]
@@ -55,7 +55,7 @@ def test_research_train_names_an_unknown_design(capsys):
 
 def test_a_state_saved_before_the_lasso_moved_still_resumes(tmp_path):
     """Resume states written while the trainer held the lasso (`lasso_start`) load with it as their hook's state."""
-    from vrh_lmms.demo import run_state
+    from research.demo_model import run_state
 
     base = dict(phase="joint", step=2, model={}, optimizer={}, drop_generator=torch.zeros(1), seconds=1.0)
     for legacy, hooks in ((1.5, [{"lasso_start": 1.5}]), (None, None)):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from research.demo_model.designs import DESIGNS, LATEST
 from vrh_lmms.cli import main
-from vrh_lmms.demo.designs import DESIGNS, LATEST
 
 
 def test_the_default_design_exists():

@@ -104,6 +104,21 @@ def test_tasks_path_and_lmms_eval_task_listing(wheel_env, elsewhere):
     assert {"vrh_synth_grounding", "vrh_refcoco_val", "vrh_vqa"} <= names, sorted(n for n in names if "vrh" in n)
 
 
+def test_the_wheel_holds_no_trainer_and_train_tiny_says_where_it_is(wheel_env, elsewhere):
+    """The demo model's trainer and designs are research (research/demo_model), not part of what users install:
+    `train-tiny` from the wheel refuses in one line that says where the trainer lives."""
+    python, bin_dir, site = wheel_env
+    shipped = {p.relative_to(site).as_posix() for p in (site / "vrh_lmms").rglob("*.py")}
+    trainer = ("demo/train.py", "demo/designs.py", "demo/head_prune.py", "demo_model/train.py")
+    assert shipped and not [p for p in shipped if p.endswith(trainer)]
+    assert not (site / "research").exists()
+    proc = subprocess.run([str(bin_dir / "vrh-lmms"), "train-tiny", "--out", "m"], cwd=elsewhere, env=offline_env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and not (elsewhere / "m").exists()
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "research/ folder" in lines[0] and "clone" in lines[0], proc.stderr
+
+
 def test_demo_runs_from_the_wheel(wheel_env, elsewhere):
     _, bin_dir, _ = wheel_env
     env = offline_env(VRH_CACHE_DIR=str(elsewhere / "cache"))

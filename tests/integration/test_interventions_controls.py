@@ -11,9 +11,9 @@ from vrh_lmms.discovery.controls import content_free_prompt, corrected_stats, ha
 from vrh_lmms.discovery.queries import token_pieces
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads import Geometry
+from vrh_lmms.heads.controls import image_matched_heads
 from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores
 from vrh_lmms.heads.spec import IMAGE_MATCH_TOLERANCE, resolve_spec
-from vrh_lmms.sweep.controls import image_matched_heads
 from vrh_lmms.sweep.plan import plan_configurations
 
 GEOMETRY = Geometry(layers=6, heads=8, kv_heads=8, head_dim=16)

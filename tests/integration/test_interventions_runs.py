@@ -14,6 +14,7 @@ from vrh_lmms.heads.heads_file import load_heads_file
 from vrh_lmms.interventions.patch_run import PatchSpec, run_patching
 from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering, read_steer_records, run_steering
 from vrh_lmms.paths import assets_path
+from vrh_lmms.report.interventions import write_patching_report, write_steering_report
 
 torch.set_num_threads(1)
 
@@ -68,7 +69,9 @@ def steered(family_run):
     configs = plan_steering([1], 1, True, [0.0, 6.0], controls=["image-matched"], control_tolerance=1.0)
     spec = SteerSpec(model=model_id, model_args=args, tasks=[TASK], heads_file=str(heads), configurations=configs,
                      gen_kwargs=GEN)
-    return spec, run_steering(spec, root / "steer", lm=lm, progress=False)
+    out = run_steering(spec, root / "steer", lm=lm, progress=False)
+    write_steering_report(out)  # what `vrh-lmms steer` writes after the run
+    return spec, out
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,9 @@ def patched(family_run):
     model_id, args, lm, heads, root = family_run
     spec = PatchSpec(model=model_id, model_args=args, tasks=[TASK], heads_file=str(heads), ks=[1], random_seeds=1,
                      gen_kwargs=GEN, pairs="all", answers="reference", min_gap=0.0, max_pairs=6)
-    return run_patching(spec, root / "patch", lm=lm, progress=False)
+    path = run_patching(spec, root / "patch", lm=lm, progress=False)
+    write_patching_report(path.parent)  # what `vrh-lmms patch` writes after the run
+    return path
 
 
 def test_steer_end_to_end(family_run, steered):
@@ -150,7 +155,7 @@ def test_commands_on_the_demo_model(tmp_path, monkeypatch):
     every object named."""
     from vrh_lmms.cli import main
     from vrh_lmms.demo.pipeline import demo_model_args
-    from vrh_lmms.demo.spec import DemoSpec
+    from vrh_lmms.synth.demo_spec import DemoSpec
 
     spec = DemoSpec.load(MODEL)
     scene = dict(spec.scene, image_size=spec.image_size)

@@ -321,7 +321,7 @@ def test_failed_discovery_never_blocks_the_corrected_rerun(tiny_qwen25, tmp_path
 
 # ------------------------------------------------------------------------------------ smaller points
 def test_sample_efficiency_k_is_never_clamped_silently(tmp_path, capsys):
-    from vrh_lmms.commands.sample_efficiency import choose_k
+    from vrh_lmms.discovery.efficiency import choose_k
 
     assert choose_k(None, 8) == 1 and choose_k(None, 32) == 3 and choose_k(None, 28 * 28) == 20
     with pytest.raises(VRHError, match="--k 20: this model has 8 heads, so k must be between 1 and 1"):

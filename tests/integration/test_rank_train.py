@@ -14,13 +14,13 @@ from oracles.intervention_refs import eager_attentions
 from safetensors.torch import load_file
 
 from vrh_lmms.cli import main
-from vrh_lmms.demo.spec import DemoSpec
 from vrh_lmms.heads.geometry import Geometry, HeadRef
 from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 from vrh_lmms.rank.capture import checked_spans, multi_image_inputs
 from vrh_lmms.rank.data import synth_set
 from vrh_lmms.rank.loss import candidate_masses, head_rows, listwise_loss
 from vrh_lmms.rank.train import build_examples, ranking_step_loss
+from vrh_lmms.synth.demo_spec import DemoSpec
 from vrh_lmms.synth.scenes import SceneConfig
 from vrh_lmms.tiny.inputs import load_tiny
 

@@ -44,8 +44,8 @@ def test_installed_package_registers_discovers_sweeps_and_reports(tmp_path):
     # install: the distribution, its console script and its shipped resources
     assert importlib.metadata.version("vrh-lmms")
     from vrh_lmms.demo.pipeline import demo_model_args
-    from vrh_lmms.demo.spec import DemoSpec
     from vrh_lmms.paths import assets_path, tasks_path
+    from vrh_lmms.synth.demo_spec import DemoSpec
 
     model = assets_path() / "demo_model"
     assert (model / "config.json").is_file(), "the shipped demo model is missing from the install"

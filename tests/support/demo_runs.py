@@ -12,9 +12,9 @@ def demo_heads_on_eval_scenes(tmp: Path, mp: pytest.MonkeyPatch) -> tuple[list[s
     """Runs the discovery; returns the common command-line options (model, args, task, generation) and the heads
     file, with VRH_SYNTH_CONFIG left on the held-out scenes (undo `mp` when done)."""
     from vrh_lmms.cli import main
-    from vrh_lmms.demo.spec import DemoSpec
     from vrh_lmms.demo.stages import EVAL_START, TASK, demo_model_args, synth_config
     from vrh_lmms.paths import assets_path
+    from vrh_lmms.synth.demo_spec import DemoSpec
 
     model = assets_path() / "demo_model"
     spec = DemoSpec.load(model)

@@ -215,7 +215,7 @@ def test_top_k_keeps_its_ranking_and_names_its_dead_heads(tmp_path):
 
 def test_image_matched_draws_from_live_heads_only():
     """The image-matched control leaves dead heads out under the live pool, and may draw them under pool=all."""
-    from vrh_lmms.sweep.controls import image_matched_heads
+    from vrh_lmms.heads.controls import image_matched_heads
 
     scores = np.arange(G.total_heads, dtype=float)[::-1].reshape(G.layers, G.heads)
     ranking = ranking_from_scores(scores)

@@ -47,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
         from vrh_lmms import console
         from vrh_lmms.commands.demo_applications import run_applications
-        from vrh_lmms.demo.spec import DemoSpec
         from vrh_lmms.demo.stages import demo_model_args
+        from vrh_lmms.synth.demo_spec import DemoSpec
 
         model = Path(summary["model"])
         spec = DemoSpec.load(model)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from vrh_lmms import console
+from vrh_lmms import console, distributed
 from vrh_lmms.commands.options import add_control_options, add_model_options
 from vrh_lmms.interventions.patch_run import DIRECTIONS, PatchSpec, run_patching
+from vrh_lmms.report.interventions import write_patching_report
 from vrh_lmms.sweep.plan import parse_int_list
 
 
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     console.step(f"activation patching: {args.model} on {', '.join(spec.tasks)}", line=False)
     path = run_patching(spec, args.output, force=args.force)
     out = path.parent
+    if distributed.is_main():
+        write_patching_report(out)
     console.print_summary(console.files_table("Patching done", [
         (out / "report.md", "the patching map and head-set recoveries"), (path, "its numbers"),
         (out / "patch_map.png", "the map"), *console.log_row()]))

@@ -48,8 +48,8 @@ def _ks(text: str) -> list[int]:
 
 def _demo_spec(model_args: str):
     """The demo spec beside `pretrained` (its scenes and prompt), or None for other models."""
-    from vrh_lmms.demo.spec import SPEC_FILE, DemoSpec
     from vrh_lmms.preload import parse_model_args
+    from vrh_lmms.synth.demo_spec import SPEC_FILE, DemoSpec
 
     pre = parse_model_args(model_args).get("pretrained")
     return DemoSpec.load(pre) if pre and (Path(str(pre)) / SPEC_FILE).is_file() else None
@@ -57,9 +57,9 @@ def _demo_spec(model_args: str):
 
 def load_data(args: argparse.Namespace):
     """The queries, and the template that turns a query into the prompt's text ({query})."""
-    from vrh_lmms.demo.spec import EVAL_SCENE_SEED, PROMPT
     from vrh_lmms.errors import VRHError
     from vrh_lmms.rank.data import load_mmdocir, parse_data, synth_set
+    from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED, PROMPT
 
     kind, path = parse_data(args.data)
     if args.limit is not None and args.limit < 1:

@@ -6,11 +6,15 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
 from vrh_lmms import atomic, owned
-from vrh_lmms.discovery.efficiency import DEFAULT_NS, efficiency_markdown, efficiency_plot, sample_efficiency
-from vrh_lmms.discovery.run import sidecars
+from vrh_lmms.discovery.efficiency import (
+    DEFAULT_NS,
+    choose_k,
+    efficiency_markdown,
+    efficiency_plot,
+    load_samples,
+    sample_efficiency,
+)
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.geometry import head_name
 from vrh_lmms.heads.heads_file import load_heads_file
@@ -28,30 +32,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="folder for efficiency.md, efficiency.json, efficiency.png")
     parser.add_argument("--force", action="store_true", help="replace efficiency results written here before")
-
-
-def choose_k(requested: int | None, total_heads: int) -> int:
-    """Top-k overlap is compared for k up to 10% of all heads (beyond that the top-k is much of the model and
-    overlaps by construction): the default is min(20, that cap); a larger --k is an error, never a silent clamp."""
-    cap = max(1, total_heads // 10)
-    if requested is None:
-        return min(20, cap)
-    if requested < 1 or requested > cap:
-        raise VRHError(f"--k {requested}: this model has {total_heads} heads, so k must be between 1 and {cap} "
-                       f"(10% of its heads)")
-    return requested
-
-
-def load_samples(heads_file: str | Path) -> list[dict[str, np.ndarray]]:
-    path = sidecars(heads_file)["samples"]
-    if not path.is_file():
-        raise VRHError(f"{path} not found: sample efficiency needs the per-sample statistics that "
-                       f"`vrh-lmms discover` writes beside the heads file")
-    with np.load(path) as data:
-        names = [n for n in data.files if n != "keys"]
-        arrays = {n: data[n] for n in names}
-    n = len(next(iter(arrays.values())))
-    return [{name: arrays[name][i] for name in names} for i in range(n)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from vrh_lmms import console
+from vrh_lmms import console, distributed
 from vrh_lmms.commands.options import add_control_options, add_model_options
 from vrh_lmms.errors import VRHError
 from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering, run_steering
+from vrh_lmms.report.interventions import write_steering_report
 from vrh_lmms.sweep.plan import parse_int_list
 
 
@@ -52,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
                      batch_size=args.batch_size, control_pool=args.control_pool)
     console.step(f"steering: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)
     out = run_steering(spec, args.output, force=args.force)
+    if distributed.is_main():
+        write_steering_report(out)
     console.print_summary(console.files_table("Steering done", [
         (out / "report.md", "the steering table"), (out / "summary.json", "its numbers"),
         (out / "configs", "one lmms-eval results folder per configuration"), *console.log_row()]))

@@ -1,5 +1,7 @@
-"""`vrh-lmms train-tiny --out DIR --seed N`: train a tiny demo VLM (the shipped design, vrh_lmms.demo.designs; the
-research designs train with `python -m research.train` from the repository)."""
+"""`vrh-lmms train-tiny --out DIR --seed N`: train a tiny demo VLM (the shipped design, research/demo_model/designs.py).
+
+The trainer lives in the repository's research/ folder, not in the installed package: this command runs it from a
+clone (the repository root on the Python path), and says so in one line elsewhere."""
 
 from __future__ import annotations
 
@@ -42,12 +44,36 @@ def check_transformers(found: str) -> None:
                        f"`mm_encoder_outputs`); this environment has {found}")
 
 
+def trainer():
+    """The research/demo_model package (imported here, not at the top: the wheel does not hold it), found on the
+    Python path or in the clone this package runs from (an editable install) or the current folder."""
+    import importlib
+    import sys
+
+    import vrh_lmms
+
+    for root in (Path.cwd(), Path(vrh_lmms.__file__).resolve().parents[1]):
+        if (root / "research" / "demo_model" / "__init__.py").is_file() and str(root) not in sys.path:
+            sys.path.append(str(root))
+            break
+    try:
+        return tuple(importlib.import_module(f"research.demo_model.{name}")
+                     for name in ("designs", "train", "run_state"))
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("research"):
+            raise
+        raise VRHError("train-tiny runs the demo model's trainer, which lives in the repository's research/ folder and "
+                       "is not installed with the package: run it from a clone of the repository, from its root "
+                       "(`git clone ... && cd vrh-lmms && vrh-lmms train-tiny --out DIR`)") from None
+
+
 def run(args: argparse.Namespace) -> int:
     import transformers
 
     check_transformers(transformers.__version__)
-    from vrh_lmms.demo.designs import DESIGNS, LATEST, get_design
-    from vrh_lmms.demo.train import kept_points, train
+    designs, training, run_state = trainer()
+    DESIGNS, LATEST, get_design = designs.DESIGNS, designs.LATEST, designs.get_design
+    kept_points, train = training.kept_points, training.train
 
     args.design = args.design or LATEST
     if args.design not in DESIGNS:
@@ -56,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         raise VRHError(f"--backbone {args.backbone} holds no model.safetensors (expected a run's backbone/ folder)")
     design = get_design(args.design)
     keep = [p for p in args.keep_state_at.split(",") if p.strip()]
-    from vrh_lmms.demo.run_state import RESUME_FILE, resume_path
+    RESUME_FILE, resume_path = run_state.RESUME_FILE, run_state.resume_path
 
     try:  # refused before any folder is written (prepare_output below may create it), naming the bad point
         kept_points(design, keep)

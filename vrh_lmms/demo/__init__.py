@@ -1,8 +1,6 @@
-"""The shipped tiny grounding VLM: its data spec, trainer, design and the `vrh-lmms demo` pipeline.
+"""`vrh-lmms demo`: discovery, the ablation sweep, the report and the recall step on the shipped tiny grounding VLM.
 
-`spec` fixes what the model sees and says (scene config, image size, prompt, answer format); `data` builds exactly
-the inputs lmms-eval's `qwen2_5_vl` backend builds; `train` trains the model (with `head_prune` and `run_state`) on
-the design in `designs`; `evaluation` measures held-out grounding, with heads ablated or not (`model_heads`);
-`stages`, `pipeline`, `transfer` and `kcurve` are `vrh-lmms demo`. The research behind the design (designs p1-p20,
-probes, the causal protocol) is the repository's top-level research/ folder, not part of the package.
+`stages`, `pipeline`, `transfer`, `recall` and `kcurve` are the command; `model_heads` reads the shipped model's
+heads. The model's data spec is `vrh_lmms.synth.demo_spec`; how the model was trained (trainer, design p21, head
+pruning) is the repository's research/demo_model, not part of the package.
 """

@@ -275,9 +275,9 @@ def _finished_anything(out: Path) -> bool:
 
 def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
     """The model folder, its demo spec and the settings, checked before anything is written or loaded."""
-    from vrh_lmms.demo.spec import SPEC_FILE, DemoSpec
     from vrh_lmms.families import get_family
     from vrh_lmms.preload import check_pretrained, config_geometry, load_config
+    from vrh_lmms.synth.demo_spec import SPEC_FILE, DemoSpec
 
     for name, value, low in (("--n-discovery", settings.n_discovery, 1), ("--n-eval", settings.n_eval, 1),
                              ("--random-seeds", settings.random_seeds, 0)):
@@ -401,6 +401,7 @@ def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings
     the heads, on held-out scenes where every uniquely nameable object has its own expression."""
     from vrh_lmms.interventions.patch_run import PatchSpec, run_patching
     from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering, run_steering
+    from vrh_lmms.report.interventions import write_patching_report, write_steering_report
 
     k = max(1, lm.vrh_decoder.geometry.total_heads // 10)
     gen = f"max_new_tokens={settings.max_new_tokens}"
@@ -412,10 +413,12 @@ def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings
         run_steering(SteerSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads,
                                configurations=plan_steering([k], settings.random_seeds, True, [settings.steer_bias]),
                                gen_kwargs=gen, batch_size=settings.batch_size), out / "steer", lm=lm, progress=False)
+        write_steering_report(out / "steer")
         lm.batch_size_per_gpu = 1
         run_patching(PatchSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads, ks=[k],
                                random_seeds=settings.random_seeds, gen_kwargs=gen, max_pairs=settings.patch_pairs,
                                patch_batch=32), out / "patch", lm=lm, progress=False)
+        write_patching_report(out / "patch")
 
 
 def intervention_figures(out: Path) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def scoped_env(**values: str):
 
 def synth_config(spec, n: int, start: int) -> str:
     """VRH_SYNTH_CONFIG for `n` held-out scenes of the model's spec from scene id `start`."""
-    from vrh_lmms.demo.spec import EVAL_SCENE_SEED
+    from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED
 
     scene = dict(spec.scene)
     scene["image_size"] = spec.image_size

@@ -27,9 +27,9 @@ FIRST_WITH_SECOND = "sweep_first_with_second_heads"
 def checked_second_model(value: str, first: Path, spec) -> Path:
     """The second model's folder ("shipped": the shipped one), refused unless it was trained on the first model's
     scenes with the same decoder geometry, and unless the report can tell the two apart by name."""
-    from vrh_lmms.demo.spec import SPEC_FILE, DemoSpec
     from vrh_lmms.families import get_family
     from vrh_lmms.preload import check_pretrained, config_geometry, load_config
+    from vrh_lmms.synth.demo_spec import SPEC_FILE, DemoSpec
 
     path = assets_path() / SECOND_MODEL if value == "shipped" else Path(value)
     if value == "shipped" and not path.is_dir():

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from vrh_lmms.discovery.run import sidecars
 from vrh_lmms.discovery.scoring import LOCALIZATION, RETRIEVAL, aggregate, parse_cell, per_sample_matrix, rank
 from vrh_lmms.errors import VRHError
 
@@ -98,3 +100,27 @@ def efficiency_plot(rows: Sequence[EfficiencyRow], k: int, cell: str, path) -> N
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def choose_k(requested: int | None, total_heads: int) -> int:
+    """Top-k overlap is compared for k up to 10% of all heads (beyond that the top-k is much of the model and
+    overlaps by construction): the default is min(20, that cap); a larger --k is an error, never a silent clamp."""
+    cap = max(1, total_heads // 10)
+    if requested is None:
+        return min(20, cap)
+    if requested < 1 or requested > cap:
+        raise VRHError(f"--k {requested}: this model has {total_heads} heads, so k must be between 1 and {cap} "
+                       f"(10% of its heads)")
+    return requested
+
+
+def load_samples(heads_file: str | Path) -> list[dict[str, np.ndarray]]:
+    path = sidecars(heads_file)["samples"]
+    if not path.is_file():
+        raise VRHError(f"{path} not found: sample efficiency needs the per-sample statistics that "
+                       f"`vrh-lmms discover` writes beside the heads file")
+    with np.load(path) as data:
+        names = [n for n in data.files if n != "keys"]
+        arrays = {n: data[n] for n in names}
+    n = len(next(iter(arrays.values())))
+    return [{name: arrays[name][i] for name in names} for i in range(n)]

@@ -187,7 +187,7 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
         heads = random_heads(geometry, k, seed, exclude | frozenset(rank[:k]))
         kind, used_seed = "random_outside", seed
     elif m := _IMATCH.match(text):
-        from vrh_lmms.sweep.controls import image_matched_heads
+        from vrh_lmms.heads.controls import image_matched_heads
 
         k = int(m.group(1) or m.group(2))
         tol = float(m.group(3)) if m.group(3) else IMAGE_MATCH_TOLERANCE

@@ -297,9 +297,6 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     result["unavailable_sets"] = unavailable
     result["dead_heads"] = dead_head_names(lm)
     write_json(out / RESULT, result)
-    from vrh_lmms.report.interventions import write_patching_report
-
-    write_patching_report(out, result, hf)
     return out / RESULT
 
 
@@ -309,7 +306,7 @@ def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: Patc
     with image-clustered CIs, and the rank correlation of the map with the heads file's scores."""
     from scipy.stats import kendalltau, spearmanr
 
-    from vrh_lmms.report.interventions import cluster_ci
+    from vrh_lmms.stats import cluster_ci
 
     results = [PairResult(p["ld_clean"], p["ld_corrupt"], np.asarray(p["heads"], dtype=float), p["sets"])
                for p in parts]

@@ -98,7 +98,7 @@ def encode_images(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> dict[
 
 def teacher_forced(prompt: Mapping[str, torch.Tensor], answer: torch.Tensor) -> TeacherForced:
     """The backend's generate inputs (batch 1) extended by `answer` (1-D ids, without the stop token)."""
-    from vrh_lmms.discovery.collector import teacher_forced_inputs
+    from vrh_lmms.capture.teacher_forced import teacher_forced_inputs
 
     answer = answer.detach().long().flatten().cpu()
     if answer.numel() == 0:

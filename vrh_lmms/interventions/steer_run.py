@@ -223,11 +223,11 @@ def _write_manifest(out: Path, spec: SteerSpec, done: set[str], unavailable: dic
 
 
 def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
-    """Run every configuration not yet done, then write summary.json and report.md. On several ranks every rank
-    steers its shard of the docs, rank 0 alone writes (vrh_lmms.distributed)."""
+    """Run every configuration not yet done (the caller writes summary.json and report.md with
+    vrh_lmms.report.interventions.write_steering_report). On several ranks every rank steers its shard of the docs,
+    rank 0 alone writes (vrh_lmms.distributed)."""
     from vrh_lmms import distributed, lmms
     from vrh_lmms.heads.spec import resolve_spec
-    from vrh_lmms.report.interventions import write_steering_report
     from vrh_lmms.sweep.checks import check_headsets, dead_heads_of
 
     out = Path(output)
@@ -297,6 +297,4 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
             bar.close()
             interceptor.uninstall()
             lm.task_dict = dict(tracker)
-    if distributed.is_main():
-        write_steering_report(out)
     return out

@@ -65,7 +65,7 @@ def summarize_stats(stats: list[dict]) -> dict[str, float]:
 
 def read_outcome(name: str, policy: dict, folder: Path, cache: dict[str, float]) -> RunOutcome:
     """Per-doc outcomes of every task in an lmms-eval run folder (clusters: task and image)."""
-    from vrh_lmms.report.samples import read_samples
+    from vrh_lmms.runfolder.samples import read_samples
 
     keys, scores, clusters, kinds = [], [], [], set()
     for path in sorted(folder.glob("samples_*.jsonl")):

@@ -1,6 +1,6 @@
 """One teacher-forced forward -> every head's attention from chosen query rows to each image token.
 
-The forward is discovery's (vrh_lmms.discovery.collector.teacher_forced_inputs on the backend's own generate
+The forward is discovery's (vrh_lmms.capture.teacher_forced.teacher_forced_inputs on the backend's own generate
 inputs) and so is the capture (vrh_lmms.capture.attention with one key set per image token: the mass of a
 one-token key set is that token's attention probability). Rows:
 - "answer": the rows that emit the model's answer tokens (discovery's Q_out);

@@ -76,7 +76,7 @@ class MapCollector:
                  output_includes_prompt: bool = True) -> None:
         from vrh_lmms.capture.extras import layout_extras
         from vrh_lmms.capture.layouts import image_token_map
-        from vrh_lmms.discovery.collector import teacher_forced_inputs
+        from vrh_lmms.capture.teacher_forced import teacher_forced_inputs
         from vrh_lmms.discovery.queries import answer_length, token_pieces
         from vrh_lmms.discovery.targets import target_from_doc
         from vrh_lmms.maps.capture import image_attention, query_rows

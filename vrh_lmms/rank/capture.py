@@ -1,6 +1,6 @@
 """One multi-image forward -> every head's attention mass on each candidate image.
 
-Inputs are built the way the chat `qwen2_5_vl` backend builds them (vrh_lmms.demo.data.backend_inputs: chat
+Inputs are built the way the chat `qwen2_5_vl` backend builds them (research.demo_model.data.backend_inputs: chat
 template, qwen_vl_utils' image loading, the processor) with N images in one user turn, the query text before them
 under `image_position=after_prompt` and after them otherwise. The query row is the last prompt token (the row that
 emits the first answer token, after every image in either order); the capture is vrh_lmms.capture.attention with

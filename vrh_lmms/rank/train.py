@@ -61,7 +61,7 @@ class RankTrainOptions:
     freeze_vision: bool = False
 
     def check(self) -> None:
-        from vrh_lmms.demo.spec import EVAL_SCENE_SEED
+        from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED
 
         if self.k < 1:
             raise VRHError(f"--k must be >= 1, got {self.k}")
@@ -250,13 +250,13 @@ def train(model_dir: str, heads_file_path: str, output: str | Path, options: Ran
     import transformers
 
     from vrh_lmms.backbone import dead_heads, locate_decoder
-    from vrh_lmms.demo.spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
     from vrh_lmms.dpo_train import vision_parameters
     from vrh_lmms.export import copy_side_files, load_config, load_model, source_files_dir
     from vrh_lmms.families import family_for_config
     from vrh_lmms.heads.heads_file import load_heads_file
     from vrh_lmms.heads.spec import check_heads_file_fits
     from vrh_lmms.rank.data import synth_set
+    from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
 
     hf = load_heads_file(heads_file_path)
     family = family_for_config(load_config(model_dir, False))

@@ -62,8 +62,8 @@ def demo_spec(partner: str | Path | None = None, random_seeds: int = 10, n_detec
     """The paper's protocol on the shipped demo model: synthetic detection scenes, disjoint evaluation scenes,
     `vrh_synth_vqa` for the cross-task test, the paper's k grid."""
     from vrh_lmms.demo.pipeline import demo_model_path
-    from vrh_lmms.demo.spec import DemoSpec
     from vrh_lmms.demo.stages import DISCOVERY_START, EVAL_START, TASK, demo_model_args, synth_config
+    from vrh_lmms.synth.demo_spec import DemoSpec
 
     model = demo_model_path()
     spec = DemoSpec.load(model)

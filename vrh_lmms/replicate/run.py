@@ -133,8 +133,14 @@ def stage_vqa(ctx: Context) -> dict[str, Any]:
 
 
 def stage_efficiency(ctx: Context) -> dict[str, Any]:
-    from vrh_lmms.commands.sample_efficiency import choose_k, load_samples
-    from vrh_lmms.discovery.efficiency import DEFAULT_NS, efficiency_markdown, efficiency_plot, sample_efficiency
+    from vrh_lmms.discovery.efficiency import (
+        DEFAULT_NS,
+        choose_k,
+        efficiency_markdown,
+        efficiency_plot,
+        load_samples,
+        sample_efficiency,
+    )
     from vrh_lmms.heads.heads_file import load_heads_file
 
     hf = load_heads_file(ctx.heads)

@@ -42,7 +42,7 @@ def _control_text(row: dict[str, Any], kind: str) -> str:
 
 def _group(report: dict[str, Any], task: str, model: str | None = None) -> dict[str, Any] | None:
     """The report group of `task` for the replicated model (a partner's group of the same task is not it)."""
-    from vrh_lmms.report.runs import same_model
+    from vrh_lmms.runfolder.runs import same_model
 
     groups = [g for g in report["groups"] if g["task"] == task]
     if model:
@@ -115,7 +115,7 @@ def transfer_verdict(report: dict[str, Any], stages: dict[str, Any], k: int, mod
     rows = [t for t in report.get("transfer", []) if t["k"] == k and t["mode"] == "zero"]
     if len(rows) < 2:
         return []
-    from vrh_lmms.report.runs import same_model
+    from vrh_lmms.runfolder.runs import same_model
 
     mine = [r for r in rows if model and same_model(r["model"], model)]
     a = mine[0] if mine else rows[0]

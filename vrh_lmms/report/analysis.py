@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from vrh_lmms.errors import VRHError
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.pairing import align, pair
-from vrh_lmms.report.runs import RunMeta
-from vrh_lmms.report.samples import STATUSES, SampleTable
+from vrh_lmms.runfolder.runs import RunMeta
+from vrh_lmms.runfolder.samples import STATUSES, SampleTable
 from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
 
 _KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "random_all": 4, "random_outside": 5,

@@ -29,9 +29,9 @@ from vrh_lmms.report.jsonable import jsonable
 from vrh_lmms.report.maps_panel import is_maps_folder, maps_block, maps_markdown
 from vrh_lmms.report.markdown import render
 from vrh_lmms.report.pools import control_dead_shares, unavailable_configurations
-from vrh_lmms.report.runs import read_run_meta, task_sources
-from vrh_lmms.report.samples import SampleTable, read_samples
 from vrh_lmms.report.scorers import scorer_block, scorers_markdown, scorers_plot
+from vrh_lmms.runfolder.runs import read_run_meta, task_sources
+from vrh_lmms.runfolder.samples import SampleTable, read_samples
 
 SCHEMA = "vrh-report/2"
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from vrh_lmms.errors import VRHError
 from vrh_lmms.heads.heads_file import load_heads_file
-from vrh_lmms.report.runs import short_model
+from vrh_lmms.runfolder.runs import short_model
 from vrh_lmms.stats import topk_jaccard_matrix
 
 

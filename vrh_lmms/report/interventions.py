@@ -8,6 +8,7 @@ not), a cluster-robust t interval over images for numeric ones (recoveries).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,23 +20,11 @@ from vrh_lmms.interventions.folder import write_json
 from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
 from vrh_lmms.report.fmt import pct, pct_ci, pval
 from vrh_lmms.report.pools import grouped_draws
+from vrh_lmms.stats import cluster_ci
 
 NULL_LABELS = {"random": "random-k", "random_all": "uniform random-k (all heads)",
                "random_outside": "random-k outside the top-k",
                "layer_matched": "layer-matched random-k", "image_matched": "image-matched"}
-
-
-def cluster_ci(values: np.ndarray, clusters: np.ndarray, quantity: str,
-               alpha: float = 0.05) -> tuple[float | None, float | None]:
-    """(1 - alpha) CI of the pooled mean with images as clusters (vrh_lmms.stats.accuracy), chosen by what the values
-    are (`quantity`: "binary" for moved-or-not, "unbounded" for recoveries); None where it is undefined (a numeric
-    mean over a single image)."""
-    from vrh_lmms.stats import accuracy
-
-    result = accuracy(values, clusters, alpha, quantity=quantity)
-    if not (np.isfinite(result.ci_low) and np.isfinite(result.ci_high)):
-        return None, None
-    return float(result.ci_low), float(result.ci_high)
 
 
 def steering_summary(folder: str | Path) -> dict[str, Any]:
@@ -244,8 +233,17 @@ def patching_plot(result: dict[str, Any], scores: np.ndarray, path: Path) -> Pat
     return path
 
 
-def write_patching_report(folder: str | Path, result: dict[str, Any], hf) -> Path:
+def write_patching_report(folder: str | Path, result: dict[str, Any] | None = None, hf=None) -> Path:
+    """report.md and patch_map.png of a patching folder; `result` and `hf` default to its patch.json and the heads
+    file it names."""
     folder = Path(folder)
+    if result is None:
+        result = json.loads((folder / "patch.json").read_text())
+    if hf is None:
+        from vrh_lmms.heads.heads_file import load_heads_file
+        from vrh_lmms.interventions.outputs import PATCH_MANIFEST
+
+        hf = load_heads_file(json.loads((folder / PATCH_MANIFEST).read_text())["heads_file"])
     patching_plot(result, np.asarray(hf.scores, dtype=float), folder / "patch_map.png")
     text = patching_markdown(result, "patch_map.png")
     return atomic.write_text(folder / "report.md", "# Activation patching\n\n" + text.split("\n", 2)[2])

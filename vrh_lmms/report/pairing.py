@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vrh_lmms.errors import VRHError
-from vrh_lmms.report.samples import SampleTable, same_identity
+from vrh_lmms.runfolder.samples import SampleTable, same_identity
 
 _LISTED = 6  # runs named in a doc-set error before "and N more"
 

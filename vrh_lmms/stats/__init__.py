@@ -5,7 +5,7 @@ exact McNemar test beside it), top-k vs random-k empirical nulls, multiplicity c
 Pure numpy/scipy/statsmodels on arrays; nothing here reads files or knows about lmms-eval.
 """
 
-from vrh_lmms.stats.accuracy import AccuracyResult, accuracy, is_binary
+from vrh_lmms.stats.accuracy import AccuracyResult, accuracy, cluster_ci, is_binary
 from vrh_lmms.stats.bootstrap import BootstrapResult, paired_bootstrap_drop
 from vrh_lmms.stats.clusters import DesignEffect, cluster_totals, design_effect
 from vrh_lmms.stats.distribution import share_above
@@ -38,6 +38,7 @@ __all__ = [
     "TopkOverlap",
     "accuracy",
     "adjust_pvalues",
+    "cluster_ci",
     "benjamini_hochberg",
     "cluster_totals",
     "design_effect",

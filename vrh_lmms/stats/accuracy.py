@@ -117,3 +117,14 @@ def accuracy(values: ArrayLike, clusters: ArrayLike | None = None, alpha: float 
         bad = arr[(arr < 0.0) | (arr > 1.0)][0]
         raise ValueError(f"quantity 'bounded' needs scores in [0, 1], got {bad:g}")
     return _numeric(arr, clusters, alpha, quantity)
+
+
+def cluster_ci(values: np.ndarray, clusters: np.ndarray, quantity: str,
+               alpha: float = 0.05) -> tuple[float | None, float | None]:
+    """(1 - alpha) CI of the pooled mean with images as clusters (`accuracy`), chosen by what the values are
+    (`quantity`: "binary" for moved-or-not, "unbounded" for recoveries); None where it is undefined (a numeric mean
+    over a single image)."""
+    result = accuracy(values, clusters, alpha, quantity=quantity)
+    if not (np.isfinite(result.ci_low) and np.isfinite(result.ci_high)):
+        return None, None
+    return float(result.ci_low), float(result.ci_high)

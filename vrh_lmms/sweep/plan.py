@@ -34,13 +34,13 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
                         control_tolerance: float | None = None, uniform_random: bool = False,
                         cells: Sequence[str] = (), random_skip_layer0: bool = False) -> list[Configuration]:
     """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed, and each extra
-    control per seed (`image-matched`: vrh_lmms.sweep.controls; `control_tolerance` overrides its tolerance).
+    control per seed (`image-matched`: vrh_lmms.heads.controls; `control_tolerance` overrides its tolerance).
     `uniform_random` adds `random_all` draws over all heads, dead ones included (spec random<K>@all), beside the
     run's control pool: the paper's random control next to the live one. `cells` adds, per k, the top-k of each
     other scoring cell of the heads file (`scorer_<cell>_top<k>`: the scorer comparison of the paper's Figs 2/3).
     `random_skip_layer0` draws the random-k heads outside layer 0 (spec random<K>:skip_layer0, the paper's DPO
     control), same ids."""
-    from vrh_lmms.sweep.controls import CONTROL_OPTIONS
+    from vrh_lmms.heads.controls import CONTROL_OPTIONS
 
     unknown = [c for c in controls if c not in CONTROL_OPTIONS]
     if unknown:

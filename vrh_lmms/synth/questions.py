@@ -1,6 +1,6 @@
 """Short VQA questions about one synthetic scene: colour, shape, count, existence.
 
-The demo model learns them beside grounding (vrh_lmms.demo.visual_tasks) and `vrh_synth_vqa` evaluates them, so
+The demo model learns them beside grounding (research.demo_model.visual_tasks) and `vrh_synth_vqa` evaluates them, so
 the paper's cross-task test (grounding heads masked on VQA, Table 3) has a counterpart on the demo model. One
 function serves both, so the questions evaluated are the questions trained on (same wording, same answers).
 """

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from vrh_lmms.demo.spec import DemoSpec
-from vrh_lmms.demo.train import Design
+from research.demo_model.train import Design
+from vrh_lmms.synth.demo_spec import DemoSpec
 
 PALETTE = ("red", "green", "blue", "yellow", "white", "purple")
 SHAPES = ("circle", "square", "triangle", "cross", "diamond")
@@ -44,7 +44,8 @@ P21 = Design(
     # layers 3-5 once their pruning has ended (joint 4750), so the few readers left are redundant with one another
     head_drop=0.05, head_drop_layers=(0, 1, 2), head_drop_kinds=("joint",), head_drop_from=3000,
     head_drop_late_layers=(3, 4, 5), head_drop_late_from=4750,
-    # importance-based pruning (vrh_lmms/demo/head_prune.py) over joint steps 4250-4750: layers 3-5 down to the six
+    # importance-based pruning (research/demo_model/head_prune.py) over joint steps 4250-4750: layers 3-5 down to
+    # the six
     # survivors of p17 seed 0 (a backbone's idle heads come with it, as a 7B LLM's do), layer 2 to 4 of its 16 heads
     # by its own ranking, so the scorer's first heads are the causal ones at a k small enough for random draws to
     # stay cheap

@@ -2,16 +2,18 @@
 
 Three phases, each optional (docs/demo-model-experiments.md says what each design measured):
 
-1. **text**: the language backbone alone learns synthetic text tasks (`vrh_lmms.demo.text_tasks`: associative
+1. **text**: the language backbone alone learns synthetic text tasks (`vrh_lmms.synth.text_tasks`: associative
    recall, a textual twin of grounding, copy, sort, count, add), so its heads get jobs before any image exists;
 2. **align**: the backbone is frozen and the vision tower + projector (from scratch) learn to feed it, on
-   grounding and short VQA about the same scenes (`vrh_lmms.demo.visual_tasks`), image first as lmms-eval sends it;
+   grounding and short VQA about the same scenes (`research.demo_model.visual_tasks`), image first as lmms-eval
+   sends it;
 3. **joint**: everything trains, the backbone at a lower rate, with text batches still mixed in.
 
 Grounding inputs are built exactly as lmms-eval's `qwen2_5_vl` backend builds them (chat template, JPEG round
-trip, processor patching; `vrh_lmms.demo.sequences`, `vrh_lmms.demo.data`), so the model is trained on what the
-evaluation feeds it. The loss covers only answer tokens. Light head dropout (zero a head's `o_proj` input slice, as
-the ablation does) is available as a regulariser. Everything is a function of the seeds: init, data, dropout.
+trip, processor patching; `research.demo_model.sequences`, `research.demo_model.data`), so the model is trained
+on what the evaluation feeds it. The loss covers only answer tokens. Light head dropout (zero a head's `o_proj`
+input slice, as the ablation does) is available as a regulariser. Everything is a function of the seeds: init,
+data, dropout.
 """
 
 from __future__ import annotations
@@ -29,17 +31,17 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from research.demo_model import head_prune, run_state
+from research.demo_model.data import FastEncoder, decoded_image
+from research.demo_model.evaluation import evaluate, held_out_scenes, prepare
+from research.demo_model.sequences import Encoded, TurnEncoder, collate
+from research.demo_model.visual_tasks import questions
 from vrh_lmms.backbone import HEAD_OUT, Hook, locate_decoder, site_name
-from vrh_lmms.demo import head_prune, run_state
-from vrh_lmms.demo.data import FastEncoder, decoded_image
-from vrh_lmms.demo.evaluation import evaluate, held_out_scenes, prepare
 from vrh_lmms.demo.model_heads import chosen_layers
-from vrh_lmms.demo.sequences import Encoded, TurnEncoder, collate
-from vrh_lmms.demo.spec import TRAIN_SCENE_SEED, DemoSpec
-from vrh_lmms.demo.text_tasks import TEXT_TASKS, TextTaskConfig, extra_words, sample_examples
-from vrh_lmms.demo.visual_tasks import questions
 from vrh_lmms.heads.geometry import head_name
+from vrh_lmms.synth.demo_spec import TRAIN_SCENE_SEED, DemoSpec
 from vrh_lmms.synth.scenes import Scene, generate_scene
+from vrh_lmms.synth.text_tasks import TEXT_TASKS, TextTaskConfig, extra_words, sample_examples
 from vrh_lmms.tiny import qwen2_5_vl as tiny
 from vrh_lmms.tiny.common import save_checkpoint, seeded
 
@@ -111,7 +113,8 @@ class Design:
     # VLM's retrieval heads are (one alone costs little, most of them together break grounding)
     head_drop_late_layers: tuple = ()
     head_drop_late_from: int = 0
-    # importance-based head pruning (vrh_lmms/demo/head_prune.py) in the joint phase: the heads of these text layers
+    # importance-based head pruning (research/demo_model/head_prune.py) in the joint phase: the heads of these text
+    # layers
     # are pruned, least important first, from joint step head_prune_steps[0] to [1], until head_prune_keep are left
     # (None: no pruning); importance is measured from head_prune.WINDOW steps before the first prune
     head_prune_layers: tuple = ()

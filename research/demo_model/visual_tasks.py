@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vrh_lmms.demo.spec import DemoSpec, prompt_for
+from vrh_lmms.synth.demo_spec import DemoSpec, prompt_for
 from vrh_lmms.synth.questions import VQA_KINDS, Question, vqa_question
 from vrh_lmms.synth.scenes import Scene
 

@@ -1,7 +1,7 @@
 """Held-out grounding evaluation of a demo checkpoint: greedy Acc@0.5, parse failures and localisation, with chosen
 heads ablated or not. The trainer's evaluations and the research probes both measure through it.
 
-Inputs mirror the lmms-eval `qwen2_5_vl` backend (see `vrh_lmms.demo.data`); decoding is greedy, as the backend's
+Inputs mirror the lmms-eval `qwen2_5_vl` backend (see `research.demo_model.data`); decoding is greedy, as the backend's
 default.
 """
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from research.demo_model.data import FastEncoder, decoded_image
 from vrh_lmms.boxes.geometry import iou, xywh_to_xyxy
-from vrh_lmms.demo.data import FastEncoder, decoded_image
 from vrh_lmms.demo.model_heads import Head, ablate
-from vrh_lmms.demo.spec import EVAL_SCENE_SEED, DemoSpec
+from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED, DemoSpec
 from vrh_lmms.synth.scenes import Scene, generate_scene
 
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"

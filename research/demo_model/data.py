@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vrh_lmms.demo.spec import SYSTEM_PROMPT, DemoSpec, prompt_for
+from vrh_lmms.synth.demo_spec import SYSTEM_PROMPT, DemoSpec, prompt_for
 from vrh_lmms.synth.scenes import Scene
 
 
