@@ -47,7 +47,7 @@ def build_model(preset: dict[str, Any], device: str, dtype: torch.dtype):
     """Random-weight Qwen2.5-VL of the preset's shape, with the tiny family's tokenizer and processor."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from vrh_lmms.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
+    from vrh_lmms.model.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
 
     tokenizer = make_tokenizer()
     processor = make_processor(tokenizer, max_pixels=preset["image"] ** 2, min_pixels=preset["image"] ** 2 // 4)
@@ -59,14 +59,14 @@ def build_model(preset: dict[str, Any], device: str, dtype: torch.dtype):
 
 
 def make_inputs(processor, preset: dict[str, Any], device: str, dtype: torch.dtype):
-    from vrh_lmms.tiny.inputs import processor_inputs
+    from vrh_lmms.model.tiny.inputs import processor_inputs
 
     batch = processor_inputs(processor, n=preset["batch"], image_sizes=[preset["image"]] * preset["batch"])
     return {k: (v.to(device, dtype) if v.is_floating_point() else v.to(device)) for k, v in batch.items()}
 
 
 def pick_heads(geometry, k: int, seed: int = 0):
-    from vrh_lmms.heads.spec import random_heads
+    from vrh_lmms.base.heads.spec import random_heads
 
     return random_heads(geometry, min(k, geometry.total_heads), seed)
 
@@ -86,7 +86,7 @@ def measure(model, inputs, heads, device: str, rounds: int, warmup: int, inner: 
             seed: int = 0) -> dict[str, list[float]]:
     """Interleaved rounds: each times unmasked, fold and hook in a shuffled order (the fastest of `inner`
     forwards per condition, which drops preemptions on a shared machine)."""
-    from vrh_lmms.ablation import Ablator
+    from vrh_lmms.model.ablation import Ablator
 
     fold, hook = Ablator(model, method="fold"), Ablator(model, method="hook")
     # "control" is a second unmasked condition: its ratio to "unmasked" is the noise floor of the measurement
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.set_num_threads(args.threads)
 
-    from vrh_lmms.backbone import locate_decoder
+    from vrh_lmms.model.backbone import locate_decoder
 
     model, processor = build_model(preset, device, dtype)
     inputs = make_inputs(processor, preset, device, dtype)

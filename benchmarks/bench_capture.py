@@ -13,7 +13,7 @@ Memory is the peak *extra* memory of the forward over what is resident just befo
 Time is the median wall time of `--reps` forwards after one warm-up (CUDA synchronised).
 Query rows: the last `--rows` positions (where an answer would be); key sets: the image tokens inside a central box
 (through the layout) and all image tokens. Mode `grid` adds what discovery's `localization_heads` cell captures:
-one single-token key set per image token of the main view's grid (vrh_lmms.discovery.collector.grid_key_sets).
+one single-token key set per image token of the main view's grid (vrh_lmms.runs.discovery.collector.grid_key_sets).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def build_from_spec(spec: dict, device: str, max_tokens: int):
     default), seeded, sdpa attention, bf16 on CUDA; and a processor admitting `max_tokens` image tokens."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from vrh_lmms.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
+    from vrh_lmms.model.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
 
     tokenizer = make_tokenizer()
     processor = make_processor(tokenizer, max_pixels=28 * 28 * max_tokens)
@@ -67,7 +67,7 @@ def build_from_spec(spec: dict, device: str, max_tokens: int):
 def make_inputs(processor, side: int, device: str):
     from PIL import Image
 
-    from vrh_lmms.tiny.inputs import render_prompt, scene_messages
+    from vrh_lmms.model.tiny.inputs import render_prompt, scene_messages
 
     image = Image.new("RGB", (side, side), (90, 90, 90))
     prompt = render_prompt(processor, scene_messages("the red circle", image))
@@ -78,10 +78,10 @@ def make_inputs(processor, side: int, device: str):
 
 def make_plans(model, processor, batch, rows: int, side: int) -> dict:
     """The capture plan of mode `capture`, and of mode `grid` (the same plus one key set per grid token)."""
-    from vrh_lmms.capture import CapturePlan
-    from vrh_lmms.capture.extras import layout_extras
-    from vrh_lmms.capture.layouts import box_key_mask, image_token_map, main_view_grid
-    from vrh_lmms.discovery.collector import grid_key_sets
+    from vrh_lmms.model.capture import CapturePlan
+    from vrh_lmms.model.capture.extras import layout_extras
+    from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map, main_view_grid
+    from vrh_lmms.runs.discovery.collector import grid_key_sets
 
     ids = batch["input_ids"].cpu()
     t = ids.shape[1]
@@ -96,7 +96,7 @@ def make_plans(model, processor, batch, rows: int, side: int) -> dict:
 
 
 def forward(mode: str, model, batch, plans: dict):
-    from vrh_lmms.capture import capture_attention
+    from vrh_lmms.model.capture import capture_attention
 
     with torch.no_grad():
         if mode == "plain":
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def locate_layers(model) -> int:
-    from vrh_lmms.backbone import locate_decoder
+    from vrh_lmms.model.backbone import locate_decoder
 
     return locate_decoder(model).geometry.layers
 

@@ -7,7 +7,8 @@ measured memory, side by side per policy and budget, in one run.
 Accuracy-free: random weights, one synthetic image of `--side` pixels, `--new-tokens` greedy tokens. The
 `retrieval` policy here ranks heads by layer (lowest first), so at budget b the top layers hold no kept group and
 shrink (the memory depends only on how many layers shrink, not on which heads are chosen); `uniform` keeps the same
-evenly spaced share of image tokens in every layer, so every layer shrinks. Mode `compress` (vrh_lmms.kvcache.apply).
+evenly spaced share of image tokens in every layer, so every layer shrinks. Mode `compress`
+(vrh_lmms.model.kvcache.apply).
 
 Measured per configuration, each in a fresh process:
 - claimed: the bytes the policy says the shrunk cache holds (`kv_bytes(..., physical_only=True)`);
@@ -51,7 +52,7 @@ def build(shape: str, device: str, max_tokens: int):
 def make_inputs(processor, side: int, device: str):
     from PIL import Image
 
-    from vrh_lmms.tiny.inputs import render_prompt, scene_messages
+    from vrh_lmms.model.tiny.inputs import render_prompt, scene_messages
 
     image = Image.new("RGB", (side, side), (90, 90, 90))
     batch = processor(text=[render_prompt(processor, scene_messages("the red circle", image))], images=[image],
@@ -60,7 +61,7 @@ def make_inputs(processor, side: int, device: str):
 
 
 def make_policy(name: str, budget: float, geometry):
-    from vrh_lmms.kvcache.policy import no_policy, retrieval_policy, uniform_policy
+    from vrh_lmms.model.kvcache.policy import no_policy, retrieval_policy, uniform_policy
 
     if name == "none":
         return no_policy(geometry)
@@ -106,8 +107,8 @@ class _Meter:
 
 def worker(args) -> dict:
     """One configuration: generate with the policy in compress mode, measure, print one JSON line."""
-    from vrh_lmms.backbone import locate_decoder
-    from vrh_lmms.kvcache.apply import kv_compressed
+    from vrh_lmms.model.backbone import locate_decoder
+    from vrh_lmms.model.kvcache.apply import kv_compressed
 
     torch.set_num_threads(args.threads)
     model, processor = build(args.shape, args.device, args.max_tokens)

@@ -52,12 +52,12 @@ def main() -> int:
     import numpy as np
     import torch
 
-    from vrh_lmms import lmms
-    from vrh_lmms.demo.pipeline import EVAL_START, _synth_config, demo_model_args, demo_model_path
-    from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-    from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, run_sweep
-    from vrh_lmms.synth.demo_spec import DemoSpec
+    from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+    from vrh_lmms.base.synth.demo_spec import DemoSpec
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.pipelines.demo.pipeline import EVAL_START, _synth_config, demo_model_args, demo_model_path
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="bench_sweep_pack."))

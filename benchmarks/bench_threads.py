@@ -1,7 +1,7 @@
 """torch's default thread count vs vrh-lmms' choice from the free cores, side by side, with other work running.
 
 Each round runs the same workload twice in fresh processes, in alternating order: once with torch's default
-(one thread per core; `VRH_THREADS=torch`) and once with vrh-lmms' choice (`vrh_lmms.device.choose_threads`:
+(one thread per core; `VRH_THREADS=torch`) and once with vrh-lmms' choice (`vrh_lmms.model.device.choose_threads`:
 the cores not kept busy by others). `--busy N` starts N busy-loop processes first, as another job on the machine
 would be. The workload is `vrh-lmms demo` (the README's main job), smaller with `--n-eval` / `--n-discovery`.
 
@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 BUSY_LOOP = "while True:\n    pass\n"
-CHOSEN = "import torch; from vrh_lmms.device import choose_threads; t = choose_threads(); print(t)"
+CHOSEN = "import torch; from vrh_lmms.model.device import choose_threads; t = choose_threads(); print(t)"
 
 
 def _env(variant: str) -> dict[str, str]:

@@ -21,15 +21,15 @@ import torch
 from loguru import logger
 from vrh_lmms.model_wrappers.results_hook import publish_record
 
-from vrh_lmms.ablation import Ablator, RowConfig, load_means, means_path_for
-from vrh_lmms.backbone import dead_heads, locate_decoder
-from vrh_lmms.device import default_device, default_device_map
-from vrh_lmms.errors import VRHError
-from vrh_lmms.families import get_family
-from vrh_lmms.heads import paper, registry
-from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file
-from vrh_lmms.heads.spec import HeadSet, check_pool, needs_heads_file, resolve_spec
-from vrh_lmms.pretrained import check_pretrained
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import get_family
+from vrh_lmms.base.heads import paper, registry
+from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file
+from vrh_lmms.base.heads.spec import HeadSet, check_pool, needs_heads_file, resolve_spec
+from vrh_lmms.base.pretrained import check_pretrained
+from vrh_lmms.model.ablation import Ablator, RowConfig, load_means, means_path_for
+from vrh_lmms.model.backbone import dead_heads, locate_decoder
+from vrh_lmms.model.device import default_device, default_device_map
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -98,7 +98,7 @@ def user_errors_exit(init):
 
 
 class VRHMixin:
-    """Mix in before an lmms-eval backend class; set `vrh_family` (a key of vrh_lmms.families.FAMILIES)."""
+    """Mix in before an lmms-eval backend class; set `vrh_family` (a key of vrh_lmms.base.families.FAMILIES)."""
 
     vrh_family: str = ""
     # names of the base constructor's device arguments (most backends use both)
@@ -235,7 +235,7 @@ class VRHMixin:
     def _vrh_activate_box_convention(self, name: str) -> None:
         """Tell our tasks which box convention this model speaks (and its resize parameters)."""
         try:
-            from vrh_lmms.boxes import context
+            from vrh_lmms.base.boxes import context
         except ImportError:  # tasks layer not installed
             return
         params = {k: getattr(self, k) for k in ("min_pixels", "max_pixels") if getattr(self, k, None) is not None}
@@ -269,14 +269,14 @@ class VRHMixin:
 
     def vrh_pack_unsupported(self) -> str | None:
         """Why this model cannot evaluate several head sets in one pass (None: it can)."""
-        from vrh_lmms.packing import packing_unsupported
+        from vrh_lmms.model.packing import packing_unsupported
 
         return packing_unsupported(self.model)
 
     def vrh_pack(self, headsets: list[HeadSet], modes: list[str], means: torch.Tensor | None = None):
         """Serve these head sets from shared generate calls (docs/sweeps.md); `vrh_serve(i)` picks the one whose
         lmms-eval pass runs now, `vrh_unpack()` ends it. The weights stay pristine meanwhile."""
-        from vrh_lmms.packing import PackedGenerate
+        from vrh_lmms.model.packing import PackedGenerate
 
         self.vrh_unpack()
         self.vrh_ablator.restore()

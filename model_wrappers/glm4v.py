@@ -17,7 +17,7 @@ import lmms_eval.models.simple.glm4v as _glm4v_module
 from lmms_eval.models.simple.glm4v import GLM4V as _Simple
 from vrh_lmms.model_wrappers.base import VRHMixin
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 _CLASS_NAMES = {"glm4v": "Glm4vForConditionalGeneration", "glm4v_moe": "Glm4vMoeForConditionalGeneration"}
 

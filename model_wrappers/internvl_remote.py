@@ -14,7 +14,7 @@ from lmms_eval.models.simple.internvl3_5 import InternVL3_5 as _InternVL3_5
 from vrh_lmms.model_wrappers.base import VRHMixin
 from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 
-from vrh_lmms.capture.extras import RemoteInternVLProcessor
+from vrh_lmms.model.capture.extras import RemoteInternVLProcessor
 
 
 class _ConfigFix:

@@ -24,7 +24,7 @@ from lmms_eval.api.model import lmms
 from PIL import Image
 from tqdm import tqdm
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 # generation kwargs a task may set that we pass on to `generate`; others (e.g. `image_sizes`) are ignored
 GEN_KEYS = ("max_new_tokens", "min_new_tokens", "num_beams", "temperature", "top_p", "top_k", "do_sample",

@@ -15,7 +15,7 @@ from typing import Any
 
 from vrh_lmms.model_wrappers.base import VRHMixin, unavailable_backend, user_errors_exit
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 try:
     from lmms_eval.models.chat.phi4_multimodal import Phi4 as _Chat

@@ -11,8 +11,8 @@ from lmms_eval.models.chat.qwen2_5_vl import Qwen2_5_VL as _Chat
 from lmms_eval.models.simple.qwen2_5_vl import Qwen2_5_VL as _Simple
 from vrh_lmms.model_wrappers.base import VRHMixin, user_errors_exit
 
-from vrh_lmms.boxes.backends import backend_box_params
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.boxes.backends import backend_box_params
+from vrh_lmms.base.errors import VRHError
 
 IMAGE_POSITIONS = ("before_prompt", "after_prompt")
 _PLACEHOLDER = re.compile(r"<image \d+>")
@@ -80,10 +80,10 @@ class ImagePositionMixin:
 
 class BackendResizeMixin:
     """Announce the resize this backend really applies: the simple path passes its pixel limits to qwen_vl_utils,
-    the chat path does not (vrh_lmms.boxes.backends)."""
+    the chat path does not (vrh_lmms.base.boxes.backends)."""
 
     def _vrh_activate_box_convention(self, name: str) -> None:
-        from vrh_lmms.boxes import context
+        from vrh_lmms.base.boxes import context
 
         seen = backend_box_params(self)
         if seen is None or seen[0] != name:

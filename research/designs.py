@@ -13,7 +13,7 @@ from dataclasses import replace
 from research.demo_model.designs import SCENE, VISION, TEXT_6x16
 from research.demo_model.train import Design
 from research.head_lasso import with_lasso
-from vrh_lmms.synth.demo_spec import DemoSpec
+from vrh_lmms.base.synth.demo_spec import DemoSpec
 
 # p1: text-pretrained backbone (recall, records, copy, sort, count, add; recall pairs ramped 2 -> 8 over 2000
 # steps), then vision + projector aligned to the frozen backbone, then joint training with a third of the batches

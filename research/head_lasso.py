@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
+from research.demo_model.model_heads import group_norms, head_groups, head_params
 from research.demo_model.train import Design
-from vrh_lmms.demo.model_heads import group_norms, head_groups, head_params
 
 
 @torch.no_grad()

@@ -69,11 +69,11 @@ def main(argv: list[str] | None = None) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from oracles import magma_standin as ms
 
-    from vrh_lmms.capture.attention import CapturePlan, capture_attention
-    from vrh_lmms.capture.extras import layout_extras
-    from vrh_lmms.capture.layouts import box_key_mask, image_token_map, lm_input_ids
-    from vrh_lmms.capture.verify import check_layout
-    from vrh_lmms.tiny.vocab import build_tokenizer
+    from vrh_lmms.model.capture.attention import CapturePlan, capture_attention
+    from vrh_lmms.model.capture.extras import layout_extras
+    from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map, lm_input_ids
+    from vrh_lmms.model.capture.verify import check_layout
+    from vrh_lmms.model.tiny.vocab import build_tokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
         name = published_package(args.src, Path(tmp))

@@ -17,13 +17,13 @@ import torch
 from research.demo_model.data import FastEncoder
 from research.demo_model.evaluation import evaluate as evaluate_grounding
 from research.demo_model.evaluation import held_out_scenes, prepare
+from research.demo_model.model_heads import geometry
 from research.demo_model.train import DESIGN_FILE, Design, load_demo_model, phases_of
 from research.probe import head_scores
 from research.text_probe import RecallProbe, recall_examples
-from vrh_lmms import atomic
-from vrh_lmms.demo import kcurve
-from vrh_lmms.demo.model_heads import geometry
-from vrh_lmms.synth.text_tasks import TextTaskConfig
+from vrh_lmms.base import atomic
+from vrh_lmms.base.synth.text_tasks import TextTaskConfig
+from vrh_lmms.pipelines.demo import kcurve
 
 
 def _fmt(result: dict) -> str:

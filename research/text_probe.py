@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from research.demo_model.model_heads import Head, ablate, geometry
 from research.demo_model.sequences import TurnEncoder, collate
 from research.demo_model.train import answer_logits
-from vrh_lmms.demo.model_heads import Head, ablate, geometry
-from vrh_lmms.synth.text_tasks import Example, TextTaskConfig, recall
+from vrh_lmms.base.synth.text_tasks import Example, TextTaskConfig, recall
 
 RECALL_SEED = 424_242
 

@@ -12,14 +12,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-# `vrh-lmms discover` registers its heads files (vrh_lmms.heads.registry): never in the user's own registry.
+# `vrh-lmms discover` registers its heads files (vrh_lmms.base.heads.registry): never in the user's own registry.
 os.environ["VRH_HEADS_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="vrh-test-registry-"), "registry.json")
 
 
 @pytest.fixture(scope="session")
 def tiny_qwen25(tmp_path_factory):
     """A tiny random-weight Qwen2.5-VL checkpoint directory (built once per session)."""
-    from vrh_lmms.tiny.qwen2_5_vl import build
+    from vrh_lmms.model.tiny.qwen2_5_vl import build
 
     return build(tmp_path_factory.mktemp("tiny_qwen25"), seed=0)
 
@@ -36,7 +36,7 @@ def offline_env(**extra: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def tiny_checkpoints(tmp_path_factory):
     """Factory: family name -> tiny checkpoint dir, each built once per session."""
-    from vrh_lmms.tiny.registry import build_tiny
+    from vrh_lmms.model.tiny.registry import build_tiny
 
     cache: dict[str, object] = {}
 
@@ -53,10 +53,10 @@ def tiny_or_skip(tiny_checkpoints):
     """Like `tiny_checkpoints`, but skips the test (naming the family) while its tiny factory is not registered."""
 
     def get(family: str):
-        from vrh_lmms.tiny.registry import TINY_FACTORIES
+        from vrh_lmms.model.tiny.registry import TINY_FACTORIES
 
         if family not in TINY_FACTORIES:
-            pytest.skip(f"no tiny {family} factory registered in vrh_lmms.tiny.registry yet")
+            pytest.skip(f"no tiny {family} factory registered in vrh_lmms.model.tiny.registry yet")
         return tiny_checkpoints(family)
 
     return get
@@ -66,7 +66,7 @@ def tiny_or_skip(tiny_checkpoints):
 @pytest.fixture
 def vrh_env(monkeypatch, tmp_path):
     """No VRH_* settings leak in or out: every VRH_ variable unset, the synth cache in tmp, no active convention."""
-    from vrh_lmms.boxes import context
+    from vrh_lmms.base.boxes import context
 
     for key in list(os.environ):
         if key.startswith("VRH_"):

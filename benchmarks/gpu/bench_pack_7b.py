@@ -39,7 +39,7 @@ GAP_TOLERANCE = 1e-3  # logit gap below which a split counts as a near-tie (bf16
 def build(shape: str, device: str, dtype: torch.dtype, layers: int | None, max_tokens: int):
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from vrh_lmms.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
+    from vrh_lmms.model.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
 
     tokenizer = make_tokenizer()
     processor = make_processor(tokenizer, max_pixels=28 * 28 * max_tokens)
@@ -58,8 +58,8 @@ def build(shape: str, device: str, dtype: torch.dtype, layers: int | None, max_t
 
 def request(processor, size: tuple[int, int], seed: int, device: str) -> dict[str, torch.Tensor]:
     """One grounding-style request on a synthetic scene of the given size (width, height)."""
-    from vrh_lmms.synth.scenes import SceneConfig, generate_scene
-    from vrh_lmms.tiny.inputs import render_prompt, scene_messages
+    from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
+    from vrh_lmms.model.tiny.inputs import render_prompt, scene_messages
 
     scene = generate_scene(seed, 0, SceneConfig(image_size=max(size)))
     image = scene.image.resize(size)
@@ -69,8 +69,8 @@ def request(processor, size: tuple[int, int], seed: int, device: str) -> dict[st
 
 
 def head_sets(geometry, m: int, n_heads: int, seed: int):
-    from vrh_lmms.ablation import RowConfig
-    from vrh_lmms.heads import HeadRef
+    from vrh_lmms.base.heads import HeadRef
+    from vrh_lmms.model.ablation import RowConfig
 
     rng = random.Random(seed)
     every = [HeadRef(layer, head) for layer in range(geometry.layers) for head in range(geometry.heads)]
@@ -95,7 +95,7 @@ def peak_gib(device: str) -> float | None:
 
 
 def sequential(model, decoder, batch, configs, means, gen) -> tuple[list[torch.Tensor], float]:
-    from vrh_lmms.ablation import Ablator
+    from vrh_lmms.model.ablation import Ablator
 
     ablator, outs = Ablator(model, decoder), []
     sync(gen["device"])
@@ -111,7 +111,7 @@ def sequential(model, decoder, batch, configs, means, gen) -> tuple[list[torch.T
 
 
 def packed(model, decoder, batch, configs, means, gen) -> tuple[list[torch.Tensor], float, object]:
-    from vrh_lmms.packing import PackedGenerate
+    from vrh_lmms.model.packing import PackedGenerate
 
     pack = PackedGenerate(model, decoder, configs, means=means)
     outs = []
@@ -127,8 +127,8 @@ def packed(model, decoder, batch, configs, means, gen) -> tuple[list[torch.Tenso
 
 def splits(model, decoder, batch, configs, means, seq, pck) -> list[float]:
     """Logit gap at the first split of every packed answer that differs from its sequential twin."""
-    from vrh_lmms.ablation import ablated
-    from vrh_lmms.packing import divergence_gap
+    from vrh_lmms.model.ablation import ablated
+    from vrh_lmms.model.packing import divergence_gap
 
     gaps = []
     for cfg, a, b in zip(configs, seq, pck):
@@ -162,7 +162,7 @@ def main() -> int:
     sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
     packs = [int(m) for m in args.packs.split(",")]
     max_tokens = max(w * h for w, h in sizes) // (28 * 28) + 64
-    from vrh_lmms.backbone import locate_decoder
+    from vrh_lmms.model.backbone import locate_decoder
 
     model, processor = build(args.shape, args.device, dtype, layers, max_tokens)
     decoder = locate_decoder(model)

@@ -29,8 +29,8 @@ def main() -> int:
     args = p.parse_args()
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from vrh_lmms.capture import capture_attention
-    from vrh_lmms.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
+    from vrh_lmms.model.capture import capture_attention
+    from vrh_lmms.model.tiny.qwen2_5_vl import make_config, make_processor, make_tokenizer
 
     tok = make_tokenizer()
     processor = make_processor(tok, max_pixels=28 * 28 * 4096)

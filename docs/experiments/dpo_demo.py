@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vrh_lmms.runfolder.samples import read_samples
-from vrh_lmms.stats import accuracy, exact_mcnemar, paired_drop
+from vrh_lmms.base.runfolder.samples import read_samples
+from vrh_lmms.base.stats import accuracy, exact_mcnemar, paired_drop
 
 TASK = "vrh_synth_grounding"
 

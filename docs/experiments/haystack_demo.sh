@@ -8,9 +8,9 @@ OUT=${1:-runs/haystack}
 N=${2:-20}
 eval "$(python - "$N" <<'PY'
 import json, shlex, sys
-from vrh_lmms.synth.demo_spec import DemoSpec
-from vrh_lmms.demo.stages import demo_model_args
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.synth.demo_spec import DemoSpec
+from vrh_lmms.pipelines.demo.stages import demo_model_args
+from vrh_lmms.base.paths import assets_path
 model = assets_path() / "demo_model"
 spec = DemoSpec.load(model)
 print("MARGS=" + shlex.quote(demo_model_args(model, spec)))

@@ -14,10 +14,10 @@ import numpy as np
 import torch
 from statsmodels.stats.contingency_tables import mcnemar
 
-from vrh_lmms.demo import probe
 from research.demo_model.data import FastEncoder, decoded_image
 from research.demo_model.train import load_demo_model
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.paths import assets_path
+from vrh_lmms.pipelines.demo import probe
 
 
 def jpeg_decoded_image(scene, spec) -> np.ndarray:

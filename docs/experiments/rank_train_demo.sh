@@ -11,21 +11,21 @@ args() {  # model_args of a demo checkpoint, fed as `vrh-lmms demo` feeds it
 python - "$1" <<'PY'
 import sys
 from pathlib import Path
-from vrh_lmms.synth.demo_spec import DemoSpec
-from vrh_lmms.demo.stages import demo_model_args
+from vrh_lmms.base.synth.demo_spec import DemoSpec
+from vrh_lmms.pipelines.demo.stages import demo_model_args
 print(demo_model_args(Path(sys.argv[1]), DemoSpec.load(sys.argv[1])))
 PY
 }
 scenes() {  # VRH_SYNTH_CONFIG for n scenes from id start
 python - "$1" "$2" <<'PY'
 import sys
-from vrh_lmms.synth.demo_spec import DemoSpec
-from vrh_lmms.demo.stages import synth_config
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.synth.demo_spec import DemoSpec
+from vrh_lmms.pipelines.demo.stages import synth_config
+from vrh_lmms.base.paths import assets_path
 print(synth_config(DemoSpec.load(assets_path() / "demo_model"), int(sys.argv[1]), int(sys.argv[2])))
 PY
 }
-MODEL=$(python -c 'from vrh_lmms.paths import assets_path; print(assets_path() / "demo_model")')
+MODEL=$(python -c 'from vrh_lmms.base.paths import assets_path; print(assets_path() / "demo_model")')
 GEN=(--tasks vrh_synth_grounding --gen-kwargs max_new_tokens=16 --batch-size 25)
 HEADS="$OUT/heads.json"
 [ -f "$HEADS" ] || VRH_SYNTH_CONFIG=$(scenes 32 0) vrh-lmms discover --model vrh_qwen25 \

@@ -5,9 +5,9 @@
 set -e
 eval "$(python - <<'PY'
 import shlex
-from vrh_lmms.synth.demo_spec import DemoSpec
-from vrh_lmms.demo.stages import demo_model_args, synth_config
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.synth.demo_spec import DemoSpec
+from vrh_lmms.pipelines.demo.stages import demo_model_args, synth_config
+from vrh_lmms.base.paths import assets_path
 model = assets_path() / "demo_model"
 spec = DemoSpec.load(model)
 print("MARGS=" + shlex.quote(demo_model_args(model, spec)))

@@ -9,7 +9,7 @@ import sys
 
 from scipy.stats import hypergeom, spearmanr
 
-from vrh_lmms.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.heads_file import load_heads_file
 
 
 def ranked(arg: str, dead: set[str] | None = None) -> tuple[list[str], dict[str, float], set[str]]:

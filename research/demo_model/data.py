@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from vrh_lmms.synth.demo_spec import SYSTEM_PROMPT, DemoSpec, prompt_for
-from vrh_lmms.synth.scenes import Scene
+from vrh_lmms.base.synth.demo_spec import SYSTEM_PROMPT, DemoSpec, prompt_for
+from vrh_lmms.base.synth.scenes import Scene
 
 
 def image_part(image: Image.Image) -> dict:

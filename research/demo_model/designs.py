@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from research.demo_model.train import Design
-from vrh_lmms.synth.demo_spec import DemoSpec
+from vrh_lmms.base.synth.demo_spec import DemoSpec
 
 PALETTE = ("red", "green", "blue", "yellow", "white", "purple")
 SHAPES = ("circle", "square", "triangle", "cross", "diamond")

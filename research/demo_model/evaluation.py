@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from research.demo_model.data import FastEncoder, decoded_image
-from vrh_lmms.boxes.geometry import iou, xywh_to_xyxy
-from vrh_lmms.demo.model_heads import Head, ablate
-from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED, DemoSpec
-from vrh_lmms.synth.scenes import Scene, generate_scene
+from research.demo_model.model_heads import Head, ablate
+from vrh_lmms.base.boxes.geometry import iou, xywh_to_xyxy
+from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, DemoSpec
+from vrh_lmms.base.synth.scenes import Scene, generate_scene
 
 _NUM = r"\s*(-?\d+(?:\.\d+)?)\s*"
 _BOX = re.compile(r"\[" + ",".join([_NUM] * 4) + r"\]")

@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from vrh_lmms.backbone import HEAD_OUT, Hook, locate_decoder, site_name
-from vrh_lmms.demo.model_heads import head_groups, head_params
-from vrh_lmms.heads.geometry import HeadRef, parse_head
+from research.demo_model.model_heads import head_groups, head_params
+from vrh_lmms.base.heads.geometry import HeadRef, parse_head
+from vrh_lmms.model.backbone import HEAD_OUT, Hook, locate_decoder, site_name
 
 # steps of importance measurement before the first head is pruned, and the moving average's decay per step
 WINDOW = 250

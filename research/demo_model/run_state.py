@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 RESUME_FILE = "resume_state.pt"
 

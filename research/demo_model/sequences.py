@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from vrh_lmms.synth.demo_spec import SYSTEM_PROMPT
+from vrh_lmms.base.synth.demo_spec import SYSTEM_PROMPT
 
 _MARK = "MARKERTEXT"
 

@@ -2,7 +2,7 @@
 
 Three phases, each optional (docs/demo-model-experiments.md says what each design measured):
 
-1. **text**: the language backbone alone learns synthetic text tasks (`vrh_lmms.synth.text_tasks`: associative
+1. **text**: the language backbone alone learns synthetic text tasks (`vrh_lmms.base.synth.text_tasks`: associative
    recall, a textual twin of grounding, copy, sort, count, add), so its heads get jobs before any image exists;
 2. **align**: the backbone is frozen and the vision tower + projector (from scratch) learn to feed it, on
    grounding and short VQA about the same scenes (`research.demo_model.visual_tasks`), image first as lmms-eval
@@ -34,16 +34,16 @@ import torch
 from research.demo_model import head_prune, run_state
 from research.demo_model.data import FastEncoder, decoded_image
 from research.demo_model.evaluation import evaluate, held_out_scenes, prepare
+from research.demo_model.model_heads import chosen_layers
 from research.demo_model.sequences import Encoded, TurnEncoder, collate
 from research.demo_model.visual_tasks import questions
-from vrh_lmms.backbone import HEAD_OUT, Hook, locate_decoder, site_name
-from vrh_lmms.demo.model_heads import chosen_layers
-from vrh_lmms.heads.geometry import head_name
-from vrh_lmms.synth.demo_spec import TRAIN_SCENE_SEED, DemoSpec
-from vrh_lmms.synth.scenes import Scene, generate_scene
-from vrh_lmms.synth.text_tasks import TEXT_TASKS, TextTaskConfig, extra_words, sample_examples
-from vrh_lmms.tiny import qwen2_5_vl as tiny
-from vrh_lmms.tiny.common import save_checkpoint, seeded
+from vrh_lmms.base.heads.geometry import head_name
+from vrh_lmms.base.synth.demo_spec import TRAIN_SCENE_SEED, DemoSpec
+from vrh_lmms.base.synth.scenes import Scene, generate_scene
+from vrh_lmms.base.synth.text_tasks import TEXT_TASKS, TextTaskConfig, extra_words, sample_examples
+from vrh_lmms.model.backbone import HEAD_OUT, Hook, locate_decoder, site_name
+from vrh_lmms.model.tiny import qwen2_5_vl as tiny
+from vrh_lmms.model.tiny.common import save_checkpoint, seeded
 
 DESIGN_FILE = "train_design.json"
 BACKBONE_DIR = "backbone"

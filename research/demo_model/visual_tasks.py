@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from vrh_lmms.synth.demo_spec import DemoSpec, prompt_for
-from vrh_lmms.synth.questions import VQA_KINDS, Question, vqa_question
-from vrh_lmms.synth.scenes import Scene
+from vrh_lmms.base.synth.demo_spec import DemoSpec, prompt_for
+from vrh_lmms.base.synth.questions import VQA_KINDS, Question, vqa_question
+from vrh_lmms.base.synth.scenes import Scene
 
 VISUAL_TASKS: tuple[str, ...] = ("ground", *VQA_KINDS)
 
@@ -30,7 +30,7 @@ def unique_referents(scene: Scene) -> list[int]:
 
 
 def vqa(scene: Scene, task: str, rng: np.random.Generator, spec: DemoSpec) -> Question | None:
-    """One VQA question of this kind about the scene (vrh_lmms.synth.questions, shared with `vrh_synth_vqa`)."""
+    """One VQA question of this kind about the scene (vrh_lmms.base.synth.questions, shared with `vrh_synth_vqa`)."""
     return vqa_question(scene, task, rng, spec.scene_config())
 
 

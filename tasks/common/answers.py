@@ -10,7 +10,7 @@ import math
 import re
 from collections.abc import Sequence
 
-from vrh_lmms.boxes.extract import focus
+from vrh_lmms.base.boxes.extract import focus
 
 NUMBER_WORDS = {w: i for i, w in enumerate(
     ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",

@@ -3,7 +3,7 @@
 Every doc is a pure function of (seed, index) and the config: background noise, `distractors` low hums (150-350 Hz,
 0.3-0.8 s) and one needle, `value` beeps of 1 kHz (80 ms on, 80 ms off), at a seeded time that overlaps no hum.
 The answer is the beep count, so it needs the needle; the needle's seconds are the doc's evidence
-(`vrh_evidence`, kind `audio`; vrh_lmms.discovery.audio_evidence). The clip is written when lmms-eval asks for the
+(`vrh_evidence`, kind `audio`; vrh_lmms.runs.discovery.audio_evidence). The clip is written when lmms-eval asks for the
 doc's media (`doc_to_visual` renders the doc's plan at 16 kHz), so nothing is downloaded and nothing large is stored.
 Docs from ``VRH_AUDIO_CONFIG`` (JSON text or file: n, seed, seconds, value_max, distractors), else 50 docs of seed
 0, 6 s clips, 1-5 beeps, 4 hums. Scored by exact match of the first integer in the reply.

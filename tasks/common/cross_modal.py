@@ -4,7 +4,7 @@ Doc i of seed s carries the fact (count n in 1..value_max, object "the <colour> 
 alone, so doc i of the three tasks states the same count (cross-modal comparisons pair them by doc id):
 - text: the sentence `there are n <colour> <shape> objects .` (`there is 1 ... object .`) among `distractors`
   sentences about other objects; evidence `{"kind": "text", ...}`, the sentence's span (without its full stop);
-- image: a synthetic picture (vrh_lmms.synth.scenes' shapes and renderer) with n copies of the object among
+- image: a synthetic picture (vrh_lmms.base.synth.scenes' shapes and renderer) with n copies of the object among
   `distractors` other objects (each shares its colour or its shape, so counting needs both); evidence
   `{"kind": "image_box", "index": 0, "box": ...}`, the one box enclosing the n copies (distractors may lie in it);
 - audio: n high beeps among `distractors` low hums (tasks/common/audio_needle.py's renderer); the audio cannot say
@@ -54,7 +54,7 @@ def fact_config() -> dict[str, Any]:
 
 def fact(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The fact of doc i: a pure function of (seed, i) and value_max, the same in every modality."""
-    from vrh_lmms.synth.scenes import COLOURS, SHAPES
+    from vrh_lmms.base.synth.scenes import COLOURS, SHAPES
 
     rng = np.random.default_rng([int(cfg["seed"]), i, _FACT])
     count = int(rng.integers(1, int(cfg["value_max"]) + 1))
@@ -65,7 +65,7 @@ def fact(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
 def _others(rng: np.random.Generator, colour: str, shape: str, k: int) -> list[tuple[str, str]]:
     """k (colour, shape) pairs other than the fact's, each sharing its colour or its shape (so reading one attribute
     never suffices); distinct from each other while the pool lasts."""
-    from vrh_lmms.synth.scenes import COLOURS, SHAPES
+    from vrh_lmms.base.synth.scenes import COLOURS, SHAPES
 
     pool = [(colour, s) for s in SHAPES if s != shape] + [(c, shape) for c in COLOURS if c != colour]
     picks = rng.permutation(len(pool))
@@ -104,7 +104,7 @@ def text_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def image_plan(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The picture's objects (shape, colour, COCO [x, y, w, h]): the fact's n copies first, then the distractors."""
-    from vrh_lmms.synth.scenes import SceneConfig, _place
+    from vrh_lmms.base.synth.scenes import SceneConfig, _place
 
     f = fact(i, cfg)
     rng = np.random.default_rng([int(cfg["seed"]), i, _FACT, _STREAM["image"]])
@@ -178,7 +178,7 @@ def render_image(plan: Mapping[str, Any]):
     """The picture of a plan, drawn with the synthetic scenes' renderer on their grey background."""
     from PIL import ImageDraw
 
-    from vrh_lmms.synth.scenes import SceneConfig, SceneObject, _background, _draw
+    from vrh_lmms.base.synth.scenes import SceneConfig, SceneObject, _background, _draw
 
     scene = SceneConfig(image_size=int(plan["size"]))
     image = _background(scene)

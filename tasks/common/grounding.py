@@ -1,6 +1,6 @@
 """doc_to_visual / doc_to_text / process_results of the box and point grounding tasks.
 
-The prompt and the reading of the reply both follow the box convention resolved by ``vrh_lmms.boxes.context``
+The prompt and the reading of the reply both follow the box convention resolved by ``vrh_lmms.base.boxes.context``
 (env > task kwarg > active model wrapper > model-name mapping > generic); ``doc_to_text`` remembers what it used
 under the doc's ``vrh_key`` and ``process_results`` reads the reply the same way.
 """
@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from vrh_lmms.tasks.common.records import grounding_result, pointing_result
 
-from vrh_lmms.boxes import context
-from vrh_lmms.boxes.backends import backend_box_params, calling_backend
-from vrh_lmms.boxes.geometry import iou
+from vrh_lmms.base.boxes import context
+from vrh_lmms.base.boxes.backends import backend_box_params, calling_backend
+from vrh_lmms.base.boxes.geometry import iou
 
 # Toloka asks a question whose answer is an object; the convention's prompt gets it as the expression.
 TOLOKA_EXPRESSION = 'the object that answers the question "{question}"'

@@ -1,4 +1,4 @@
-"""`vrh_synth_haystack`: the needle image among N synthetic scenes, built offline from vrh_lmms.synth.
+"""`vrh_synth_haystack`: the needle image among N synthetic scenes, built offline from vrh_lmms.base.synth.
 
 Each doc shows `n_images` scenes; exactly one (the needle image, a seeded position) holds the referred object
 ("the red circle"), and it holds it once; every other scene is drawn from the seeded stream until it has no object
@@ -45,7 +45,7 @@ def haystack_config() -> dict[str, Any]:
 
 
 def _scene_config(cfg: Mapping[str, Any], size: int):
-    from vrh_lmms.synth.scenes import SceneConfig
+    from vrh_lmms.base.synth.scenes import SceneConfig
 
     kw = {k: tuple(v) if k in ("colours", "shapes", "background") else v for k, v in dict(cfg["scene"]).items()}
     base = SceneConfig()  # object sizes scale with the side, so small scenes fit their objects as 224 px ones do
@@ -55,14 +55,14 @@ def _scene_config(cfg: Mapping[str, Any], size: int):
 
 
 def scene_image(seed: int, scene_id: int, size: int, scene: Mapping[str, Any]):
-    from vrh_lmms.synth.scenes import generate_scene
+    from vrh_lmms.base.synth.scenes import generate_scene
 
     return generate_scene(int(scene_id), int(seed), _scene_config({"scene": scene}, size)).image
 
 
 def make_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Doc i: a pure function of (seed, i) and the config."""
-    from vrh_lmms.synth.scenes import generate_scene
+    from vrh_lmms.base.synth.scenes import generate_scene
 
     seed, n_images = int(cfg["seed"]), int(cfg["n_images"])
     rng = np.random.default_rng([seed, i, 7])
@@ -114,8 +114,8 @@ def vrh_synth_haystack(dataset):
 
 def doc_to_visual(doc: Mapping[str, Any]) -> list:
     """The doc's scenes in order, redrawn; notes the backend's resize for box scoring, as grounding does."""
-    from vrh_lmms.boxes import context
-    from vrh_lmms.boxes.backends import backend_box_params, calling_backend
+    from vrh_lmms.base.boxes import context
+    from vrh_lmms.base.boxes.backends import backend_box_params, calling_backend
 
     if doc.get("vrh_key"):
         seen = backend_box_params(calling_backend())
@@ -157,7 +157,7 @@ def process_results(doc: Mapping[str, Any], results: list[str]) -> dict[str, Any
                           question_id=doc.get("question_id"), image_index=k, n_images=n_images)
     from vrh_lmms.tasks.common.grounding import _scoring_convention
 
-    from vrh_lmms.boxes.geometry import iou
+    from vrh_lmms.base.boxes.geometry import iou
 
     resolved = _scoring_convention(doc)
     size = (int(doc["image_width"]), int(doc["image_height"]))

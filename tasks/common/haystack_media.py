@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 
 def env_folder(var: str, what: str) -> Path:

@@ -1,13 +1,13 @@
 """`vrh_synth_needle_clip`: a short clip of synthetic scenes, one stretch of which shows the needle, and a question
 only the needle answers.
 
-Each doc's clip (mp4, written once into the cache folder, vrh_lmms.synth.cache.cache_root) shows `scenes` scenes of
-the demo's generator (vrh_lmms.synth.scenes) for `frames_per_scene` frames each at `fps`. The haystack scenes never
+Each doc's clip (mp4, written once into the cache folder, vrh_lmms.base.synth.cache.cache_root) shows `scenes` scenes of
+the demo's generator (vrh_lmms.base.synth.scenes) for `frames_per_scene` frames each at `fps`. The haystack scenes never
 draw the needle shape; the needle scene (a seeded position) holds one object of that shape in a seeded colour. The
 question "What colour is the <shape> ?" (the demo's VQA wording) needs the needle; the doc's evidence
 (`vrh_evidence`, kind `video`) is the needle's time span: [first / fps, last / fps] seconds of its frames.
 Docs from ``VRH_CLIP_CONFIG`` (JSON text or file), else DEFAULTS; `scene` holds SceneConfig settings (e.g. the demo
-model's, vrh_lmms.synth.demo_spec) for every scene. Scored by exact match of the colour word.
+model's, vrh_lmms.base.synth.demo_spec) for every scene. Scored by exact match of the colour word.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 from vrh_lmms.tasks.common.records import vqa_result
 from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 TASK = "vrh_synth_needle_clip"
 CONFIG_ENV = "VRH_CLIP_CONFIG"
@@ -33,7 +33,7 @@ DEFAULTS = {"n": 50, "seed": 0, "scenes": 6, "frames_per_scene": 4, "fps": 4, "s
 
 def clip_config() -> dict[str, Any]:
     cfg = env_json_config(CONFIG_ENV, DEFAULTS)
-    from vrh_lmms.synth.scenes import SHAPES, SceneConfig
+    from vrh_lmms.base.synth.scenes import SHAPES, SceneConfig
 
     known = {f for f in SceneConfig.__dataclass_fields__} - {"image_size"}
     if not isinstance(cfg["scene"], dict) or set(cfg["scene"]) - known:
@@ -49,7 +49,7 @@ def clip_config() -> dict[str, Any]:
 
 
 def clip_folder(cfg: Mapping[str, Any]) -> Path:
-    from vrh_lmms.synth.cache import cache_root
+    from vrh_lmms.base.synth.cache import cache_root
 
     digest = hashlib.sha256(json.dumps(dict(cfg), sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / "needle_clip" / digest
@@ -57,7 +57,7 @@ def clip_folder(cfg: Mapping[str, Any]) -> Path:
 
 def clip_frames(i: int, cfg: Mapping[str, Any]) -> tuple[list[np.ndarray], int, str]:
     """Doc i's frames (RGB uint8), the needle scene's position and its colour: a pure function of (seed, i)."""
-    from vrh_lmms.synth.scenes import SHAPES, SceneConfig, generate_scene
+    from vrh_lmms.base.synth.scenes import SHAPES, SceneConfig, generate_scene
 
     rng = np.random.default_rng([int(cfg["seed"]), i])
     size, needle = int(cfg["size"]), str(cfg["needle_shape"])

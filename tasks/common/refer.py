@@ -15,8 +15,8 @@ from typing import Any
 
 from vrh_lmms.tasks.common.sources import SourceError, resolve_image_path
 
-from vrh_lmms.boxes.geometry import xywh_to_xyxy
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
+from vrh_lmms.base.errors import VRHError
 
 DEFAULT_SPLIT_BY = {"refcoco": "unc", "refcoco+": "unc", "refcocog": "umd"}
 IMAGE_DIRS = ("images/mscoco/images/train2014", "images/train2014", "images", "train2014")

@@ -3,7 +3,7 @@
 The demo model is trained on these questions beside grounding, so masking its grounding heads here is the demo's
 counterpart of the paper's cross-task test (Table 3). Scenes come from the same spec as `vrh_synth_grounding`
 (``VRH_SYNTH_CONFIG``, else 100 scenes of seed 0) and the same cached parquet, so the two tasks can share images;
-each scene's question is `vrh_lmms.synth.questions.evaluation_question` (kinds in turn by scene id, seeded).
+each scene's question is `vrh_lmms.base.synth.questions.evaluation_question` (kinds in turn by scene id, seeded).
 Scored by the VQA readers: colour / shape as short answers, count as a number, existence as yes / no.
 """
 
@@ -19,9 +19,9 @@ TASK = "vrh_synth_vqa"
 
 
 def synth_vqa_docs(options: dict, origin: str):
-    from vrh_lmms.synth.cache import SPLIT, ensure_hub_data
-    from vrh_lmms.synth.questions import evaluation_question
-    from vrh_lmms.synth.scenes import generate_scenes
+    from vrh_lmms.base.synth.cache import SPLIT, ensure_hub_data
+    from vrh_lmms.base.synth.questions import evaluation_question
+    from vrh_lmms.base.synth.scenes import generate_scenes
 
     spec = synth_spec(options, origin)
     cfg = spec.scene_config()

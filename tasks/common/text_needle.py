@@ -1,12 +1,12 @@
 """`vrh_synth_text_needle`: one fact hidden in a seeded haystack of others, and a question asking for it.
 
-The evidence is a span of the prompt text (`vrh_evidence`, kind `text`; vrh_lmms.discovery.text_span), so discovery
+The evidence is a span of the prompt text (`vrh_evidence`, kind `text`; vrh_lmms.runs.discovery.text_span), so discovery
 scores heads on the needle's tokens instead of a box's image tokens. Two formats:
 - `recall` (default): the associative-recall format the demo model's backbone was pretrained on
-  (vrh_lmms.synth.text_tasks.recall): `recall : k1 v1 , k2 v2 , ... . key kq ?`, the needle being the pair `kq vq`;
+  (vrh_lmms.base.synth.text_tasks.recall): `recall : k1 v1 , k2 v2 , ... . key kq ?`, the needle being the pair `kq vq`;
   the demo tokenizer spells every word, so the demo model answers it (it restates the key: `kq vq`).
 - `sentence`: `the number of the red circle is 42 .` facts, asked as `what is the number of the blue square ?`,
-  in words every tiny checkpoint's tokenizer knows (vrh_lmms.tiny.vocab), for tests.
+  in words every tiny checkpoint's tokenizer knows (vrh_lmms.model.tiny.vocab), for tests.
 Docs from ``VRH_NEEDLE_CONFIG`` (JSON text or file: n, seed, pairs, format, image), else 100 docs of seed 0, 8 facts;
 `image: N` shows a plain N x N grey picture beside the text (the evidence stays the text span).
 Scored by exact match of the value: the reply's words, a restated key dropped, must be the value alone.
@@ -38,7 +38,7 @@ def needle_config() -> dict[str, Any]:
 
 def _keys(fmt: str) -> list[str]:
     if fmt == "recall":
-        from vrh_lmms.synth.text_tasks import RECALL_KEYS
+        from vrh_lmms.base.synth.text_tasks import RECALL_KEYS
 
         return list(RECALL_KEYS)
     return [f"{c} {s}" for c in COLOURS for s in SHAPES]

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from conftest import offline_env
 
-from vrh_lmms.demo.pipeline import TASK
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.paths import assets_path
+from vrh_lmms.pipelines.demo.pipeline import TASK
 
 MODEL = assets_path() / "demo_model"
 pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="no shipped demo model")
@@ -81,9 +81,9 @@ def test_summary_criteria_agree_with_the_rows(demo_run):
 def test_a_demo_folder_is_recognised_as_ours(demo_run):
     """`demo --force` may replace a finished demo run (every entry is recognised), and without --force the
     refusal says so; a planted foreign file makes --force refuse (test_owned.py)."""
-    from vrh_lmms import owned
-    from vrh_lmms.demo.pipeline import demo_layout, run_demo
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base import owned
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.pipelines.demo.pipeline import demo_layout, run_demo
 
     assert owned.foreign_entries(demo_run, demo_layout(demo_run)) == []
     with pytest.raises(VRHError, match="holds an earlier demo run; choose another --output or pass --force"):
@@ -130,7 +130,7 @@ def test_the_demos_controls_are_live_and_its_verdict_says_which_targets_hold(dem
     """Issue 33: no random or layer-matched draw of the demo holds a head that writes nothing; the uniform draws over
     all heads beside them name their dead heads; a layer-matched draw that live heads cannot fill is reported
     unavailable with its reason; the summary's verdict is recomputed from the rows (live controls)."""
-    from vrh_lmms.backbone import dead_heads, locate_decoder
+    from vrh_lmms.model.backbone import dead_heads, locate_decoder
 
     manifest = json.loads((demo_run / "sweep" / "sweep.json").read_text())
     from transformers import AutoModelForImageTextToText
@@ -226,7 +226,7 @@ def test_recall_step_figures_are_the_heads_files_and_the_samples(demo_run):
     tail), the masked heads are each file's top-k, and every accuracy is the mean of its sample file."""
     from scipy.stats import hypergeom
 
-    from vrh_lmms.demo.recall import NEEDLE_TASK, recall_line
+    from vrh_lmms.pipelines.demo.recall import NEEDLE_TASK, recall_line
 
     out = demo_run
     summary = json.loads((out / "demo_summary.json").read_text())

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.demo.stages import EVAL_START, TASK, demo_model_args
-from vrh_lmms.demo.stages import synth_config as _synth_config
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.paths import assets_path
+from vrh_lmms.pipelines.demo.stages import EVAL_START, TASK, demo_model_args
+from vrh_lmms.pipelines.demo.stages import synth_config as _synth_config
 
 MODEL = assets_path() / "demo_model"
 pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="no shipped demo model")
@@ -22,8 +22,8 @@ pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="n
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory):
     """Every processor call of the real backend on three of the demo's evaluation scenes: its inputs and outputs."""
-    from vrh_lmms import lmms
-    from vrh_lmms.synth.demo_spec import DemoSpec
+    from vrh_lmms.base.synth.demo_spec import DemoSpec
+    from vrh_lmms.harness import lmms
 
     spec = DemoSpec.load(MODEL)
     mp = pytest.MonkeyPatch()
@@ -47,8 +47,8 @@ def captured(tmp_path_factory):
 
 
 def _scene_of(spec, text: str):
-    from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED
-    from vrh_lmms.synth.scenes import generate_scene
+    from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED
+    from vrh_lmms.base.synth.scenes import generate_scene
 
     scenes = [generate_scene(EVAL_START + i, EVAL_SCENE_SEED, spec.scene_config()) for i in range(3)]
     (scene,) = [s for s in scenes if f" {s.expression}" in text or f"\n{s.expression}" in text]

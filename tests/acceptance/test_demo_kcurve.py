@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrh_lmms.demo.kcurve import default_ks, k_curve, meets_criteria, plot_k_curve
+from vrh_lmms.pipelines.demo.kcurve import default_ks, k_curve, meets_criteria, plot_k_curve
 
 LAYERS, HEADS = 6, 16
 CAUSAL = [(2, 3), (4, 5), (4, 9)]  # ablating any one breaks the task on every sample
@@ -88,7 +88,7 @@ def test_protocol_on_the_shipped_model_writes_its_figures(tmp_path):
     import json
 
     from research.protocol import main
-    from vrh_lmms.demo.pipeline import demo_model_path
+    from vrh_lmms.pipelines.demo.pipeline import demo_model_path
 
     assert main([str(demo_model_path()), "--no-recall", "--n", "4", "--n-score", "4", "--draws", "2", "--ks", "1,3",
                  "--out", str(tmp_path)]) == 0

@@ -12,6 +12,7 @@ import torch
 from test_demo_train import MICRO, _encoders
 
 from research.demo_model import head_prune
+from research.demo_model.model_heads import group_norms, head_groups
 from research.demo_model.train import (
     BatchMaker,
     Design,
@@ -22,7 +23,6 @@ from research.demo_model.train import (
     make_tokenizer,
     train,
 )
-from vrh_lmms.demo.model_heads import group_norms, head_groups
 
 BASE = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=6, eval_every=3)
 
@@ -192,8 +192,8 @@ def test_p18_keeps_exactly_the_shipped_models_survivors():
     config."""
     from research.demo_model.designs import P21
     from research.designs import DESIGNS
-    from vrh_lmms.heads.geometry import head_name
-    from vrh_lmms.paths import assets_path
+    from vrh_lmms.base.heads.geometry import head_name
+    from vrh_lmms.base.paths import assets_path
 
     shipped = assets_path() / "demo_model"
     pruned = set(json.loads((shipped / "train_design.json").read_text())["final"]["pruned_heads"])

@@ -12,14 +12,14 @@ import torch
 from research.demo_model import run_state
 from research.demo_model.data import FastEncoder, backend_inputs
 from research.demo_model.evaluation import held_out_scenes
+from research.demo_model.model_heads import group_norms, head_groups
 from research.demo_model.sequences import TurnEncoder, collate
 from research.demo_model.train import Design, checkpoint_state, load_backbone, load_demo_model, make_tokenizer, train
 from research.demo_model.visual_tasks import VISUAL_TASKS, ground, questions, unique_referents, vqa
 from research.head_lasso import with_lasso
-from vrh_lmms.demo.model_heads import group_norms, head_groups
-from vrh_lmms.synth.demo_spec import DemoSpec
-from vrh_lmms.synth.text_tasks import TEXT_TASKS, TextTaskConfig, make_example
-from vrh_lmms.tiny import qwen2_5_vl as tiny
+from vrh_lmms.base.synth.demo_spec import DemoSpec
+from vrh_lmms.base.synth.text_tasks import TEXT_TASKS, TextTaskConfig, make_example
+from vrh_lmms.model.tiny import qwen2_5_vl as tiny
 
 SCENE = dict(position_tint=64, tint_headroom=True, min_objects=3, max_objects=5, grid_cell=28,
              conjunctive_share=1.0, colours=("red", "green", "blue"), shapes=("circle", "square"))
@@ -250,8 +250,8 @@ def test_joint_phase_can_keep_the_backbone_attention_frozen(tmp_path):
 def test_head_dropout_hits_only_the_chosen_layers():
     """`head_drop_layers=(1,)` with p = 1 zeroes every head output of layer 1 before o_proj and none of layer 0;
     inactive, it changes nothing; a layer the model lacks is refused by name."""
+    from research.demo_model.model_heads import text_layers
     from research.demo_model.train import HeadDrop, build_model
-    from vrh_lmms.demo.model_heads import text_layers
 
     tok, _, _, turns = _encoders()
     model = build_model(MICRO, tok, seed=0)

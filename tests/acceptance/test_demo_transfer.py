@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 
-from vrh_lmms.demo.pipeline import DemoSettings, demo_layout, demo_model_path, run_demo
-from vrh_lmms.errors import VRHError
-from vrh_lmms.synth.demo_spec import SPEC_FILE, DemoSpec
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
+from vrh_lmms.pipelines.demo.pipeline import DemoSettings, demo_layout, demo_model_path, run_demo
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_transfer_with_a_twin_equals_the_models_own_heads(twin, tmp_path):
     transfer_sweeps = sorted(p.name for p in (out / "transfer").glob("sweep*"))
     assert transfer_sweeps == ["sweep", "sweep_first_with_second_heads", "sweep_second_with_first_heads"]
     assert not (out / "transfer" / "sweep_second_with_first_heads" / "configs" / "baseline").exists()
-    from vrh_lmms import owned
+    from vrh_lmms.base import owned
 
     assert owned.foreign_entries(out, demo_layout(out)) == []
     assert json.loads((out / "demo_summary.json").read_text())["transfer"] == rows
@@ -62,7 +62,7 @@ def test_a_second_model_that_cannot_be_compared_is_refused(twin, tmp_path, monke
         run_demo(tmp_path / "b", DemoSettings(transfer_model=str(same_name)), progress=False)
     with pytest.raises(VRHError, match="--transfer"):
         run_demo(tmp_path / "c", DemoSettings(transfer_model=str(tmp_path / "missing")), progress=False)
-    from vrh_lmms.demo import transfer
+    from vrh_lmms.pipelines.demo import transfer
 
     monkeypatch.setattr(transfer, "SECOND_MODEL", "no_such_model")  # the bare flag where no second model is shipped
     with pytest.raises(VRHError, match="this version ships none"):

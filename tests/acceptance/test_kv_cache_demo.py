@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from support.demo_runs import demo_heads_on_eval_scenes
 
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.paths import assets_path
 
 MODEL = assets_path() / "demo_model"
 pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="no shipped demo model")
@@ -37,7 +37,7 @@ def _answers(folder):
 
 
 def test_table_and_files(runs):
-    from vrh_lmms.runfolder.samples import read_samples
+    from vrh_lmms.base.runfolder.samples import read_samples
 
     tmp, _ = runs
     out = tmp / "mask"
@@ -72,7 +72,7 @@ def test_compress_answers_like_mask(runs):
 
 
 def test_refusals(runs, capsys):
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     tmp, (kv, main) = runs
     assert main(["kv-cache", *kv, "--output", str(tmp / "mask")]) == 2
@@ -91,7 +91,7 @@ def test_refusals(runs, capsys):
     args[args.index("--model_args") + 1] += ",heads=top3"  # an ablation would confound the KV policies
     assert main(["kv-cache", *args, "--output", str(tmp / "bad")]) == 2
     assert "heads=top3 is not allowed in `vrh-lmms kv-cache`" in capsys.readouterr().err
-    from vrh_lmms.commands.kv_cache import parse_budgets
+    from vrh_lmms.cli.commands.kv_cache import parse_budgets
 
     with pytest.raises(VRHError, match="--budgets"):
         parse_budgets("a,b")

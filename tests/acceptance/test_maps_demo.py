@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from support.demo_runs import demo_heads_on_eval_scenes
 
-from vrh_lmms.boxes.geometry import iou
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.boxes.geometry import iou
+from vrh_lmms.base.paths import assets_path
 
 MODEL = assets_path() / "demo_model"
 pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="no shipped demo model")
@@ -32,9 +32,9 @@ def runs(tmp_path_factory):
 
 
 def test_attention_maps_files(runs):
-    from vrh_lmms.heads.heads_file import load_heads_file
-    from vrh_lmms.maps.grid import CellGrid
-    from vrh_lmms.maps.locator import LocatorSettings, locate_box
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.runs.maps.grid import CellGrid
+    from vrh_lmms.runs.maps.locator import LocatorSettings, locate_box
 
     data = json.loads((runs / "maps" / "attention_maps.json").read_text())
     assert [d["doc_id"] for d in data["docs"]] == [0, 2]

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.paths import assets_path
 
 MODEL = assets_path() / "demo_model"
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "mmdocir"
@@ -19,9 +19,9 @@ pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="n
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    from vrh_lmms.base.synth.demo_spec import DemoSpec
     from vrh_lmms.cli import main
-    from vrh_lmms.demo.stages import TASK, demo_model_args, synth_config
-    from vrh_lmms.synth.demo_spec import DemoSpec
+    from vrh_lmms.pipelines.demo.stages import TASK, demo_model_args, synth_config
 
     tmp = tmp_path_factory.mktemp("rank")
     spec = DemoSpec.load(MODEL)
@@ -62,12 +62,12 @@ def test_files_and_figures_recompute_from_the_ranks(runs):
 
 
 def test_one_querys_ranks_from_a_direct_capture(runs):
-    from vrh_lmms import lmms
-    from vrh_lmms.discovery.collector import backend_processor
-    from vrh_lmms.heads.geometry import parse_head
-    from vrh_lmms.rank.capture import candidate_mass, checked_spans, multi_image_inputs
-    from vrh_lmms.rank.data import synth_set
-    from vrh_lmms.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, DemoSpec
+    from vrh_lmms.base.heads.geometry import parse_head
+    from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, DemoSpec
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.runs.discovery.collector import backend_processor
+    from vrh_lmms.runs.rank.capture import candidate_mass, checked_spans, multi_image_inputs
+    from vrh_lmms.runs.rank.data import synth_set
 
     tmp, margs, _ = runs
     data = json.loads((tmp / "synth" / "rank.json").read_text())

@@ -13,7 +13,7 @@ import shutil
 import pytest
 
 from vrh_lmms.cli import main
-from vrh_lmms.demo.pipeline import demo_model_path
+from vrh_lmms.pipelines.demo.pipeline import demo_model_path
 
 SMALL = ["--n-detect", "16", "--limit", "24", "--k", "1,5", "--vqa-k", "5", "--random-seeds", "2"]
 

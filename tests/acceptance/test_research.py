@@ -11,10 +11,10 @@ import pytest
 import torch
 from test_demo_train import MICRO, _encoders
 
+from research.demo_model.model_heads import group_norms, head_groups, head_params
 from research.demo_model.train import Design, build_model, checkpoint_state, make_tokenizer, train
 from research.head_lasso import LassoDesign, lasso_weight, prox_step, with_lasso
-from vrh_lmms.demo.model_heads import group_norms, head_groups, head_params
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.paths import assets_path
 
 
 def test_the_research_line_derives_the_shipped_design():
@@ -85,8 +85,8 @@ def test_a_head_lasso_group_owns_exactly_that_heads_output():
     """Zeroing one head's group (q, k, v rows and biases, o_proj columns; what the lasso shrinks and the pruner
     zeroes) gives the logits of zero-ablating that head with the product's Ablator: the group is the head, no more, no
     less."""
-    from vrh_lmms.ablation import Ablator
-    from vrh_lmms.heads import HeadRef
+    from vrh_lmms.base.heads import HeadRef
+    from vrh_lmms.model.ablation import Ablator
 
     tok, _, _, turns = _encoders()
     ids = torch.tensor([turns.encode(["copy", "a", "b", "c"], ["a", "b", "c"], has_image=False).ids])

@@ -15,7 +15,7 @@ import pytest
 from scipy.special import expit, logit
 from statsmodels.stats.proportion import proportion_confint
 
-from vrh_lmms.stats import accuracy, exact_mcnemar, paired_bootstrap_drop, paired_drop, sign_flip_test
+from vrh_lmms.base.stats import accuracy, exact_mcnemar, paired_bootstrap_drop, paired_drop, sign_flip_test
 
 N_IMAGES = 300
 EASE_SLOPE = 1.5

@@ -6,12 +6,12 @@ import pytest
 import torch
 from oracles.reference_ablation import reference_ablation
 
-from vrh_lmms.ablation import Ablator, HeadMeanCollector, ablated, load_means, save_means
-from vrh_lmms.backbone import locate_decoder
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import HeadRef
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
-from vrh_lmms.tiny.registry import TINY_FACTORIES
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import HeadRef
+from vrh_lmms.model.ablation import Ablator, HeadMeanCollector, ablated, load_means, save_means
+from vrh_lmms.model.backbone import locate_decoder
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES
 
 torch.set_num_threads(1)
 

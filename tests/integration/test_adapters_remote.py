@@ -19,11 +19,11 @@ import torch
 from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig, Qwen2Config, Qwen2ForCausalLM
 
-from vrh_lmms.ablation import Ablator, ablated
-from vrh_lmms.backbone import locate_decoder
-from vrh_lmms.errors import VRHError
-from vrh_lmms.families import FAMILIES, family_for_config
-from vrh_lmms.heads import HeadRef
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import FAMILIES, family_for_config
+from vrh_lmms.base.heads import HeadRef
+from vrh_lmms.model.ablation import Ablator, ablated
+from vrh_lmms.model.backbone import locate_decoder
 
 torch.set_num_threads(1)
 HIDDEN = 64

@@ -16,8 +16,8 @@ import torch
 from support.wrappers import recorded_generate
 from vrh_lmms.tasks.common import grounding as G
 
-from vrh_lmms.boxes import context
-from vrh_lmms.paths import tasks_path
+from vrh_lmms.base.boxes import context
+from vrh_lmms.base.paths import tasks_path
 
 torch.set_num_threads(1)
 TASK, SPLIT = "vrh_refcoco_testA", "testA"
@@ -89,7 +89,7 @@ def test_reader_assumes_the_size_the_model_saw(path, kind, tiny_qwen25, manager,
         box = [round(x1 * sw / size[0]), round(y1 * sh / size[1]), round(x2 * sw / size[0]), round(y2 * sh / size[1])]
         scored = G.process_results(doc, [json.dumps([{"bbox_2d": box, "label": "dog"}])])
         assert scored["iou"] > 0.97, (path, kind, size, scored["iou"])
-        from vrh_lmms.boxes.spaces import resized_size
+        from vrh_lmms.base.boxes.spaces import resized_size
 
         resolved = context.for_scoring(f"{TASK}#{sample['doc_id']}")
         assert resolved.name == "qwen2_5_vl" and sample["vrh_record"]["convention_source"] == "backend"
@@ -100,7 +100,7 @@ def test_wrapper_announces_its_path_when_no_image_was_seen(tiny_qwen25, vrh_env)
     """Before (or without) any doc, the active convention a vrh_qwen25 wrapper sets already carries its path."""
     from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25, VRHQwen25Chat
 
-    from vrh_lmms.boxes.spaces import resized_size
+    from vrh_lmms.base.boxes.spaces import resized_size
 
     VRHQwen25(pretrained=str(tiny_qwen25), dtype="float32")
     simple = context.get_active().params

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from vrh_lmms.boxes import get_convention
-from vrh_lmms.boxes.resize import (
+from vrh_lmms.base.boxes import get_convention
+from vrh_lmms.base.boxes.resize import (
     LMMS_EVAL_MAX_PIXELS,
     LMMS_EVAL_MIN_PIXELS,
     qwen2_5_vl_model_size,
@@ -54,7 +54,7 @@ def test_matches_lmms_eval_chat_pipeline(limits):
     from PIL import Image
     from qwen_vl_utils import fetch_image
 
-    from vrh_lmms.tiny.qwen2_5_vl import make_processor, make_tokenizer
+    from vrh_lmms.model.tiny.qwen2_5_vl import make_processor, make_tokenizer
 
     lo, hi = limits
     processor = make_processor(make_tokenizer(), min_pixels=lo, max_pixels=hi)

@@ -6,11 +6,11 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_attentions
 
-from vrh_lmms.backbone import installed_rows_hooks, locate_decoder
-from vrh_lmms.capture import CapturePlan, capture_attention
-from vrh_lmms.errors import VRHError
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
-from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model.backbone import installed_rows_hooks, locate_decoder
+from vrh_lmms.model.capture import CapturePlan, capture_attention
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES as TINY
 
 torch.set_num_threads(1)
 
@@ -20,7 +20,7 @@ CAPTURE_FAMILIES = ["qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligem
 
 def need_tiny(family: str) -> None:
     if family not in TINY:
-        pytest.skip(f"no tiny {family} checkpoint in vrh_lmms.tiny.registry yet")
+        pytest.skip(f"no tiny {family} checkpoint in vrh_lmms.model.tiny.registry yet")
 
 
 def text_impl(model) -> str:
@@ -147,7 +147,7 @@ def test_sequence_length_mismatch_refused(tiny_checkpoints):
 @pytest.fixture(scope="module")
 def sliding_qwen(tmp_path_factory):
     """Tiny Qwen2.5-VL whose layer 1 uses an 8-token sliding window (shorter than the prompts)."""
-    from vrh_lmms.tiny.qwen2_5_vl import build
+    from vrh_lmms.model.tiny.qwen2_5_vl import build
 
     path = build(tmp_path_factory.mktemp("tiny_qwen25_sliding"), seed=1,
                  text={"use_sliding_window": True, "sliding_window": 8, "max_window_layers": 1})

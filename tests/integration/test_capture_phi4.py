@@ -16,8 +16,8 @@ from test_layouts_phi4 import IMAGE_TOKEN, Phi4Processor, build_phi4, phi4_batch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from vrh_lmms.capture import capture_attention
-from vrh_lmms.capture.attention import text_config_key
+from vrh_lmms.model.capture import capture_attention
+from vrh_lmms.model.capture.attention import text_config_key
 
 torch.set_num_threads(1)
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from vrh_lmms.heads.geometry import Geometry
-from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.geometry import Geometry
+from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
 
 PIXELS = 224 * 224
 K = 3

@@ -1,4 +1,4 @@
-"""vrh_lmms.console: what a library prints (Python, loguru, tqdm, C-level writes) goes to the log file, not the
+"""vrh_lmms.base.console: what a library prints (Python, loguru, tqdm, C-level writes) goes to the log file, not the
 terminal; the steps, the progress display and the summary reach the terminal; --verbose shows everything; a failure
 before any log shows the captured tail. Each case runs in a fresh interpreter whose stdout / stderr are pipes."""
 

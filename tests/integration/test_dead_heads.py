@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.backbone import dead_heads, locate_decoder
-from vrh_lmms.heads import Geometry, HeadRef
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads import Geometry, HeadRef
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.model.backbone import dead_heads, locate_decoder
 
 PIXELS = 224 * 224
 ZEROED = (HeadRef(0, 0), HeadRef(0, 2), HeadRef(0, 3), HeadRef(1, 1))  # layer 0 keeps only H1 alive
@@ -32,7 +32,7 @@ def _by_column_loop(decoder) -> list[HeadRef]:
 def test_the_shipped_demo_models_dead_heads_are_its_zero_o_proj_columns():
     from transformers import AutoModelForImageTextToText
 
-    from vrh_lmms.paths import assets_path
+    from vrh_lmms.base.paths import assets_path
 
     model = AutoModelForImageTextToText.from_pretrained(str(assets_path() / "demo_model"))
     decoder = locate_decoder(model)
@@ -63,8 +63,8 @@ def test_a_dead_heads_ablation_changes_nothing(pruned_tiny):
     """Why a draw of dead heads is no control: zeroing them leaves every logit as it was, bit for bit."""
     from transformers import AutoModelForImageTextToText
 
-    from vrh_lmms.ablation import Ablator
-    from vrh_lmms.heads.spec import HeadSet
+    from vrh_lmms.base.heads.spec import HeadSet
+    from vrh_lmms.model.ablation import Ablator
 
     model = AutoModelForImageTextToText.from_pretrained(str(pruned_tiny), dtype=torch.float32)
     decoder = locate_decoder(model)
@@ -78,7 +78,7 @@ def test_a_dead_heads_ablation_changes_nothing(pruned_tiny):
 
 
 def test_the_wrapper_records_dead_heads_and_draws_live_controls(pruned_tiny):
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     args = f"pretrained={pruned_tiny},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}"
     live = lmms.build_model("vrh_qwen25", args + ",heads=random4,seed=0")
@@ -100,8 +100,8 @@ def test_a_sweep_draws_live_controls_reports_unavailable_ones_and_the_report_say
     reported as unavailable; random draws hold no dead head; uniform draws over all heads run beside them and the
     report counts their dead heads."""
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 2, "seed": 4}))
     scores = np.zeros((2, 4))

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.discovery.efficiency import sample_efficiency
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.discovery.scoring import all_cells, cell_scores
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.runs.discovery.efficiency import sample_efficiency
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.discovery.scoring import all_cells, cell_scores
 
 torch.set_num_threads(1)
 PIXELS = 224 * 224  # the synthetic scenes' size: no up-scaling, 8 x 8 image tokens
@@ -49,9 +49,9 @@ def _backend_like_batch(processor, scene, answer_len: int, rng: np.random.Genera
 def _calibration_direction(model, processor, n: int = 32) -> torch.Tensor:
     """A direction (+ bias) in layer 0's normalised input: ~1 on the referent's image tokens, ~0 on every other
     token of a backend-like sequence (image, prompt and answer tokens alike)."""
-    from vrh_lmms.capture.extras import layout_extras
-    from vrh_lmms.capture.layouts import box_key_mask, image_token_map
-    from vrh_lmms.synth.scenes import SceneConfig, generate_scene
+    from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
+    from vrh_lmms.model.capture.extras import layout_extras
+    from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map
 
     layer0 = model.model.language_model.layers[0].self_attn
     feats, labels = [], []
@@ -112,8 +112,8 @@ def plant_retrieval_head(model, processor, head: HeadRef, strength: float = 60.0
 
 @pytest.fixture(scope="module")
 def planted_checkpoint(tmp_path_factory):
-    from vrh_lmms.tiny.inputs import load_tiny
-    from vrh_lmms.tiny.qwen2_5_vl import build
+    from vrh_lmms.model.tiny.inputs import load_tiny
+    from vrh_lmms.model.tiny.qwen2_5_vl import build
 
     path = build(tmp_path_factory.mktemp("planted"), seed=0,
                  processor_kwargs={"min_pixels": PIXELS, "max_pixels": PIXELS})
@@ -134,7 +134,7 @@ def synth_env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def lm(planted_checkpoint, synth_env):
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     return lmms.build_model("vrh_qwen25", f"pretrained={planted_checkpoint},dtype=float32,min_pixels={PIXELS},"
                                           f"max_pixels={PIXELS}")
@@ -207,7 +207,7 @@ def test_resume_skips_done_docs_and_reproduces(discovered, lm, planted_checkpoin
 def test_refuses_to_overwrite_and_finished_parts_of_another_discovery(discovered, planted_checkpoint, lm):
     import shutil
 
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     with pytest.raises(VRHError, match="exists"):
         run_discovery(spec_for(discovered, planted_checkpoint))
@@ -223,7 +223,7 @@ def test_refuses_to_overwrite_and_finished_parts_of_another_discovery(discovered
 @pytest.mark.parametrize("with_prompt", [True, False])
 def test_interceptor_passes_answers_and_replays_the_same_shape(with_prompt):
     """HF generate returns prompt + answer; remote InternVL returns only the answer. Replay must match either."""
-    from vrh_lmms.discovery.interceptor import DocTracker, GenerateInterceptor
+    from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor
 
     class Fake(torch.nn.Module):
         def generate(self, input_ids=None, attention_mask=None, **kw):

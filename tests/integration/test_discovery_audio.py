@@ -1,6 +1,6 @@
 """Discovery on audio evidence (`vrh_synth_audio_needle`) through lmms-eval's qwen2_5_omni backend on the tiny
 Qwen2.5-Omni: the key set is exactly the audio tokens standing for the needle's seconds (the layout of
-vrh_lmms.capture.audio on the clip the backend fed), the captured attention of the answer rows on it equals eager
+vrh_lmms.model.capture.audio on the clip the backend fed), the captured attention of the answer rows on it equals eager
 attention (`output_attentions=True`) on the very inputs discovery forwarded, the heads file's scores are the mean of
 those masses, the box-only Localization Heads cell is skipped; `vrh-lmms sweep` and `report` run on the task."""
 
@@ -14,13 +14,13 @@ import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.audio_needle import audio_config, make_doc, read_count, render
 
-from vrh_lmms.discovery import collector as collector_mod
-from vrh_lmms.discovery.audio_evidence import audio_target
-from vrh_lmms.discovery.controls import IMAGE_MASS
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.discovery.store import PartStore
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.heads_file import load_heads_file
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.runs.discovery import collector as collector_mod
+from vrh_lmms.runs.discovery.audio_evidence import audio_target
+from vrh_lmms.runs.discovery.controls import IMAGE_MASS
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.discovery.store import PartStore
 
 torch.set_num_threads(1)
 N = 2
@@ -31,7 +31,7 @@ MODEL = "vrh_qwen25_omni"
 
 @pytest.fixture(scope="module")
 def lm(tiny_checkpoints, tmp_path_factory):
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VRH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
@@ -121,8 +121,8 @@ def test_malformed_audio_evidence_is_refused_in_one_line():
 
 def test_sweep_and_report_run_on_the_audio_task(lm, discovered, tmp_path, monkeypatch):
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     monkeypatch.setenv("VRH_AUDIO_CONFIG", json.dumps(CONFIG))
     heads, _ = discovered
@@ -140,8 +140,8 @@ def test_sweep_and_report_run_on_the_audio_task(lm, discovered, tmp_path, monkey
 
 
 def test_evidence_that_disagrees_with_the_fed_clip_is_refused(lm, discovered):
-    from vrh_lmms.discovery.audio_evidence import audio_keys
-    from vrh_lmms.discovery.evidence import KeyContext
+    from vrh_lmms.runs.discovery.audio_evidence import audio_keys
+    from vrh_lmms.runs.discovery.evidence import KeyContext
 
     _, inputs = discovered
     batch = inputs[0]

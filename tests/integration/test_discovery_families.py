@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.discovery.scoring import all_cells
-from vrh_lmms.discovery.store import PartStore
-from vrh_lmms.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.discovery.scoring import all_cells
+from vrh_lmms.runs.discovery.store import PartStore
 
 torch.set_num_threads(1)
 
@@ -31,7 +31,7 @@ N = 2
 
 @pytest.mark.parametrize("model_id,family,extra", CASES, ids=[c[0] for c in CASES])
 def test_discovery_runs_on_family(model_id, family, extra, tiny_checkpoints, tmp_path, monkeypatch):
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": N, "seed": 7, "scene": {"image_size": 168}}))
@@ -84,10 +84,10 @@ def test_text_span_discovery_equals_eager_on_family(model_id, family, extra, tin
     from oracles.intervention_refs import answer_rows_mass, eager_attentions
     from vrh_lmms.tasks.common.text_needle import make_doc, needle_config
 
-    from vrh_lmms import lmms
-    from vrh_lmms.discovery import collector as collector_mod
-    from vrh_lmms.families import get_family
-    from vrh_lmms.tiny.registry import TINY_FACTORIES
+    from vrh_lmms.base.families import get_family
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.model.tiny.registry import TINY_FACTORIES
+    from vrh_lmms.runs.discovery import collector as collector_mod
 
     if family not in TINY_FACTORIES:
         pytest.skip(f"no tiny {family}")

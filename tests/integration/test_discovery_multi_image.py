@@ -17,11 +17,11 @@ import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.haystack import doc_to_visual, make_doc
 
-from vrh_lmms.discovery import collector as collector_mod
-from vrh_lmms.discovery.controls import IMAGE_MASS
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.discovery.store import PartStore
-from vrh_lmms.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.runs.discovery import collector as collector_mod
+from vrh_lmms.runs.discovery.controls import IMAGE_MASS
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.discovery.store import PartStore
 
 torch.set_num_threads(1)
 N = 2
@@ -67,7 +67,7 @@ def qwen_box_positions(run: list[int], grid_thw, size, box) -> list[int]:
 
 @pytest.fixture(scope="module", params=list(BACKENDS))
 def lm(request, tiny_checkpoints, tmp_path_factory):
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VRH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
@@ -116,8 +116,8 @@ def expected_positions(family, lm, doc, batch) -> tuple[list[int], list[int]]:
     if family != "internvl":
         return qwen_box_positions(image_runs[k], batch["image_grid_thw"][k], doc["vrh_image_sizes"][k],
                                   ev["box"]), media
-    from vrh_lmms.capture.layouts import box_key_mask
-    from vrh_lmms.capture.multi_image import image_token_maps
+    from vrh_lmms.model.capture.layouts import box_key_mask
+    from vrh_lmms.model.capture.multi_image import image_token_maps
 
     maps = image_token_maps(family, ids, doc["vrh_image_sizes"], lm.processor, batch, backend=lm)
     chosen = torch.nonzero(box_key_mask(maps[k], ev["box"], ids.numel())).flatten().tolist()
@@ -175,8 +175,8 @@ def test_evidence_mass_equals_eager_attention(lm, mode, tmp_path):
 
 def test_sweep_and_report_run_on_the_haystack(lm, tmp_path):
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     family, model = lm
     if family != "qwen2_5_vl":
@@ -206,7 +206,7 @@ def test_sweep_and_report_run_on_the_haystack(lm, tmp_path):
 def test_malformed_doc_is_one_clear_error(lm, bad, message, tmp_path, monkeypatch):
     from vrh_lmms.tasks.common import haystack
 
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     family, model = lm
     real = haystack.make_doc

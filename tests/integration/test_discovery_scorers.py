@@ -19,14 +19,14 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_attentions
 
-from vrh_lmms.discovery import collector as collector_mod
-from vrh_lmms.discovery import localization
-from vrh_lmms.discovery.evidence import EVIDENCE_KINDS, get_kind
-from vrh_lmms.discovery.queries import expression_rows, token_pieces
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.discovery.store import PartStore
-from vrh_lmms.heads.heads_file import load_heads_file
-from vrh_lmms.heads.spec import resolve_spec
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.spec import resolve_spec
+from vrh_lmms.runs.discovery import collector as collector_mod
+from vrh_lmms.runs.discovery import localization
+from vrh_lmms.runs.discovery.evidence import EVIDENCE_KINDS, get_kind
+from vrh_lmms.runs.discovery.queries import expression_rows, token_pieces
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.discovery.store import PartStore
 
 torch.set_num_threads(1)
 PIXELS = 224 * 224  # 224 x 224 scenes: an 8 x 8 grid of 28-pixel merged cells, image tokens in row-major order
@@ -39,7 +39,7 @@ A, B = 3 * SIDE + 3, 3 * SIDE + 4
 
 @pytest.fixture(scope="module")
 def lm(tiny_checkpoints, tmp_path_factory):
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VRH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
@@ -153,8 +153,8 @@ def test_query_sets_localization_input_and_presets(lm, tmp_path, monkeypatch):
 
 
 def test_unknown_key_token_rule_is_refused_before_anything_loads(tmp_path):
-    from vrh_lmms.discovery.run import preflight
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.runs.discovery.run import preflight
 
     spec = DiscoverySpec(model="vrh_qwen25", model_args="pretrained=nowhere", tasks=["vrh_synth_grounding"],
                          output=str(tmp_path / "heads.json"), key_tokens="half")

@@ -14,10 +14,10 @@ import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.text_needle import make_doc, needle_config, read_value
 
-from vrh_lmms.discovery import collector as collector_mod
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.discovery.store import PartStore
-from vrh_lmms.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.runs.discovery import collector as collector_mod
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.discovery.store import PartStore
 
 torch.set_num_threads(1)
 N = 2
@@ -26,7 +26,7 @@ CONFIG = {"n": N, "seed": 3, "pairs": 4, "format": "sentence"}
 
 @pytest.fixture(scope="module")
 def lm(tiny_checkpoints, tmp_path_factory):
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VRH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
@@ -112,7 +112,7 @@ def test_null_question_scores_the_needle_in_the_content_free_prompt(lm, tmp_path
     """Null-question calibration carried over to text spans: the content-free prompt (the question's words replaced
     by "N/A") still holds the needle, at other positions; its mass there is eager attention, and the heads file's
     scores are the real minus the null mass, averaged."""
-    from vrh_lmms.discovery.controls import NULL_EXPRESSION, NULL_PREFIX
+    from vrh_lmms.runs.discovery.controls import NULL_EXPRESSION, NULL_PREFIX
 
     out = tmp_path / "heads.json"
     inputs = _discover(lm, out, null_query=True)
@@ -139,8 +139,8 @@ def test_needle_scoring_reads_the_value():
 
 def test_sweep_and_report_run_on_the_needle_task(lm, discovered, tmp_path):
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     heads, _ = discovered
     configs = plan_configurations([1], 1, False, ["zero"])
@@ -157,7 +157,7 @@ def test_sweep_and_report_run_on_the_needle_task(lm, discovered, tmp_path):
 
 
 def test_localization_heads_as_primary_is_refused_on_text_docs(lm, tmp_path):
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     spec = DiscoverySpec(model="vrh_qwen25", model_args="pretrained=x", tasks=["vrh_synth_text_needle"],
                          output=str(tmp_path / "heads.json"), limit=N, gen_kwargs="max_new_tokens=4",

@@ -15,12 +15,12 @@ import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
 from vrh_lmms.tasks.common.needle_clip import clip_config, clip_frames, make_doc
 
-from vrh_lmms.discovery import collector as collector_mod
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.discovery.store import PartStore
-from vrh_lmms.discovery.video_evidence import video_keys, video_target
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.heads_file import load_heads_file
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.runs.discovery import collector as collector_mod
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.runs.discovery.video_evidence import video_keys, video_target
 
 torch.set_num_threads(1)
 N = 2
@@ -31,7 +31,7 @@ TASK = "vrh_synth_needle_clip"
 
 @pytest.fixture(scope="module")
 def lm(tiny_checkpoints, tmp_path_factory):
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VRH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
@@ -49,7 +49,7 @@ def discovered(lm, tmp_path_factory):
 @pytest.fixture(scope="module")
 def qwen3(tiny_checkpoints, tmp_path_factory):
     """A tiny Qwen3-VL through `vrh_qwen3` (the chat backend; fps=2, as its default nframes=32 needs 32 frames)."""
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     mp = pytest.MonkeyPatch()
     mp.setenv("VRH_CACHE_DIR", str(tmp_path_factory.mktemp("cache3")))
@@ -117,8 +117,8 @@ def test_video_mass_equals_eager_attention_qwen3(qwen3):
 def test_null_query_on_video_docs_equals_eager_attention(lm, tiny_checkpoints, tmp_path):
     """`--null-query`: the content-free question ("N/A" for the question's words) is scored on the same groups,
     found again in its own prompt; with the question before the video (image_position=after_prompt) they move."""
-    from vrh_lmms import lmms
-    from vrh_lmms.discovery.controls import NULL_PREFIX
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.runs.discovery.controls import NULL_PREFIX
 
     after = lmms.build_model("vrh_qwen25", ARGS.format(tiny_checkpoints("qwen2_5_vl")) + ",image_position=after_prompt")
     out, inputs, videos, _ = discover(after, "vrh_qwen25", tmp_path / "heads.json", null_query=True)
@@ -168,8 +168,8 @@ def check_masses(lm, out, inputs, videos, prefix: str = ""):
 
 def test_sweep_and_report_run_on_the_clip_task(lm, discovered, tmp_path):
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     heads = discovered[0]
     configs = plan_configurations([1], 1, False, ["zero"])

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from conftest import offline_env
 
-from vrh_lmms import distributed
+from vrh_lmms.harness import distributed
 
 PIXELS = 224 * 224
 TASK = "vrh_synth_grounding"
@@ -69,8 +69,8 @@ def test_executor_backend_fits_the_launch(monkeypatch):
 
 
 def test_errors_name_the_rank(monkeypatch, capsys):
+    from vrh_lmms.base.errors import VRHError
     from vrh_lmms.cli import _guarded
-    from vrh_lmms.errors import VRHError
 
     def fail():
         raise VRHError("bad thing")
@@ -290,7 +290,7 @@ def test_steer_and_patch_on_two_ranks_equal_one_process(tiny_qwen25, env, one_pr
 def test_part_store_skips_the_temporary_file_of_a_killed_writer(tmp_path):
     """A rank killed while writing a discovery part leaves `.<part>.npz.<random>.npz` (atomic.atomic_file); the
     rerun must neither read it as a part nor fail on it."""
-    from vrh_lmms.discovery.store import PartStore, SamplePart
+    from vrh_lmms.runs.discovery.store import PartStore, SamplePart
 
     store = PartStore(tmp_path / "parts")
     store.write(SamplePart("t__test__0", {"out_sum": np.ones((2, 4))}, np.array([1, 2]), {}))

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vrh_lmms.boxes import get_convention, iou
+from vrh_lmms.base.boxes import get_convention, iou
 from vrh_lmms.cli import main
-from vrh_lmms.dpo import format_ground_truth_box
+from vrh_lmms.runs.dpo import format_ground_truth_box
 
 TASK = "vrh_refcoco_val"
 MODEL = "org/Tiny-VLM-2B"
@@ -155,7 +155,7 @@ def test_ground_truth_reads_back_in_every_convention(name):
 
 
 def test_paligemma_ground_truth_bins_invert_the_decoder():
-    """big_vision's evaluators decode <locNNNN> as NNNN / 1023 * size (vrh_lmms/boxes/spaces.py, `loc1023`), so the
+    """big_vision's evaluators decode <locNNNN> as NNNN / 1023 * size (vrh_lmms/base/boxes/spaces.py, `loc1023`), so the
     written ground truth is the nearest bin, y first, and reads back within half a bin on every edge."""
     box, size = [30.5, 40.2, 300.7, 479.0], [640, 480]
     text = format_ground_truth_box("paligemma", box, size, "the red dog")
@@ -227,9 +227,9 @@ def test_synthetic_scenes_with_every_object_named_are_regenerated(tmp_path):
     and still refuses one that names no object of it."""
     import numpy as np
 
-    from vrh_lmms.dpo import ImageResolver, PairOptions
-    from vrh_lmms.errors import VRHError
-    from vrh_lmms.synth.scenes import expression_for, generate_scene, nameable_objects
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.base.synth.scenes import expression_for, generate_scene, nameable_objects
+    from vrh_lmms.runs.dpo import ImageResolver, PairOptions
 
     synth = {"n": 6, "seed": 3, "start": 0, "scene": {}, "objects": "all"}
     scene_id, scene = next((i, s) for i in range(50) if len(nameable_objects(s := generate_scene(i, 3))) > 1)

@@ -12,8 +12,8 @@ import torch
 from PIL import Image
 from safetensors.torch import load_file
 
+from vrh_lmms.base.errors import VRHError
 from vrh_lmms.cli import main
-from vrh_lmms.errors import VRHError
 
 PIXELS = 3136  # a 56 x 56 image, the tiny processor's minimum: 4 x 4 patches, 4 image tokens
 
@@ -72,7 +72,7 @@ def test_one_step_changes_weights_starts_at_log2_and_loads_in_lmms_eval(tiny_qwe
     assert "wrote" in capsys.readouterr().out
 
     # the checkpoint loads through the real lmms-eval backend (pretrained=OUT) and generates
-    from vrh_lmms.lmms import build_model, evaluate, task_manager
+    from vrh_lmms.harness.lmms import build_model, evaluate, task_manager
 
     vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 1, "seed": 4}))
     lm = build_model("vrh_qwen25", f"pretrained={out},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}")
@@ -89,8 +89,8 @@ def test_trl_loss_equals_the_dpo_formula_from_our_own_log_probs(tiny_qwen25, pai
     import trl
     from torch.nn.functional import logsigmoid
 
-    from vrh_lmms.dpo_train import TrainOptions, dpo_config, pairs_dataset, read_pairs
-    from vrh_lmms.tiny.qwen2_5_vl import build
+    from vrh_lmms.model.tiny.qwen2_5_vl import build
+    from vrh_lmms.runs.dpo_train import TrainOptions, dpo_config, pairs_dataset, read_pairs
 
     ref_dir = build(tiny_qwen25.parent / "ref", seed=1)
     policy = transformers.AutoModelForImageTextToText.from_pretrained(tiny_qwen25, dtype=torch.float32)
@@ -150,7 +150,7 @@ def test_refusals_are_one_line(tiny_qwen25, pairs, tmp_path, capsys, monkeypatch
     assert main(["dpo-train", str(pairs), *args, "--output", str(tmp_path / "busy")]) == 2
     assert "did not write (notes.txt)" in capsys.readouterr().err
     # an earlier dpo-train output: refused without --force
-    from vrh_lmms import owned
+    from vrh_lmms.base import owned
 
     earlier = tmp_path / "earlier"
     earlier.mkdir()
@@ -181,7 +181,7 @@ def test_refusals_are_one_line(tiny_qwen25, pairs, tmp_path, capsys, monkeypatch
 
 
 def test_after_prompt_moves_the_image_behind_the_text_and_images_decode(pairs):
-    from vrh_lmms.dpo_train import pairs_dataset, read_pairs
+    from vrh_lmms.runs.dpo_train import pairs_dataset, read_pairs
 
     rows = read_pairs(pairs, max_pairs=3)
     assert len(rows) == 3
@@ -191,7 +191,7 @@ def test_after_prompt_moves_the_image_behind_the_text_and_images_decode(pairs):
     assert [p["type"] for p in after["prompt"][0]["content"]] == ["text", "image"]
     assert after["images"][0].size == (56, 56)
     with pytest.raises(VRHError, match="--image-position 'sideways'"):
-        from vrh_lmms.dpo_train import TrainOptions
+        from vrh_lmms.runs.dpo_train import TrainOptions
 
         TrainOptions(image_position="sideways").check()
 
@@ -199,7 +199,7 @@ def test_after_prompt_moves_the_image_behind_the_text_and_images_decode(pairs):
 def test_freeze_vision_names_only_the_vision_tower(tiny_qwen25):
     import transformers
 
-    from vrh_lmms.dpo_train import vision_parameters
+    from vrh_lmms.runs.dpo_train import vision_parameters
 
     model = transformers.AutoModelForImageTextToText.from_pretrained(tiny_qwen25, dtype=torch.float32)
     frozen = vision_parameters(model)

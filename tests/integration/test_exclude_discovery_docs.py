@@ -12,8 +12,8 @@ import re
 import numpy as np
 import pytest
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.heads_file import load_heads_file, save_heads_file
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file, save_heads_file
 
 PIXELS = 224 * 224
 TASK = "vrh_synth_grounding"
@@ -101,13 +101,13 @@ def test_refusals_name_the_bad_part(setting, tmp_path, capsys):
     gappy = save_heads_file(hf, tmp_path / "gappy" / "heads.json")
     refused("c", gappy, TASK, r"not its first 2 \(e\.g\. doc 2\)")
     with pytest.raises(VRHError, match="--preset 'nope': use one of paper, paper_a9"):
-        from vrh_lmms.protocol import SWEEP_PRESETS, resolve
+        from vrh_lmms.runs.protocol import SWEEP_PRESETS, resolve
 
         resolve(SWEEP_PRESETS, "nope", {"k": None})
 
 
 def test_samples_file_is_the_fallback_for_older_heads_files(setting, tmp_path):
-    from vrh_lmms.sweep.exclusion import discovery_docs
+    from vrh_lmms.runs.sweep.exclusion import discovery_docs
 
     _, heads, _ = setting
     hf = load_heads_file(heads)

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.ablation import ablated
-from vrh_lmms.backbone import locate_decoder
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import HeadRef
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 from vrh_lmms.cli import main
-from vrh_lmms.errors import VRHError
-from vrh_lmms.export import MASKED_FILE, export_masked
-from vrh_lmms.heads import HeadRef
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.model.ablation import ablated
+from vrh_lmms.model.backbone import locate_decoder
+from vrh_lmms.model.export import MASKED_FILE, export_masked
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
 
 torch.set_num_threads(1)
 

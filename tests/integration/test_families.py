@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.families import FAMILIES, Family, Wrapper, get_family, register, unregister
-from vrh_lmms.paths import tasks_path
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import FAMILIES, Family, Wrapper, get_family, register, unregister
+from vrh_lmms.base.paths import tasks_path
 
 # The hand-kept tables the registry replaced, as they were: the derived tables must say exactly this.
 OLD_WRAPPERS = {
@@ -51,9 +51,9 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
 def test_derived_tables_say_what_the_hand_kept_tables_said():
     from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
 
-    from vrh_lmms.boxes.known import CONVENTIONS
-    from vrh_lmms.capture import tilings
-    from vrh_lmms.tiny.registry import TINY_FACTORIES
+    from vrh_lmms.base.boxes.known import CONVENTIONS
+    from vrh_lmms.model.capture import tilings
+    from vrh_lmms.model.tiny.registry import TINY_FACTORIES
 
     assert dict(WRAPPERS) == OLD_WRAPPERS
     assert {m.model_id for m in manifests()} == set(OLD_WRAPPERS)
@@ -73,9 +73,9 @@ def test_every_wrapper_class_names_the_family_that_lists_it():
 def test_unknown_names_suggest_the_close_ones():
     from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
-    from vrh_lmms.boxes import get_convention
-    from vrh_lmms.capture.layouts import layout_name
-    from vrh_lmms.tiny.registry import build_tiny
+    from vrh_lmms.base.boxes import get_convention
+    from vrh_lmms.model.capture.layouts import layout_name
+    from vrh_lmms.model.tiny.registry import build_tiny
 
     with pytest.raises(VRHError, match=r"unknown family 'qwen25_vl' \(did you mean 'qwen2_5_vl'"):
         get_family("qwen25_vl")
@@ -87,7 +87,7 @@ def test_unknown_names_suggest_the_close_ones():
         layout_name("llava_nxt")
     with pytest.raises(KeyError, match=r"did you mean 'vrh_qwen25'"):
         WRAPPERS["vrh_qwen2.5"]
-    from vrh_lmms import preload
+    from vrh_lmms.harness import preload
 
     with pytest.raises(VRHError, match=r"--model 'vrh_qwen2.5' is not a registered model \(did you mean 'vrh_qwen25'"):
         preload.check_model_name("vrh_qwen2.5")
@@ -96,7 +96,7 @@ def test_unknown_names_suggest_the_close_ones():
 
 
 def test_register_refuses_a_name_that_would_mean_two_things():
-    from vrh_lmms.boxes import conventions as conv
+    from vrh_lmms.base.boxes import conventions as conv
 
     base = dict(model_types=("x",), layer_paths=("model.layers",))
     with pytest.raises(VRHError, match="already registered"):
@@ -106,7 +106,7 @@ def test_register_refuses_a_name_that_would_mean_two_things():
     with pytest.raises(VRHError, match="box convention 'internvl' differs"):
         register(Family("x2", **base, convention=conv.Convention("internvl", "s", "{expression}", "norm1000")))
     with pytest.raises(VRHError, match="layout 'internvl' already has another builder"):
-        register(Family("x3", **base, layout="internvl", layout_builder="vrh_lmms.capture.tilings:square_grid"))
+        register(Family("x3", **base, layout="internvl", layout_builder="vrh_lmms.model.capture.tilings:square_grid"))
     assert not {"x1", "x2", "x3"} & set(FAMILIES)
 
 
@@ -116,7 +116,7 @@ def test_template_leaves_vrh_models_to_their_wrappers():
     in, so with the wrapper active the resolution is the same with or without the line."""
     from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
-    from vrh_lmms.boxes import context
+    from vrh_lmms.base.boxes import context
 
     text = (tasks_path() / "grounding" / "_vrh_grounding_template.yaml").read_text()
     kwargs = yaml.safe_load(re.sub(r"!function \S+", "f", text))["lmms_eval_specific_kwargs"]
@@ -174,8 +174,8 @@ def test_guide_example_adds_a_family_with_one_record_and_its_wrapper(myvlm, tmp_
     from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
     from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25
 
-    from vrh_lmms.capture.layouts import layout_name
-    from vrh_lmms.tiny.registry import TINY_FACTORIES, build_tiny
+    from vrh_lmms.model.capture.layouts import layout_name
+    from vrh_lmms.model.tiny.registry import TINY_FACTORIES, build_tiny
 
     # every derived table has it
     assert WRAPPERS["vrh_myvlm"] == ("mymodels.myvlm", "VRHMyVLM", None)

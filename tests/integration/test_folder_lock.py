@@ -14,14 +14,14 @@ import time
 
 import pytest
 
-from vrh_lmms import folder_lock
+from vrh_lmms.base import folder_lock
 from vrh_lmms.cli import COMMANDS, OUTPUT_OF, build_parser, main, subparser
 
 ENV = dict(os.environ, PYTHONPATH=os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", ""))
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from vrh_lmms import folder_lock
+    from vrh_lmms.base import folder_lock
     with folder_lock.held(sys.argv[1], "vrh-lmms sweep"):
         print("held", flush=True)
         time.sleep(float(sys.argv[2]))
@@ -31,7 +31,7 @@ HOLD = textwrap.dedent("""
 # killed run whose forked workers live on leaves behind.
 ORPHAN = textwrap.dedent("""
     import fcntl, json, os, socket, sys, time
-    from vrh_lmms import folder_lock
+    from vrh_lmms.base import folder_lock
     path = folder_lock.lock_path(sys.argv[1])
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT)
@@ -165,7 +165,7 @@ def test_every_command_that_writes_is_locked():
 def test_locks_of_outputs_inside_a_folder_are_neither_foreign_nor_removed(tmp_path):
     """`vrh-lmms report run/sweep --output run/report` leaves run/.report.vrh-lmms.lock: rerunning the command that
     owns run/ (with --force) must neither refuse it as foreign nor delete a lock another run may hold."""
-    from vrh_lmms import owned
+    from vrh_lmms.base import owned
 
     folder = tmp_path / "run"
     with folder_lock.held(folder / "report", "vrh-lmms report"):

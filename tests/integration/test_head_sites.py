@@ -1,4 +1,4 @@
-"""Named head sites of the decoder (vrh_lmms.backbone): what each site sees, hooks as data under one scope, exact
+"""Named head sites of the decoder (vrh_lmms.model.backbone): what each site sees, hooks as data under one scope, exact
 restore (also after an exception inside the scope), and no module outside the backbone reaching o_proj itself."""
 
 from __future__ import annotations
@@ -10,12 +10,20 @@ import pytest
 import torch
 from oracles.reference_ablation import reference_ablation
 
-from vrh_lmms.ablation import Ablator
-from vrh_lmms.backbone import ATTN_ROWS, HEAD_OUT, Hook, installed_rows_hooks, locate_decoder, rows_hooks, site_name
-from vrh_lmms.capture.attention import TextAttentionSwitch
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import HeadRef
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import HeadRef
+from vrh_lmms.model.ablation import Ablator
+from vrh_lmms.model.backbone import (
+    ATTN_ROWS,
+    HEAD_OUT,
+    Hook,
+    installed_rows_hooks,
+    locate_decoder,
+    rows_hooks,
+    site_name,
+)
+from vrh_lmms.model.capture.attention import TextAttentionSwitch
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
 
 torch.set_num_threads(1)
 ROOT = Path(__file__).resolve().parents[2]
@@ -143,7 +151,7 @@ def test_bad_hooks_install_nothing(qwen):
 
 # ------------------------------------------------------------------------------------------ the code walk
 MOVED_IN_PARALLEL: set[str] = set()  # (the demo's trainer, pruner and probes were converted after the merge)
-BACKBONE = "vrh_lmms/backbone.py"
+BACKBONE = "vrh_lmms/model/backbone.py"
 REACHES = {"o_proj", "self_attn"}  # the decoder's modules by attribute: only the backbone's locator may
 HOOK_CALLS = {"register_forward_pre_hook", "register_forward_hook", "register_full_backward_hook"}
 
@@ -178,7 +186,7 @@ def test_no_module_outside_the_backbone_reaches_o_proj_by_attribute():
     files = code_files()
     assert any(rel == BACKBONE for _, rel in files) and len(files) > 100
     bad = [o for path, rel in files if rel != BACKBONE and rel not in MOVED_IN_PARALLEL for o in offences(path, rel)]
-    assert not bad, "reach the decoder through vrh_lmms.backbone's named sites:\n" + "\n".join(bad)
+    assert not bad, "reach the decoder through vrh_lmms.model.backbone's named sites:\n" + "\n".join(bad)
     # the allow-list only names files that still need it, and the walk does see what it is meant to catch
     for rel in MOVED_IN_PARALLEL:
         path = ROOT / rel

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import offline_env
 
-from vrh_lmms.heads import parse_head
-from vrh_lmms.heads.heads_file import load_heads_file
-from vrh_lmms.paths import tasks_path
+from vrh_lmms.base.heads import parse_head
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.paths import tasks_path
 
 PIXELS = 224 * 224
 
@@ -53,9 +53,9 @@ def test_heads_top_k_without_a_file_uses_what_discover_registered(tiny_qwen25, t
 
 
 def test_paper_top20_on_the_7b_geometry_ablates_table_a2(tmp_path_factory):
-    from vrh_lmms import lmms
-    from vrh_lmms.heads import paper
-    from vrh_lmms.tiny.qwen2_5_vl import build
+    from vrh_lmms.base.heads import paper
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.model.tiny.qwen2_5_vl import build
 
     ckpt = build(tmp_path_factory.mktemp("qwen25_7b_shape"), seed=0,
                  text=dict(hidden_size=168, intermediate_size=32, num_hidden_layers=28, num_attention_heads=28,

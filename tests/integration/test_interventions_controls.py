@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.discovery.controls import content_free_prompt, corrected_stats, half_mass_share
-from vrh_lmms.discovery.queries import token_pieces
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import Geometry
-from vrh_lmms.heads.controls import image_matched_heads
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores
-from vrh_lmms.heads.spec import IMAGE_MATCH_TOLERANCE, resolve_spec
-from vrh_lmms.sweep.plan import plan_configurations
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import Geometry
+from vrh_lmms.base.heads.controls import image_matched_heads
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores
+from vrh_lmms.base.heads.spec import IMAGE_MATCH_TOLERANCE, resolve_spec
+from vrh_lmms.runs.discovery.controls import content_free_prompt, corrected_stats, half_mass_share
+from vrh_lmms.runs.discovery.queries import token_pieces
+from vrh_lmms.runs.sweep.plan import plan_configurations
 
 GEOMETRY = Geometry(layers=6, heads=8, kv_heads=8, head_dim=16)
 
@@ -104,7 +104,7 @@ def test_corrected_stats_subtract_the_null_query():
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "internvl", "paligemma"])
 def test_content_free_prompt_replaces_only_the_expression(family, tiny_checkpoints):
-    from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
+    from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
 
     _, processor = load_tiny(tiny_checkpoints(family))
     expression = "the red circle"

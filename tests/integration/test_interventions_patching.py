@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.backbone import locate_decoder
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.interventions.patching import patch_pair, patched_logits, record, teacher_forced
-from vrh_lmms.synth.scenes import SceneConfig, generate_scene
-from vrh_lmms.tiny.inputs import load_tiny, render_prompt, scene_messages
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
+from vrh_lmms.model.backbone import locate_decoder
+from vrh_lmms.model.interventions.patching import patch_pair, patched_logits, record, teacher_forced
+from vrh_lmms.model.tiny.inputs import load_tiny, render_prompt, scene_messages
 
 torch.set_num_threads(1)
 
@@ -126,7 +126,7 @@ def test_answer_logprob_is_the_causal_lm_log_likelihood(setup):
     the answer rows the patching code uses."""
     import torch.nn.functional as F
 
-    from vrh_lmms.interventions.patching import answer_logprob
+    from vrh_lmms.model.interventions.patching import answer_logprob
 
     model, _, clean, _, answer_a, _ = setup
     tf = teacher_forced(clean, answer_a)

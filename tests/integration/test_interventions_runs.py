@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.heads.heads_file import load_heads_file
-from vrh_lmms.interventions.patch_run import PatchSpec, run_patching
-from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering, read_steer_records, run_steering
-from vrh_lmms.paths import assets_path
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.paths import assets_path
 from vrh_lmms.report.interventions import write_patching_report, write_steering_report
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.interventions.patch_run import PatchSpec, run_patching
+from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, read_steer_records, run_steering
 
 torch.set_num_threads(1)
 
@@ -28,7 +28,7 @@ GEN = "max_new_tokens=10"
 @pytest.fixture(scope="module", params=CASES, ids=[c[0] for c in CASES])
 def family_run(request, tiny_checkpoints, tmp_path_factory):
     """One model load per family: discovery with the content-free query on scenes with every object named."""
-    from vrh_lmms import lmms
+    from vrh_lmms.harness import lmms
 
     model_id, family, extra = request.param
     root = tmp_path_factory.mktemp(family)
@@ -130,7 +130,7 @@ def test_patch_end_to_end(family_run, patched):
 
 def test_demo_step_adds_both_sections_to_a_report(family_run, steered, patched, tmp_path):
     """What `vrh-lmms demo --interventions` does after its report: both sections appended, the map copied."""
-    from vrh_lmms.demo.pipeline import intervention_figures, interventions_markdown
+    from vrh_lmms.pipelines.demo.pipeline import intervention_figures, interventions_markdown
     from vrh_lmms.report.interventions import append_to_report
 
     root = family_run[4]
@@ -153,9 +153,9 @@ MODEL = assets_path() / "demo_model"
 def test_commands_on_the_demo_model(tmp_path, monkeypatch):
     """discover -> steer -> patch through the command line (in process) on the shipped model, on scenes with
     every object named."""
+    from vrh_lmms.base.synth.demo_spec import DemoSpec
     from vrh_lmms.cli import main
-    from vrh_lmms.demo.pipeline import demo_model_args
-    from vrh_lmms.synth.demo_spec import DemoSpec
+    from vrh_lmms.pipelines.demo.pipeline import demo_model_args
 
     spec = DemoSpec.load(MODEL)
     scene = dict(spec.scene, image_size=spec.image_size)

@@ -9,11 +9,11 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_probs, head_slice, layer_tensors
 
-from vrh_lmms.backbone import installed_rows_hooks, locate_decoder
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.interventions.steering import SteerPlan, steer_attention
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.model.backbone import installed_rows_hooks, locate_decoder
+from vrh_lmms.model.interventions.steering import SteerPlan, steer_attention
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
 
 torch.set_num_threads(1)
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_probs, head_slice, layer_tensors
 
-from vrh_lmms.backbone import installed_rows_hooks, locate_decoder
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.interventions.uniform import UniformAblation, image_token_ids, uniform_ablated
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.model.backbone import installed_rows_hooks, locate_decoder
+from vrh_lmms.model.interventions.uniform import UniformAblation, image_token_ids, uniform_ablated
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
 
 torch.set_num_threads(1)
 
@@ -94,12 +94,12 @@ def test_uniform_is_an_ablation_mode_of_backends_and_sweeps(tiny_checkpoints, tm
 
     import numpy as np
 
-    from vrh_lmms import lmms
-    from vrh_lmms.heads import Geometry
-    from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-    from vrh_lmms.heads.spec import HeadSet
-    from vrh_lmms.sweep.plan import plan_configurations
-    from vrh_lmms.sweep.run import SweepSpec, run_sweep
+    from vrh_lmms.base.heads import Geometry
+    from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+    from vrh_lmms.base.heads.spec import HeadSet
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 2, "seed": 4}))

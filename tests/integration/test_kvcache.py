@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.backbone import installed_rows_hooks, locate_decoder
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.kvcache.apply import KVCompression, kv_compressed
-from vrh_lmms.kvcache.policy import dropped, kv_bytes, no_policy, retrieval_policy, uniform_policy
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.model.backbone import installed_rows_hooks, locate_decoder
+from vrh_lmms.model.kvcache.apply import KVCompression, kv_compressed
+from vrh_lmms.model.kvcache.policy import dropped, kv_bytes, no_policy, retrieval_policy, uniform_policy
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
 
 torch.set_num_threads(1)
 GEN = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, output_logits=True, return_dict_in_generate=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vrh_lmms.capture.layouts import ImageTokenMap, box_key_mask, box_token_indices, image_token_map
-from vrh_lmms.capture.verify import check_layout
-from vrh_lmms.errors import VRHError
-from vrh_lmms.tiny.inputs import load_tiny, render_prompt, scene_messages
-from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model.capture.layouts import ImageTokenMap, box_key_mask, box_token_indices, image_token_map
+from vrh_lmms.model.capture.verify import check_layout
+from vrh_lmms.model.tiny.inputs import load_tiny, render_prompt, scene_messages
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES as TINY
 
 torch.set_num_threads(1)
 
@@ -29,7 +29,7 @@ def chat_batch(processor, image):
 @pytest.fixture(scope="module", params=LAYOUT_FAMILIES)
 def family_model(request, tiny_checkpoints):
     if request.param not in TINY:
-        pytest.skip(f"no tiny {request.param} checkpoint in vrh_lmms.tiny.registry yet")
+        pytest.skip(f"no tiny {request.param} checkpoint in vrh_lmms.model.tiny.registry yet")
     model, processor = load_tiny(tiny_checkpoints(request.param))
     return request.param, model, processor
 

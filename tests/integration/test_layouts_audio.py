@@ -1,4 +1,4 @@
-"""Qwen2.5-Omni's audio layout (vrh_lmms.capture.audio) against the real processor and the real audio encoder.
+"""Qwen2.5-Omni's audio layout (vrh_lmms.model.capture.audio) against the real processor and the real audio encoder.
 
 - Counts at real checkpoint geometry: Qwen2.5-Omni-7B's preprocessor_config.json audio part (WhisperFeatureExtractor
   feature_size 128, sampling_rate 16000, hop_length 160, n_fft 400, chunk_length 300 -> n_samples 4800000,
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.capture.audio import (
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model.capture.audio import (
     AudioSettings,
     audio_positions,
     audio_runs,
@@ -26,8 +27,7 @@ from vrh_lmms.capture.audio import (
     token_spans,
     tokens_in_seconds,
 )
-from vrh_lmms.errors import VRHError
-from vrh_lmms.tiny.qwen2_5_omni import REAL_FEATURE_EXTRACTOR, make_processor, make_tokenizer
+from vrh_lmms.model.tiny.qwen2_5_omni import REAL_FEATURE_EXTRACTOR, make_processor, make_tokenizer
 
 torch.set_num_threads(1)
 SR = 16000

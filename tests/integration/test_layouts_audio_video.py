@@ -1,5 +1,5 @@
 """Qwen2.5-Omni video with its audio track (use_audio_in_video): the interleaved layout of
-vrh_lmms.capture.audio_video against the real processor (real audio settings and Qwen2.5-Omni's video defaults,
+vrh_lmms.model.capture.audio_video against the real processor (real audio settings and Qwen2.5-Omni's video defaults,
 the tiny tokenizer), for videos and audio tracks of several lengths (audio longer, shorter, equal), 2 s chunks; and
 the thinker consumes that block (its TMRoPE position ids are built from it)."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.capture.audio import AudioSettings, audio_token_count, tokens_in_seconds
-from vrh_lmms.capture.audio_video import chunk_bounds, interleaved_offsets, video_tokens_in_seconds
+from vrh_lmms.model.capture.audio import AudioSettings, audio_token_count, tokens_in_seconds
+from vrh_lmms.model.capture.audio_video import chunk_bounds, interleaved_offsets, video_tokens_in_seconds
 
 torch.set_num_threads(1)
 SR = 16000
@@ -85,8 +85,8 @@ def test_the_thinker_runs_on_the_interleaved_block(tiny_checkpoints, processor):
 
 def test_clip_positions_in_a_prompt_mixing_clips_and_videos():
     """A standalone clip, a video without audio, then a video with its track: clip 1 is the second video's track."""
-    from vrh_lmms.capture.audio_video import audio_clip_positions
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model.capture.audio_video import audio_clip_positions
 
     tokens = {"audio": 1, "video": 2, "audio_bos": 3, "audio_eos": 4, "vision_bos": 5}
     grids, spg = torch.tensor([[1, 4, 4], [2, 4, 4]]), torch.tensor([1.0, 1.0])

@@ -13,12 +13,12 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import image_token_map
-from vrh_lmms.capture.remote_logic import deepseek_vl2_best_resolution, phi4_hd_canvas
-from vrh_lmms.capture.tilings import BUILDERS, Gap, Grid, _pil_pad_geometry, deepseek_vl_geometry, idefics3_split
-from vrh_lmms.tiny.inputs import render_prompt, scene_messages
-from vrh_lmms.tiny.registry import TINY_FACTORIES as TINY
+from vrh_lmms.model.capture.extras import layout_extras
+from vrh_lmms.model.capture.layouts import image_token_map
+from vrh_lmms.model.capture.remote_logic import deepseek_vl2_best_resolution, phi4_hd_canvas
+from vrh_lmms.model.capture.tilings import BUILDERS, Gap, Grid, _pil_pad_geometry, deepseek_vl_geometry, idefics3_split
+from vrh_lmms.model.tiny.inputs import render_prompt, scene_messages
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES as TINY
 
 SIZES = [(640, 480), (97, 131), (1000, 250), (250, 1000), (30, 30), (333, 334), (1200, 90), (90, 700), (56, 57)]
 FAMILIES = ["qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "idefics3",
@@ -29,7 +29,7 @@ FAMILIES = ["qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "palige
 def test_token_counts_match_processor(family, tiny_checkpoints):
     """Every size: the layout accounts for exactly the placeholders the processor wrote, cells inside the image."""
     if family not in TINY:
-        pytest.skip(f"no tiny {family} checkpoint in vrh_lmms.tiny.registry yet")
+        pytest.skip(f"no tiny {family} checkpoint in vrh_lmms.model.tiny.registry yet")
     from transformers import AutoProcessor
 
     processor = AutoProcessor.from_pretrained(tiny_checkpoints(family))

@@ -14,8 +14,8 @@ import pytest
 import torch
 from support.wrappers import recorded_generate, run
 
-from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import image_token_map
+from vrh_lmms.model.capture.extras import layout_extras
+from vrh_lmms.model.capture.layouts import image_token_map
 
 torch.set_num_threads(1)
 SIZES = [(640, 480), (480, 640), (1024, 768), (1920, 1080)]  # the sizes of issue 12
@@ -48,7 +48,7 @@ def _refcoco_rows(folder, sizes, split="testA"):
 # ------------------------------------------------------------------------------------------ HF internvl_hf
 @pytest.fixture(scope="module")
 def tiny_internvl_448(tmp_path_factory):
-    from vrh_lmms.tiny.internvl import build
+    from vrh_lmms.model.tiny.internvl import build
 
     return build(tmp_path_factory.mktemp("tiny_internvl_448"), seed=0, vision=VISION_448)
 
@@ -57,9 +57,9 @@ def tiny_internvl_448(tmp_path_factory):
 def test_discovery_follows_min_max_patches_model_args(patches, tiny_internvl_448, tmp_path, vrh_env):
     from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
 
-    from vrh_lmms import lmms
-    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-    from vrh_lmms.discovery.store import PartStore
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+    from vrh_lmms.runs.discovery.store import PartStore
 
     lo, hi = patches
     vrh_env.setenv("VRH_REFCOCO_DATA", str(_refcoco_rows(tmp_path / "refcoco", SIZES)))
@@ -89,7 +89,7 @@ def test_remote_tiling_reproduces_lmms_eval_dynamic_preprocess(monkeypatch):
     import lmms_eval.models.simple.internvl3 as iv3
     from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
 
-    from vrh_lmms.capture.remote_logic import internvl_remote_grid
+    from vrh_lmms.model.capture.remote_logic import internvl_remote_grid
 
     class Size:  # what dynamic_preprocess touches of a PIL image, without pixels
         def __init__(self, w, h):
@@ -127,7 +127,7 @@ def internvl3_stand_in(monkeypatch):
     import lmms_eval.models.simple.internvl3 as iv3
     from oracles import internvl_chat_standin
 
-    from vrh_lmms.tiny.internvl import make_tokenizer
+    from vrh_lmms.model.tiny.internvl import make_tokenizer
 
     tokenizer = make_tokenizer()
 
@@ -150,7 +150,7 @@ def test_remote_internvl3_layout_follows_its_own_tiling(internvl3_stand_in):
     from PIL import Image
     from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
 
-    from vrh_lmms.capture.remote_logic import internvl_remote_grid
+    from vrh_lmms.model.capture.remote_logic import internvl_remote_grid
 
     wrapper = VRHInternVL3(pretrained="OpenGVLab/stand-in")
     docs = {i: {"image": Image.new("RGB", s, (90, 90, 90)), "expression": "the dog"} for i, s in enumerate(SIZES)}
@@ -176,12 +176,12 @@ def test_discovery_runs_end_to_end_on_remote_internvl3(internvl3_stand_in, tmp_p
     from oracles import internvl_chat_standin
     from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
 
-    from vrh_lmms.capture.remote_logic import internvl_remote_grid
-    from vrh_lmms.discovery.collector import SampleCollector, teacher_forced_inputs
-    from vrh_lmms.discovery.controls import IMAGE_MASS
-    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-    from vrh_lmms.discovery.store import PartStore
-    from vrh_lmms.heads.heads_file import load_heads_file
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.model.capture.remote_logic import internvl_remote_grid
+    from vrh_lmms.runs.discovery.collector import SampleCollector, teacher_forced_inputs
+    from vrh_lmms.runs.discovery.controls import IMAGE_MASS
+    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+    from vrh_lmms.runs.discovery.store import PartStore
 
     assert not type(internvl_chat_standin.InternVLChatConfig()).sub_configs  # the published shape
     vrh_env.setenv("VRH_REFCOCO_DATA", str(_refcoco_rows(tmp_path / "refcoco", CAPTURE_SIZES)))
@@ -229,8 +229,8 @@ def test_text_attention_switch_on_published_internvl_config(monkeypatch):
     from oracles import internvl_chat_standin
     from transformers import Qwen2ForCausalLM
 
-    from vrh_lmms.capture.attention import CAPTURE_IMPL_EAGER, TextAttentionSwitch, text_attention_target
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model.capture.attention import CAPTURE_IMPL_EAGER, TextAttentionSwitch, text_attention_target
 
     model = internvl_chat_standin.build(64)
     llm = model.config.llm_config

@@ -15,9 +15,9 @@ import torch
 from oracles import magma_standin as ms
 from PIL import Image
 
-from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import box_key_mask, box_token_indices, image_token_map, lm_input_ids
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model.capture.extras import layout_extras
+from vrh_lmms.model.capture.layouts import box_key_mask, box_token_indices, image_token_map, lm_input_ids
 
 torch.set_num_threads(1)
 # Landscape, portrait, panoramas each way (1 x 4 and 4 x 1 crops), 2 x 2, tiny, square, 1 x 3, LLaVA-style sizes.
@@ -33,7 +33,7 @@ CHAT = ("{{ bos_token }}{% for m in messages %}{{ '<|start_header_id|>' + m['rol
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from vrh_lmms.tiny.vocab import build_tokenizer
+    from vrh_lmms.model.tiny.vocab import build_tokenizer
 
     return build_tokenizer(SPECIALS, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>", pad_token="<pad>",
                            chat_template=CHAT, add_bos_token=False)
@@ -74,8 +74,8 @@ def _map(processor, size):
 
 def test_every_registered_family_has_a_layout():
     """Discovery maps image tokens through the family's layout; Magma was the one family without (issue 28.5)."""
-    from vrh_lmms.capture.layouts import layout_name
-    from vrh_lmms.families import FAMILIES
+    from vrh_lmms.base.families import FAMILIES
+    from vrh_lmms.model.capture.layouts import layout_name
 
     assert {name: layout_name(name) for name in FAMILIES}["magma"] == "magma"
 
@@ -83,7 +83,7 @@ def test_every_registered_family_has_a_layout():
 def test_family_of_published_magma_config():
     """MagmaConfig copies its text config's attributes onto itself: the instance says model_type "llama" (as the
     published class does under transformers 5.25); the family still resolves, through the config class."""
-    from vrh_lmms.families import family_for_config
+    from vrh_lmms.base.families import family_for_config
 
     config = ms.build(64, 5).config
     assert config.model_type == "llama" and type(config).model_type == "magma"
@@ -117,7 +117,7 @@ def test_convnext_grid_is_crop_over_32(crop):
     """The ConvNeXt trunk (timm's, as open_clip wraps it) outputs crop // 32 features a side, the layout's side."""
     import timm
 
-    from vrh_lmms.capture.tilings import magma_crops
+    from vrh_lmms.model.capture.tilings import magma_crops
 
     net = timm.create_model("convnext_atto", pretrained=False).eval()
     with torch.no_grad():
@@ -172,7 +172,7 @@ def test_unexpanded_ids_and_bad_input_are_refused(processor):
 def test_layout_by_experiment_on_stand_in(processor, tokenizer):
     """A rectangle drawn on a flat image changes exactly the layer-0 inputs of the tokens the layout predicts,
     through the stand-in's published-shape merge (sequence positions of the language model)."""
-    from vrh_lmms.capture.verify import check_layout
+    from vrh_lmms.model.capture.verify import check_layout
 
     model = ms.build(len(tokenizer), tokenizer.convert_tokens_to_ids("<image>"))
     for size in [(640, 480), (300, 900)]:
@@ -223,11 +223,11 @@ def test_discovery_runs_end_to_end_on_magma(magma_stand_in, tmp_path, vrh_env, m
     doc's captured image and box mass equal the eager attention the model's own forward returns."""
     from vrh_lmms.model_wrappers.magma import VRHMagma
 
-    from vrh_lmms.discovery.collector import SampleCollector, teacher_forced_inputs
-    from vrh_lmms.discovery.controls import IMAGE_MASS
-    from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-    from vrh_lmms.discovery.store import PartStore
-    from vrh_lmms.heads.heads_file import load_heads_file
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.runs.discovery.collector import SampleCollector, teacher_forced_inputs
+    from vrh_lmms.runs.discovery.controls import IMAGE_MASS
+    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+    from vrh_lmms.runs.discovery.store import PartStore
 
     vrh_env.setenv("VRH_REFCOCO_DATA", str(_refcoco_rows(tmp_path / "refcoco", CAPTURE_SIZES)))
     lm = VRHMagma(pretrained="microsoft/Magma-8B")

@@ -1,4 +1,4 @@
-"""Layouts of several images in one prompt (vrh_lmms.capture.multi_image).
+"""Layouts of several images in one prompt (vrh_lmms.model.capture.multi_image).
 
 - At the real checkpoints' geometry (processors built with the published settings around the tiny tokenizers):
   Qwen2.5-VL-7B (patch 14, merge 2, 3136..12845056 px), Qwen3-VL (patch 16, merge 2, size shortest_edge 65536,
@@ -18,11 +18,11 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
-from vrh_lmms.capture.layouts import box_key_mask
-from vrh_lmms.capture.multi_image import image_spans, image_token_maps
-from vrh_lmms.capture.verify import clear_rect, layer0_inputs, zeroed_vision_attention
-from vrh_lmms.errors import VRHError
-from vrh_lmms.tiny.inputs import load_tiny
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model.capture.layouts import box_key_mask
+from vrh_lmms.model.capture.multi_image import image_spans, image_token_maps
+from vrh_lmms.model.capture.verify import clear_rect, layer0_inputs, zeroed_vision_attention
+from vrh_lmms.model.tiny.inputs import load_tiny
 
 torch.set_num_threads(1)
 
@@ -42,15 +42,15 @@ def prompt_batch(processor, images, **kwargs):
 
 def real_processor(family: str):
     if family == "qwen2_5_vl":
-        from vrh_lmms.tiny import qwen2_5_vl as mod
+        from vrh_lmms.model.tiny import qwen2_5_vl as mod
 
         return mod.make_processor(mod.make_tokenizer(), patch_size=14, merge_size=2, min_pixels=3136,
                                   max_pixels=12845056)
     if family == "qwen3_vl":
-        from vrh_lmms.tiny import qwen3_vl as mod
+        from vrh_lmms.model.tiny import qwen3_vl as mod
 
         return mod.make_processor(mod.make_tokenizer(), min_pixels=65536, max_pixels=16777216)
-    from vrh_lmms.tiny import internvl as mod
+    from vrh_lmms.model.tiny import internvl as mod
 
     return mod.make_processor(mod.make_tokenizer(), vision={"image_size": [448, 448]}, max_patches=12)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from vrh_lmms.capture.verify import check_layout
+from vrh_lmms.model.capture.verify import check_layout
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,5 @@
-"""Video layout (vrh_lmms.capture.video) against the real pipeline: lmms-eval 0.7.3's qwen2_5_vl backends (simple and
+"""Video layout (vrh_lmms.model.capture.video) against the real pipeline: lmms-eval 0.7.3's qwen2_5_vl backends (simple
+and
 chat) reading real mp4 files through qwen_vl_utils and the checkpoint's processor.
 
 Geometry: Qwen2.5-VL-7B-Instruct's preprocessor_config.json (patch 14, merge 2, temporal_patch_size 2, min_pixels
@@ -6,7 +7,7 @@ Geometry: Qwen2.5-VL-7B-Instruct's preprocessor_config.json (patch 14, merge 2, 
 defaults 256*28*28 / 1605632 unless given). Each source frame i is a flat grey of its own level, so every patch of
 `pixel_values_videos` says which source frame it came from: the fed frames, each temporal group's two frames and
 their times are read from the processor output, not from the module. Then the perturbation check on the tiny model
-(vision attention zeroed, vrh_lmms.capture.verify): changing only source frame f changes exactly the tokens of the
+(vision attention zeroed, vrh_lmms.model.capture.verify): changing only source frame f changes exactly the tokens of the
 temporal group that holds f, and none when the backend does not feed f.
 """
 
@@ -17,8 +18,8 @@ import pytest
 import torch
 from lmms_eval.api.instance import Instance
 
-from vrh_lmms.capture.verify import layer0_inputs, zeroed_vision_attention
-from vrh_lmms.capture.video import backend_frames, backend_grid, probe, video_layouts
+from vrh_lmms.model.capture.verify import layer0_inputs, zeroed_vision_attention
+from vrh_lmms.model.capture.video import backend_frames, backend_grid, probe, video_layouts
 
 torch.set_num_threads(1)
 SEVEN_B = {"min_pixels": 3136, "max_pixels": 12845056}  # Qwen2.5-VL-7B-Instruct preprocessor_config.json
@@ -88,7 +89,7 @@ def patch_frames(lm, pixels: torch.Tensor, n: int) -> torch.Tensor:
 
 @pytest.fixture(scope="module")
 def seven_b(tmp_path_factory):
-    from vrh_lmms.tiny.qwen2_5_vl import build
+    from vrh_lmms.model.tiny.qwen2_5_vl import build
 
     return build(tmp_path_factory.mktemp("q25_7b_geometry"), seed=0, processor_kwargs=SEVEN_B)
 
@@ -133,7 +134,7 @@ def test_layout_matches_the_processor_at_7b_geometry(seven_b, tmp_path, cls_name
 def test_two_videos_in_one_request(seven_b, tmp_path, cls_name, args):
     """Only the first video is special: the simple backend subsamples it alone, the chat one sizes every video's
     nframes by it; each video's groups are read back from its own rows of pixel_values_videos."""
-    from vrh_lmms.capture.video import fed_frames
+    from vrh_lmms.model.capture.video import fed_frames
 
     lm = backend(cls_name, seven_b, **args)
     token_id = lm.tokenizer.convert_tokens_to_ids("<|video_pad|>")

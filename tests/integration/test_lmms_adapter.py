@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vrh_lmms import lmms
+from vrh_lmms.harness import lmms
 
 
 def test_our_tasks_alone_skip_lmms_evals_index():

@@ -8,14 +8,14 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_attentions
 
-from vrh_lmms.capture.extras import layout_extras
-from vrh_lmms.capture.layouts import image_token_map
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.maps.capture import image_attention
-from vrh_lmms.maps.grid import cell_grid
-from vrh_lmms.maps.views import view_maps
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs
-from vrh_lmms.tiny.registry import TINY_FACTORIES
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.model.capture.extras import layout_extras
+from vrh_lmms.model.capture.layouts import image_token_map
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES
+from vrh_lmms.runs.maps.capture import image_attention
+from vrh_lmms.runs.maps.grid import cell_grid
+from vrh_lmms.runs.maps.views import view_maps
 
 torch.set_num_threads(1)
 SIZE = 112
@@ -51,7 +51,7 @@ def test_maps_equal_eager_attention(one_sample):
 def test_the_png_is_written_and_shows_the_maps(one_sample, tmp_path):
     import matplotlib.image as mpimg
 
-    from vrh_lmms.maps.figure import maps_figure
+    from vrh_lmms.runs.maps.figure import maps_figure
 
     model, batch, tmap = one_sample
     t = batch["input_ids"].shape[1]
@@ -74,7 +74,7 @@ def test_the_png_is_written_and_shows_the_maps(one_sample, tmp_path):
 
 
 def test_rows_before_the_image_are_refused(one_sample):
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     model, batch, tmap = one_sample
     first = int(tmap.positions.min())

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from vrh_lmms.paths import tasks_path
+from vrh_lmms.base.paths import tasks_path
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 TASKS = ["vrh_mmniah_retrieval_text", "vrh_mmniah_retrieval_image", "vrh_visual_haystacks_single"]
@@ -80,7 +80,7 @@ def test_mmniah_needle_span_in_the_fed_ids(tiny_checkpoints, vrh_env):
     from vrh_lmms.tasks.common import haystack_media as H
     from vrh_lmms.tasks.common import mm_niah as M
 
-    from vrh_lmms.discovery.text_span import span_positions, text_evidence
+    from vrh_lmms.runs.discovery.text_span import span_positions, text_evidence
 
     vrh_env.setenv("VRH_MMNIAH_DIR", str(FIXTURES / "mm_niah"))
     processor = AutoProcessor.from_pretrained(str(tiny_checkpoints("qwen2_5_vl")))

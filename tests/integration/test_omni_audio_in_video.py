@@ -13,11 +13,11 @@ import pytest
 import torch
 from support.wrappers import model_inputs, recorded_generate
 
-from vrh_lmms.capture.attention import CapturePlan, capture_attention
-from vrh_lmms.capture.audio import AudioSettings, audio_token_count, tokens_in_seconds
-from vrh_lmms.capture.audio_video import interleaved_offsets
-from vrh_lmms.discovery.audio_evidence import audio_keys, audio_target
-from vrh_lmms.discovery.evidence import KeyContext
+from vrh_lmms.model.capture.attention import CapturePlan, capture_attention
+from vrh_lmms.model.capture.audio import AudioSettings, audio_token_count, tokens_in_seconds
+from vrh_lmms.model.capture.audio_video import interleaved_offsets
+from vrh_lmms.runs.discovery.audio_evidence import audio_keys, audio_target
+from vrh_lmms.runs.discovery.evidence import KeyContext
 
 torch.set_num_threads(1)
 SR, SECONDS, FPS = 16000, 3.0, 4

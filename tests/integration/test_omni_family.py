@@ -1,7 +1,7 @@
 """The Qwen2.5-Omni family on its tiny real-class checkpoint, through lmms-eval's own `qwen2_5_omni` backend.
 
 The tiny checkpoint is Qwen2_5OmniForConditionalGeneration (thinker only). The shared tiny-family tests run on its
-thinker (image inputs; vrh_lmms.tiny.inputs.load_tiny); here: the saved files and the talker-free weights, audio
+thinker (image inputs; vrh_lmms.model.tiny.inputs.load_tiny); here: the saved files and the talker-free weights, audio
 token ids inside the vocabulary, generation through `vrh_qwen25_omni` on audio, the wrapper's generate equal to the
 thinker's, ablated logits (through the full model, on audio) equal to an independent reference, a head that writes
 nothing changes nothing, and a failing generate is an error, not an empty answer (lmms-eval's plain backend cannot
@@ -21,12 +21,12 @@ from oracles.reference_ablation import reference_ablation
 from safetensors.torch import load_file
 from support.wrappers import model_inputs, recorded_generate
 
-from vrh_lmms.backbone import locate_decoder
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import HeadRef
+from vrh_lmms.base.heads.geometry import Geometry
 from vrh_lmms.cli import main
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import HeadRef
-from vrh_lmms.heads.geometry import Geometry
-from vrh_lmms.tiny.registry import build_tiny
+from vrh_lmms.model.backbone import locate_decoder
+from vrh_lmms.model.tiny.registry import build_tiny
 
 torch.set_num_threads(1)
 FAMILY = "qwen2_5_omni"

@@ -16,14 +16,14 @@ import pytest
 import torch
 from oracles.reference_ablation import reference_ablation
 
-from vrh_lmms.ablation import Ablator, RowAblator, RowConfig, ablated
-from vrh_lmms.backbone import locate_decoder
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import HeadRef
-from vrh_lmms.packing import PackedGenerate, alone_length, divergence_gap, fingerprint, packing_unsupported
-from vrh_lmms.synth.scenes import SceneConfig, generate_scene
-from vrh_lmms.tiny.inputs import load_tiny, render_prompt, scene_messages
-from vrh_lmms.tiny.registry import TINY_FACTORIES
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import HeadRef
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
+from vrh_lmms.model.ablation import Ablator, RowAblator, RowConfig, ablated
+from vrh_lmms.model.backbone import locate_decoder
+from vrh_lmms.model.packing import PackedGenerate, alone_length, divergence_gap, fingerprint, packing_unsupported
+from vrh_lmms.model.tiny.inputs import load_tiny, render_prompt, scene_messages
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES
 
 torch.set_num_threads(1)
 NEAR_TIE = 1e-4  # logit gap below which two tokens count as tied in float32

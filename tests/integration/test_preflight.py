@@ -15,14 +15,14 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms import lmms, preload
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import Geometry
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 from vrh_lmms.cli import main
-from vrh_lmms.discovery.run import DiscoverySpec, run_discovery, sidecars
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import Geometry
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-from vrh_lmms.sweep.plan import plan_configurations
-from vrh_lmms.sweep.run import SweepSpec, run_sweep
+from vrh_lmms.harness import lmms, preload
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+from vrh_lmms.runs.sweep.plan import plan_configurations
+from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 torch.set_num_threads(1)
 PIXELS = 224 * 224
@@ -132,7 +132,7 @@ def test_discover_refuses_heads_before_loading(tiny_qwen25, tmp_path, no_model_l
 
 
 def _steer(tiny, heads, ks=(1,), tasks=(TASK,), model_args=None, controls=()):
-    from vrh_lmms.interventions.steer_run import SteerSpec, plan_steering
+    from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering
 
     return SteerSpec(model="vrh_qwen25", model_args=model_args or _args(tiny), tasks=list(tasks),
                      heads_file=str(heads), configurations=plan_steering(list(ks), 1, False, [4.0], controls=controls),
@@ -140,7 +140,7 @@ def _steer(tiny, heads, ks=(1,), tasks=(TASK,), model_args=None, controls=()):
 
 
 def _patch(tiny, heads, ks=(1,), tasks=(TASK,), model_args=None):
-    from vrh_lmms.interventions.patch_run import PatchSpec
+    from vrh_lmms.runs.interventions.patch_run import PatchSpec
 
     return PatchSpec(model="vrh_qwen25", model_args=model_args or _args(tiny), tasks=list(tasks),
                      heads_file=str(heads), ks=list(ks), random_seeds=1, limit=2, gen_kwargs="max_new_tokens=6")
@@ -150,8 +150,8 @@ def _patch(tiny, heads, ks=(1,), tasks=(TASK,), model_args=None):
 def test_steer_and_patch_check_before_the_model_loads(command, tiny_qwen25, tmp_path, no_model_load):
     """The checks of sweeps, for the intervention commands: task names, head model args, k against the heads
     file, the image mass an image-matched set needs, the geometry config.json declares; nothing is written."""
-    from vrh_lmms.interventions.patch_run import run_patching
-    from vrh_lmms.interventions.steer_run import run_steering
+    from vrh_lmms.runs.interventions.patch_run import run_patching
+    from vrh_lmms.runs.interventions.steer_run import run_steering
 
     heads, out = _heads(tmp_path / "heads.json"), tmp_path / "out"
     run = run_steering if command == "steer" else run_patching
@@ -225,9 +225,9 @@ def test_bad_model_arg_entry_is_named():
 def test_config_geometry_matches_the_loaded_decoder_for_every_tiny_family(tiny_checkpoints):
     import transformers
 
-    from vrh_lmms.backbone import locate_decoder
-    from vrh_lmms.families import family_for_config
-    from vrh_lmms.tiny.registry import TINY_FACTORIES
+    from vrh_lmms.base.families import family_for_config
+    from vrh_lmms.model.backbone import locate_decoder
+    from vrh_lmms.model.tiny.registry import TINY_FACTORIES
 
     for name in TINY_FACTORIES:
         path = tiny_checkpoints(name)
@@ -242,8 +242,8 @@ def test_config_geometry_of_remote_code_families_from_their_raw_config():
     (module trees and configs of test_adapters_remote, which follow the published remote code)."""
     from test_adapters_remote import deepseek_vl2, internvl_internlm2, internvl_qwen2, magma, phi4mm
 
-    from vrh_lmms.backbone import locate_decoder
-    from vrh_lmms.families import family_for_config
+    from vrh_lmms.base.families import family_for_config
+    from vrh_lmms.model.backbone import locate_decoder
 
     for build in (internvl_internlm2, internvl_qwen2, phi4mm, lambda: deepseek_vl2(True),
                   lambda: deepseek_vl2(False), magma):
@@ -256,7 +256,7 @@ def test_config_geometry_of_remote_code_families_from_their_raw_config():
 def test_config_geometry_of_a_published_flat_qwen25_vl_config(tmp_path):
     """Qwen/Qwen2.5-VL-3B-Instruct's published config.json keeps the text fields at top level (no text_config):
     36 layers x 16 heads, 2 KV heads, hidden 2048 -> head_dim 128."""
-    from vrh_lmms.families import get_family
+    from vrh_lmms.base.families import get_family
 
     (tmp_path / "config.json").write_text(json.dumps({
         "architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl", "hidden_size": 2048,
@@ -321,7 +321,7 @@ def test_failed_discovery_never_blocks_the_corrected_rerun(tiny_qwen25, tmp_path
 
 # ------------------------------------------------------------------------------------ smaller points
 def test_sample_efficiency_k_is_never_clamped_silently(tmp_path, capsys):
-    from vrh_lmms.discovery.efficiency import choose_k
+    from vrh_lmms.runs.discovery.efficiency import choose_k
 
     assert choose_k(None, 8) == 1 and choose_k(None, 32) == 3 and choose_k(None, 28 * 28) == 20
     with pytest.raises(VRHError, match="--k 20: this model has 8 heads, so k must be between 1 and 1"):
@@ -332,7 +332,7 @@ def test_sample_efficiency_k_is_never_clamped_silently(tmp_path, capsys):
 
 
 def test_thread_choice(monkeypatch):
-    from vrh_lmms import device
+    from vrh_lmms.model import device
 
     before = torch.get_num_threads()
     try:
@@ -353,7 +353,7 @@ def test_thread_choice(monkeypatch):
 
 
 def test_free_cores_subtract_busy_ones(monkeypatch):
-    from vrh_lmms import device
+    from vrh_lmms.model import device
 
     monkeypatch.setattr(device, "usable_cores", lambda: 4)
     for busy, free in ((0.0, 4), (1.2, 3), (2.6, 1), (7.0, 1)):

@@ -19,7 +19,7 @@ LMMS_EVAL = str(Path(sys.executable).with_name("lmms-eval"))
     ("runs/tiny-qwn", "pretrained=runs/tiny-qwn: no such folder (runs/ exists here, but holds no tiny-qwn)"),
 ])
 def test_bad_pretrained_is_one_line_under_lmms_eval(value, says, tmp_path):
-    from vrh_lmms.paths import tasks_path
+    from vrh_lmms.base.paths import tasks_path
 
     (tmp_path / "runs").mkdir()
     env = offline_env(VRH_CACHE_DIR=str(tmp_path / "cache"))

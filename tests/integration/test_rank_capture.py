@@ -8,9 +8,9 @@ import pytest
 import torch
 from oracles.intervention_refs import eager_attentions
 
-from vrh_lmms.rank.capture import candidate_mass, checked_spans, multi_image_inputs
-from vrh_lmms.synth.scenes import SceneConfig, generate_scene
-from vrh_lmms.tiny.inputs import load_tiny
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
+from vrh_lmms.model.tiny.inputs import load_tiny
+from vrh_lmms.runs.rank.capture import candidate_mass, checked_spans, multi_image_inputs
 
 torch.set_num_threads(1)
 SIZES = [56, 112, 84]  # different sizes: different token counts per candidate

@@ -13,16 +13,16 @@ import torch
 from oracles.intervention_refs import eager_attentions
 from safetensors.torch import load_file
 
+from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.synth.demo_spec import DemoSpec
+from vrh_lmms.base.synth.scenes import SceneConfig
 from vrh_lmms.cli import main
-from vrh_lmms.heads.geometry import Geometry, HeadRef
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-from vrh_lmms.rank.capture import checked_spans, multi_image_inputs
-from vrh_lmms.rank.data import synth_set
-from vrh_lmms.rank.loss import candidate_masses, head_rows, listwise_loss
-from vrh_lmms.rank.train import build_examples, ranking_step_loss
-from vrh_lmms.synth.demo_spec import DemoSpec
-from vrh_lmms.synth.scenes import SceneConfig
-from vrh_lmms.tiny.inputs import load_tiny
+from vrh_lmms.model.tiny.inputs import load_tiny
+from vrh_lmms.runs.rank.capture import checked_spans, multi_image_inputs
+from vrh_lmms.runs.rank.data import synth_set
+from vrh_lmms.runs.rank.loss import candidate_masses, head_rows, listwise_loss
+from vrh_lmms.runs.rank.train import build_examples, ranking_step_loss
 
 torch.set_num_threads(1)
 PIXELS = 3136  # 56 x 56: 4 image tokens per candidate
@@ -163,7 +163,7 @@ def test_two_steps_change_weights_record_losses_and_load_in_lmms_eval(tiny_qwen2
     assert "wrote" in capsys.readouterr().out
     assert main(argv) == 2 and "--force" in capsys.readouterr().err  # an earlier result is not overwritten
 
-    from vrh_lmms.lmms import build_model, evaluate, task_manager
+    from vrh_lmms.harness.lmms import build_model, evaluate, task_manager
 
     vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 1, "seed": 4}))
     lm = build_model("vrh_qwen25", f"pretrained={out},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}")
@@ -184,7 +184,7 @@ def test_spans_of_the_training_example_are_the_rankers(tiny_qwen25, example):
 
 
 def test_pruned_heads_stay_pruned_through_an_optimiser_step(tiny_qwen25, example):
-    from vrh_lmms.rank.train import keep_dead_heads_dead
+    from vrh_lmms.runs.rank.train import keep_dead_heads_dead
 
     model, _ = load_tiny(tiny_qwen25)
     o_proj = model.model.language_model.layers[1].self_attn.o_proj.weight

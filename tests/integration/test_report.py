@@ -11,8 +11,8 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
+from vrh_lmms.base.stats import tango_interval
 from vrh_lmms.cli import main
-from vrh_lmms.stats import tango_interval
 
 MODEL = "org/Tiny-VLM-2B"
 OTHER = "org/Other-VLM-7B"

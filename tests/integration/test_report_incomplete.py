@@ -12,8 +12,8 @@ import numpy as np
 from support.sweep_files import TASK, make_docs, sample_line, vrh_block, write_config
 
 from vrh_lmms.cli import main
-from vrh_lmms.sweep.plan import plan_configurations
-from vrh_lmms.sweep.run import SweepSpec, _write_manifest
+from vrh_lmms.runs.sweep.plan import plan_configurations
+from vrh_lmms.runs.sweep.run import SweepSpec, _write_manifest
 
 CONFIGS = plan_configurations([2, 4], random_seeds=2, layer_matched=True, modes=["zero"])
 

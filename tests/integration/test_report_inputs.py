@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vrh_lmms.base.heads.heads_file import ranking_from_scores
 from vrh_lmms.cli import main
-from vrh_lmms.heads.heads_file import ranking_from_scores
 
 MODEL = "org/Tiny-VLM-2B"
 OTHER = "org/Other-VLM-7B"
@@ -325,7 +325,7 @@ def test_plain_target_text_pairs_with_the_sweep_target_object(tmp_path, capsys):
                                                    ("layer_matched5_s0_mean", "layer_matched", "mean"),
                                                    ("random5_s1", "random", "zero")])
 def test_mode_read_from_the_configuration_id_when_the_vrh_block_omits_it(config_id, kind, mode, tmp_path):
-    from vrh_lmms.runfolder.runs import read_run_meta
+    from vrh_lmms.base.runfolder.runs import read_run_meta
 
     vrh = _vrh(config_id, kind, 5, seed=1)
     vrh["ablation"].pop("mode", None)

@@ -1,4 +1,5 @@
-"""A run as a file (vrh_lmms.runfile): `--config run.yaml` is the run of the flags it stands for, every finished run
+"""A run as a file (vrh_lmms.base.runfile): `--config run.yaml` is the run of the flags it stands for, every finished
+run
 writes its run file, and that file reruns the run."""
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import Geometry
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.runfile import config_tokens, expand, record
 from vrh_lmms.cli import build_parser, main, subparser
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import Geometry
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-from vrh_lmms.runfile import config_tokens, expand, record
 
 PIXELS = 224 * 224
 SWEEP_FLAGS = ["--model", "vrh_qwen25", "--tasks", "vrh_synth_grounding", "--heads-file", "h.json", "--k", "1,2",

@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms import lmms
-from vrh_lmms.ablation import means_path_for, save_means
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import Geometry
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-from vrh_lmms.sweep.plan import pack_groups, parse_pack, plan_configurations
-from vrh_lmms.sweep.run import SweepSpec, choose_pack, kv_bytes_per_token, run_sweep
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import Geometry
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.harness import lmms
+from vrh_lmms.model.ablation import means_path_for, save_means
+from vrh_lmms.runs.sweep.plan import pack_groups, parse_pack, plan_configurations
+from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, kv_bytes_per_token, run_sweep
 
 TASK = "vrh_synth_grounding"
 QWEN_PIXELS = 28 * 28 * 16
@@ -130,8 +130,8 @@ def test_uniform_configurations_run_alone_in_a_packed_sweep(tiny_or_skip, vrh_en
     """Uniform-attention ablation edits attention, not o_proj rows, so a pack's per-row masks cannot carry it:
     with --pack 4 the zero configurations share one pack, each uniform one runs alone (and the sweep says so), and
     every file equals the unpacked sweep's. Packing them as rows would give them zero ablation's answers."""
-    from vrh_lmms.ablation import RowAblator, RowConfig
-    from vrh_lmms.heads import HeadRef
+    from vrh_lmms.base.heads import HeadRef
+    from vrh_lmms.model.ablation import RowAblator, RowConfig
 
     model_name, extra, batch_size = FAMILIES["qwen2_5_vl"]
     ckpt = tiny_or_skip("qwen2_5_vl")

@@ -12,9 +12,9 @@ from vrh_lmms.tasks.common import grounding as G
 from vrh_lmms.tasks.common import grounding_data as GD
 from vrh_lmms.tasks.common.sources import SourceError
 
-from vrh_lmms.boxes import context, get_convention
-from vrh_lmms.synth.layouts import hub_rows, write_hub_layout, write_refer_layout
-from vrh_lmms.synth.scenes import SceneConfig, generate_scenes
+from vrh_lmms.base.boxes import context, get_convention
+from vrh_lmms.base.synth.layouts import hub_rows, write_hub_layout, write_refer_layout
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scenes
 
 REFCOCO_TASKS = {
     "vrh_refcoco_val": ("REFCOCO", "refcoco", "unc"), "vrh_refcoco_testA": ("REFCOCO", "refcoco", "unc"),

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import offline_env
 
-from vrh_lmms.paths import tasks_path
+from vrh_lmms.base.paths import tasks_path
 
 GROUNDING = ["vrh_refcoco_val", "vrh_refcoco_testA", "vrh_refcoco_testB", "vrh_refcoco_plus_val",
              "vrh_refcoco_plus_testA", "vrh_refcoco_plus_testB", "vrh_refcocog_val", "vrh_refcocog_test",
@@ -69,7 +69,7 @@ def test_yaml_wiring(manager, task):
                             "llava_hf": "llava_next", "glm4v": "glm4v", "default": "generic"}.items():
             assert kw[model]["convention"] == conv
         # vrh_* models get theirs from their wrapper's family (set_active), not from the task YAML
-        from vrh_lmms.families import FAMILIES
+        from vrh_lmms.base.families import FAMILIES
 
         for model, conv in {"vrh_qwen25": "qwen2_5_vl", "vrh_paligemma": "paligemma",
                             "vrh_deepseek_vl2": "deepseek_vl2", "vrh_magma": "magma",

@@ -18,7 +18,7 @@ from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_data as VD
 from vrh_lmms.tasks.common.sources import SourceError
 
-from vrh_lmms.boxes import context
+from vrh_lmms.base.boxes import context
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real_excerpts"
 

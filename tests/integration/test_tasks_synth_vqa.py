@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from vrh_lmms.synth.questions import VQA_KINDS, evaluation_question
-from vrh_lmms.synth.scenes import SceneConfig, generate_scenes
+from vrh_lmms.base.synth.questions import VQA_KINDS, evaluation_question
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scenes
 
 
 def _truth(scene, prompt: str) -> str:
@@ -47,7 +47,7 @@ def test_task_scores_replies_through_lmms_eval(vrh_env, monkeypatch):
     from lmms_eval.tasks import TaskManager
     from test_tasks_lmms_eval import _Scripted
 
-    from vrh_lmms.paths import tasks_path
+    from vrh_lmms.base.paths import tasks_path
 
     monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 12, "seed": 2, "start": 100_000,
                                                        "scene": {"image_size": 168}}))

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from vrh_lmms.paths import tasks_path
-from vrh_lmms.synth.scenes import generate_scenes
+from vrh_lmms.base.paths import tasks_path
+from vrh_lmms.base.synth.scenes import generate_scenes
 
 
 @pytest.fixture

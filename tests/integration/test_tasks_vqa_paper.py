@@ -18,7 +18,7 @@ from vrh_lmms.tasks.common import vqa_paper as VP
 from vrh_lmms.tasks.common.sources import SourceError
 from vrh_lmms.tasks.common.vaw_mc import VAWMCError
 
-from vrh_lmms.paths import tasks_path
+from vrh_lmms.base.paths import tasks_path
 
 TASKS = list(data.KEPT)
 

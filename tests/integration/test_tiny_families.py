@@ -15,12 +15,12 @@ from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoProcessor
 
-from vrh_lmms.backbone import locate_decoder
+from vrh_lmms.base.heads.geometry import Geometry
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 from vrh_lmms.cli import main
-from vrh_lmms.heads.geometry import Geometry
-from vrh_lmms.synth.scenes import SceneConfig, generate_scene
-from vrh_lmms.tiny.inputs import load_tiny, processor_inputs, render_prompt, scene_messages
-from vrh_lmms.tiny.registry import TINY_FACTORIES, build_tiny
+from vrh_lmms.model.backbone import locate_decoder
+from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs, render_prompt, scene_messages
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES, build_tiny
 
 torch.set_num_threads(1)
 ALL = sorted(TINY_FACTORIES)
@@ -266,7 +266,7 @@ def test_glm4v_backend_picks_the_moe_class_without_flash_in_the_path(tiny_checkp
 
 
 def test_unknown_family_is_named():
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     with pytest.raises(VRHError, match="unknown tiny family"):
         build_tiny("no_such_family", "/nonexistent")

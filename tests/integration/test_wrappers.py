@@ -18,7 +18,7 @@ from lmms_eval.models.simple.llava_hf import VICUNA_CHAT_TEMPLATE
 from oracles.reference_ablation import reference_ablation
 from support.wrappers import last_logits_by_prompt, model_inputs, recorded_generate, run, scene_docs
 
-from vrh_lmms.heads import HeadRef
+from vrh_lmms.base.heads import HeadRef
 
 torch.set_num_threads(1)
 
@@ -208,7 +208,7 @@ def test_paligemma_batch_of_two_equals_batch_of_one(tiny_or_skip):
 def test_own_backend_generation_kwargs():
     from vrh_lmms.model_wrappers.own_backend import cut_at_until, split_gen_kwargs
 
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     until, gen = split_gen_kwargs({"until": "</s>", "max_new_tokens": 9, "top_p": 0.5, "image_sizes": [1]}, 64)
     assert until == ["</s>"] and gen == {"max_new_tokens": 9, "num_beams": 1, "do_sample": False}
@@ -240,7 +240,7 @@ def test_manifests_load_without_optional_packages():
 def test_every_wrapper_family_is_in_the_family_table():
     from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
-    from vrh_lmms.families import FAMILIES
+    from vrh_lmms.base.families import FAMILIES
 
     for module, simple, chat in WRAPPERS.values():
         for name in (simple, chat):
@@ -251,7 +251,7 @@ def test_every_wrapper_family_is_in_the_family_table():
 def test_phi4_without_librosa_fails_with_one_clear_message():
     from vrh_lmms.model_wrappers import phi4
 
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     if phi4.MISSING is None:
         pytest.skip("librosa is installed here: vrh_phi4 is usable")
@@ -286,7 +286,7 @@ def test_llava_empty_device_map_becomes_the_device(tiny_or_skip):
 def test_unknown_model_arg_of_own_backend_is_named(tiny_or_skip):
     from vrh_lmms.model_wrappers.paligemma import VRHPaliGemma
 
-    from vrh_lmms.errors import VRHError
+    from vrh_lmms.base.errors import VRHError
 
     ckpt = tiny_or_skip("paligemma")
     with pytest.raises(VRHError, match="unknown model arg.*max_pixelz"):

@@ -18,7 +18,7 @@ QWEN_PIXELS = "min_pixels=3136,max_pixels=50176"
 
 
 def _tasks_path() -> str:
-    from vrh_lmms.paths import tasks_path
+    from vrh_lmms.base.paths import tasks_path
 
     path = tasks_path()
     if not any(path.rglob(f"{TASK}.yaml")):

@@ -21,8 +21,8 @@ from support.wrappers import model_inputs, recorded_generate, run, scene_docs
 from torch import nn
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PretrainedConfig, Qwen2Config, Qwen2ForCausalLM
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import HeadRef
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import HeadRef
 
 torch.set_num_threads(1)
 HEADS = [HeadRef(0, 1), HeadRef(1, 0)]

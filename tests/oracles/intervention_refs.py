@@ -8,7 +8,7 @@ import contextlib
 import numpy as np
 import torch
 
-from vrh_lmms.backbone import locate_decoder
+from vrh_lmms.model.backbone import locate_decoder
 
 
 def eager_attentions(model, batch) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """Independent reference for head ablation: edit heads in attention-output space, through the attention interface.
 
-This shares no code with vrh_lmms.ablation (which edits o_proj weights or o_proj inputs): the registered attention
+This shares no code with vrh_lmms.model.ablation (which edits o_proj weights or o_proj inputs): the registered attention
 function runs the model's own sdpa/eager attention and then overwrites head h of the (batch, seq, heads, dim)
 output before the module reshapes it for o_proj. By default it runs the same kernel the text stack runs now: eager
 where the family requires it (Gemma2's soft-capping, which sdpa refuses), sdpa otherwise.

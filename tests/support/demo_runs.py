@@ -11,10 +11,10 @@ import pytest
 def demo_heads_on_eval_scenes(tmp: Path, mp: pytest.MonkeyPatch) -> tuple[list[str], Path]:
     """Runs the discovery; returns the common command-line options (model, args, task, generation) and the heads
     file, with VRH_SYNTH_CONFIG left on the held-out scenes (undo `mp` when done)."""
+    from vrh_lmms.base.paths import assets_path
+    from vrh_lmms.base.synth.demo_spec import DemoSpec
     from vrh_lmms.cli import main
-    from vrh_lmms.demo.stages import EVAL_START, TASK, demo_model_args, synth_config
-    from vrh_lmms.paths import assets_path
-    from vrh_lmms.synth.demo_spec import DemoSpec
+    from vrh_lmms.pipelines.demo.stages import EVAL_START, TASK, demo_model_args, synth_config
 
     model = assets_path() / "demo_model"
     spec = DemoSpec.load(model)

@@ -1,6 +1,6 @@
 """Sweep folders in the documented format (docs/sweeps.md, docs/contracts.md), for report tests.
 
-Sample lines copy what `vrh-lmms sweep` writes (vrh_lmms/lmms.py `write_run`: lmms-eval's own logged sample from
+Sample lines copy what `vrh-lmms sweep` writes (vrh_lmms/harness/lmms.py `write_run`: lmms-eval's own logged sample from
 lmms_eval/evaluator.py, image columns dropped from `doc`), field for field as in a real line of
 `configs/baseline/samples_vrh_synth_grounding.jsonl` of `vrh-lmms demo`: `doc` (non-image fields), `target` (the
 gt box list), `arguments` (prompt, generation kwargs, doc_id, task, split), `resps`, `filtered_resps`,

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from lmms_eval.api.instance import Instance
 
-from vrh_lmms.synth.scenes import SceneConfig, generate_scene
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 
 TASK, SPLIT = "vrh_test_synth", "test"
 

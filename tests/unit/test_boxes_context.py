@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vrh_lmms.boxes import context
+from vrh_lmms.base.boxes import context
 
 
 @pytest.fixture(autouse=True)

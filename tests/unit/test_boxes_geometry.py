@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from vrh_lmms.boxes.geometry import area, clip_box, iou, order_corners, xywh_to_xyxy
+from vrh_lmms.base.boxes.geometry import area, clip_box, iou, order_corners, xywh_to_xyxy
 
 
 def test_iou_matches_torchvision_on_random_boxes():

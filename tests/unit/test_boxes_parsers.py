@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vrh_lmms.boxes import CONVENTIONS, get_convention
-from vrh_lmms.boxes.resize import qwen2_5_vl_model_size
+from vrh_lmms.base.boxes import CONVENTIONS, get_convention
+from vrh_lmms.base.boxes.resize import qwen2_5_vl_model_size
 
 W, H = 640, 480  # original image
 RW, RH = qwen2_5_vl_model_size(W, H)  # what Qwen2.5-VL sees with lmms-eval's defaults: 644 x 476

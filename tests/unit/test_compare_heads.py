@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import Geometry
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import Geometry
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores
+from vrh_lmms.base.stats import hypergeom_tail, score_spearman, share_above, topk_overlap
 from vrh_lmms.report.head_compare import compare, from_heads_file, load_inputs
-from vrh_lmms.stats import hypergeom_tail, score_spearman, share_above, topk_overlap
 
 
 def _tail_by_formula(x: int, n: int, k: int) -> float:
@@ -144,7 +144,7 @@ def test_heads_that_write_nothing_are_left_out_of_live_statistics():
 
 
 def test_two_cells_of_one_discovery_compared_as_two_inputs(tmp_path):
-    from vrh_lmms.heads.heads_file import save_heads_file
+    from vrh_lmms.base.heads.heads_file import save_heads_file
 
     rng = np.random.default_rng(5)
     sum_mean, argmax_mean = rng.gamma(0.3, size=(6, 16)), rng.gamma(0.3, size=(6, 16))

@@ -11,7 +11,7 @@ from vrh_lmms.tasks.common import cross_modal as X
 from vrh_lmms.tasks.common.audio_needle import render
 from vrh_lmms.tasks.common.sources import SourceError
 
-from vrh_lmms.data_env import DATA_VARIABLES
+from vrh_lmms.base.data_env import DATA_VARIABLES
 
 CFG = {**X.DEFAULTS, "n": 12, "seed": 4}
 
@@ -52,7 +52,7 @@ def test_docs_are_pure_functions_of_seed_and_index():
 
 
 def test_the_picture_draws_the_copies_in_the_asked_colour():
-    from vrh_lmms.synth.scenes import COLOURS
+    from vrh_lmms.base.synth.scenes import COLOURS
 
     doc = X.image_doc(2, CFG)
     image = X.doc_to_visual(doc)[0]

@@ -1,4 +1,4 @@
-"""The demo's acceptance figures and criteria (vrh_lmms/demo/pipeline.py) without running the model: the top-k
+"""The demo's acceptance figures and criteria (vrh_lmms/pipelines/demo/pipeline.py) without running the model: the top-k
 interval is the report's, and a bound met as printed is met as checked (no float surprises at exactly 10 points)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from support.sweep_files import LineWriter, make_docs, statuses_from, vrh_block
 
-from vrh_lmms.demo.pipeline import TASK, Acceptance, acceptance_figures, criteria, summary_markdown
+from vrh_lmms.pipelines.demo.pipeline import TASK, Acceptance, acceptance_figures, criteria, summary_markdown
 from vrh_lmms.report import ReportSettings, build_report
 
 
@@ -49,7 +49,7 @@ def test_a_mean_drop_of_exactly_ten_points_is_met_as_printed():
 def test_targets_are_met_at_the_ks_whose_every_check_holds():
     """One k failing (top-k too small) does not hide another that meets every target; a k above 10% of the heads is
     never counted."""
-    from vrh_lmms.demo.pipeline import met_at
+    from vrh_lmms.pipelines.demo.pipeline import met_at
 
     rows = [_row(k=1, topk_drop=0.2, topk_drop_ci=[0.1, 0.3]), _row(k=3), _row(k=5)]
     checks = criteria(Acceptance(0.85, 100, rows), total_heads=32)
@@ -109,7 +109,7 @@ def test_draws_come_in_seed_order_with_the_standard_error_of_their_mean(tmp_path
 
 def test_interventions_line_says_unavailable_for_a_control_live_heads_cannot_supply():
     """The shipped model's live heads cannot fill a layer-matched 9-set: the summary says so instead of failing."""
-    from vrh_lmms.demo.pipeline import interventions_markdown
+    from vrh_lmms.pipelines.demo.pipeline import interventions_markdown
 
     figures = {"k": 9, "steer_bias": 8.0, "steer_n": 60,
                "moved": {"topk": 0.1, "topk_ci": [0.0, 0.3], "random": 0.0, "layer_matched": None, "baseline": 0.0},

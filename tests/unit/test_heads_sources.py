@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import Geometry, HeadRef, paper, parse_head, registry, resolve_spec
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import Geometry, HeadRef, paper, parse_head, registry, resolve_spec
 
 QWEN25_7B = Geometry(layers=28, heads=28, kv_heads=4, head_dim=128)
 QWEN3_8B = Geometry(layers=36, heads=32, kv_heads=8, head_dim=128)

@@ -8,9 +8,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import Geometry, HeadRef, parse_head, resolve_spec
-from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import Geometry, HeadRef, parse_head, resolve_spec
+from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
 
 G = Geometry(layers=4, heads=8, kv_heads=2, head_dim=16)
 
@@ -77,7 +77,7 @@ def test_random_skip_layer0_never_draws_layer0_and_covers_the_rest():
 
 
 def test_sweep_random_skip_layer0_plans_the_same_ids_with_the_skip_spec():
-    from vrh_lmms.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.plan import plan_configurations
 
     plain = plan_configurations([3], 2, False, ["zero"])
     skip = plan_configurations([3], 2, False, ["zero"], random_skip_layer0=True)
@@ -142,7 +142,7 @@ def test_head_name_is_what_parse_head_reads_back():
     parse as head specs."""
     import numpy as np
 
-    from vrh_lmms.heads.geometry import HeadRef, head_name, parse_head
+    from vrh_lmms.base.heads.geometry import HeadRef, head_name, parse_head
 
     assert head_name(np.int64(4), 12) == "L4H12"
     assert all(parse_head(head_name(layer, head)) == HeadRef(layer, head) for layer in range(3) for head in range(20))
@@ -188,7 +188,7 @@ def test_pool_all_reproduces_the_uniform_draws_and_names_their_dead_heads(tmp_pa
 
 
 def test_a_layer_matched_draw_that_live_heads_cannot_fill_is_unavailable_not_padded(tmp_path):
-    from vrh_lmms.heads.spec import ControlUnavailable
+    from vrh_lmms.base.heads.spec import ControlUnavailable
 
     g = Geometry(layers=2, heads=5, kv_heads=1, head_dim=4)
     scores = np.zeros((2, 5))
@@ -215,7 +215,7 @@ def test_top_k_keeps_its_ranking_and_names_its_dead_heads(tmp_path):
 
 def test_image_matched_draws_from_live_heads_only():
     """The image-matched control leaves dead heads out under the live pool, and may draw them under pool=all."""
-    from vrh_lmms.heads.controls import image_matched_heads
+    from vrh_lmms.base.heads.controls import image_matched_heads
 
     scores = np.arange(G.total_heads, dtype=float)[::-1].reshape(G.layers, G.heads)
     ranking = ranking_from_scores(scores)
@@ -230,7 +230,7 @@ def test_image_matched_draws_from_live_heads_only():
 
 def test_random_outside_draws_k_heads_outside_the_top_k_from_the_pool(tmp_path):
     """The paper's control for its extra models: K random heads, none of the top K, live ones by default."""
-    from vrh_lmms.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.plan import plan_configurations
 
     hf, _ = make_file(tmp_path)
     top = set(hf.ranking[:6])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import Geometry, HeadRef
-from vrh_lmms.kvcache.policy import (
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.model.kvcache.policy import (
     dropped,
     evenly_spaced,
     image_kept_fraction,

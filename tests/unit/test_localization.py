@@ -11,7 +11,8 @@ from collections import deque
 import numpy as np
 import pytest
 
-from vrh_lmms.discovery.localization import (
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.runs.discovery.localization import (
     ENTROPY,
     IMAGE_SUM,
     elbow_value,
@@ -20,7 +21,6 @@ from vrh_lmms.discovery.localization import (
     selection,
     spatial_entropy,
 )
-from vrh_lmms.errors import VRHError
 
 
 def ref_entropy(grid: list[list[float]]) -> float:

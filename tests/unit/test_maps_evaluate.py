@@ -1,17 +1,17 @@
 """The locator's statistics on docs whose maps are known: located boxes, Acc@0.5 per head set, clustering by image,
-and the intervals the report uses (vrh_lmms.stats) on those outcomes."""
+and the intervals the report uses (vrh_lmms.base.stats) on those outcomes."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.maps.collect import DocMaps, parse_docs
-from vrh_lmms.maps.evaluate import LocatorSet, evaluate_sets, locate_doc
-from vrh_lmms.maps.locator import LocatorSettings
-from vrh_lmms.stats import accuracy, paired_drop
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.base.stats import accuracy, paired_drop
+from vrh_lmms.runs.maps.collect import DocMaps, parse_docs
+from vrh_lmms.runs.maps.evaluate import LocatorSet, evaluate_sets, locate_doc
+from vrh_lmms.runs.maps.locator import LocatorSettings
 
 CELL, SIDE = 28, 4  # 4 x 4 cells of 28 px
 CELLS = np.array([(x, y, x + CELL, y + CELL) for y in range(0, SIDE * CELL, CELL) for x in range(0, SIDE * CELL, CELL)],

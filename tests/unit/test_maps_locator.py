@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.maps.grid import cell_grid
-from vrh_lmms.maps.locator import LocatorSettings, locate_box, locate_cells
-from vrh_lmms.maps.views import view_maps
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.runs.maps.grid import cell_grid
+from vrh_lmms.runs.maps.locator import LocatorSettings, locate_box, locate_cells
+from vrh_lmms.runs.maps.views import view_maps
 
 W, H, CELL = 150, 100, 28  # 6 x 4 cells of 28 px; the last column and row are clipped by the image edge
 

@@ -9,9 +9,9 @@ import pytest
 from vrh_lmms.tasks.common import haystack
 from vrh_lmms.tasks.common.sources import SourceError
 
-from vrh_lmms.data_env import DATA_VARIABLES
-from vrh_lmms.discovery.evidence import evidence_kind, get_kind, known_kinds
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.data_env import DATA_VARIABLES
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.runs.discovery.evidence import evidence_kind, get_kind, known_kinds
 
 SIZES = [[224, 224], [112, 160]]
 
@@ -58,7 +58,7 @@ CFG = {**haystack.DEFAULTS, "n": 6, "seed": 3, "n_images": 4, "sizes": [112, 168
 
 @pytest.mark.parametrize("mode", haystack.MODES)
 def test_haystack_docs_hold_the_object_in_exactly_one_image(mode):
-    from vrh_lmms.synth.scenes import generate_scene
+    from vrh_lmms.base.synth.scenes import generate_scene
 
     for i in range(CFG["n"]):
         d = haystack.make_doc(i, {**CFG, "mode": mode})

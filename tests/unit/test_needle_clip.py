@@ -39,7 +39,7 @@ def test_evidence_seconds_are_the_needle_frames_of_the_written_clip(monkeypatch,
 
 
 def test_haystack_never_draws_the_needle_shape(monkeypatch):
-    from vrh_lmms.synth import scenes as S
+    from vrh_lmms.base.synth import scenes as S
 
     drawn = []
     real = S.generate_scene

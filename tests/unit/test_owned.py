@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms import atomic, owned
+from vrh_lmms.base import atomic, owned
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import Geometry
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 from vrh_lmms.cli import main
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import Geometry
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -141,9 +141,9 @@ def test_steer_and_patch_refuse_a_foreign_folder_even_with_force(command, tiny_q
 
 
 def _steer_folder(out: Path, identity: dict) -> None:
-    from vrh_lmms import lmms
-    from vrh_lmms.interventions.folder import write_json
-    from vrh_lmms.interventions.steer_run import MANIFEST
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.runs.interventions.folder import write_json
+    from vrh_lmms.runs.interventions.steer_run import MANIFEST
 
     write_json(out / MANIFEST, {"identity": identity, "configurations": []})
     lmms.write_run(out / "configs" / "top1_b4", {"results": {}, "samples": {"t": [{"doc_id": 0}]}}, {"schema": 1})
@@ -153,9 +153,9 @@ def _steer_folder(out: Path, identity: dict) -> None:
 
 
 def _patch_folder(out: Path, identity: dict) -> None:
-    from vrh_lmms import lmms
-    from vrh_lmms.interventions.folder import write_json
-    from vrh_lmms.interventions.patch_run import MANIFEST, RESULT, SCHEMA, InputStore
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.runs.interventions.folder import write_json
+    from vrh_lmms.runs.interventions.patch_run import MANIFEST, RESULT, SCHEMA, InputStore
 
     write_json(out / MANIFEST, {"identity": identity})
     InputStore(out / "inputs").write("t__test__0", None, torch.zeros(3, dtype=torch.long), True)
@@ -170,11 +170,11 @@ def _patch_folder(out: Path, identity: dict) -> None:
 def test_steer_and_patch_force_removes_exactly_their_files(kind, tmp_path):
     """A different run in the folder is refused without --force; with it, exactly the command's files go (the
     layout recognises each of them), and a foreign file makes the whole folder refused."""
-    from vrh_lmms.interventions.folder import claim_folder, inspect_folder
-    from vrh_lmms.interventions.patch_run import MANIFEST as PATCH_MANIFEST
-    from vrh_lmms.interventions.patch_run import PATCH_LAYOUT
-    from vrh_lmms.interventions.steer_run import MANIFEST as STEER_MANIFEST
-    from vrh_lmms.interventions.steer_run import STEER_LAYOUT
+    from vrh_lmms.runs.interventions.folder import claim_folder, inspect_folder
+    from vrh_lmms.runs.interventions.patch_run import MANIFEST as PATCH_MANIFEST
+    from vrh_lmms.runs.interventions.patch_run import PATCH_LAYOUT
+    from vrh_lmms.runs.interventions.steer_run import MANIFEST as STEER_MANIFEST
+    from vrh_lmms.runs.interventions.steer_run import STEER_LAYOUT
 
     layout, manifest = (STEER_LAYOUT, STEER_MANIFEST) if kind == "steer" else (PATCH_LAYOUT, PATCH_MANIFEST)
     out = tmp_path / kind
@@ -222,7 +222,7 @@ def test_demo_refuses_a_foreign_folder_even_with_force(tmp_path, capsys):
 
 
 def test_a_demo_that_finished_nothing_never_blocks_its_rerun(tmp_path):
-    from vrh_lmms.demo.pipeline import _finished_anything, demo_layout
+    from vrh_lmms.pipelines.demo.pipeline import _finished_anything, demo_layout
 
     out = tmp_path / "demo"
     (out / "heads.parts").mkdir(parents=True)  # a demo killed during its first discovery doc
@@ -317,12 +317,12 @@ def test_outputs_of_every_writer_follow_the_umask(umask, tmp_path):
     """Heads file, means, discovery part, run folder (sweep configurations, discovery eval), DPO pairs, report
     text, synthetic data cache, steering and patching folders: each went through tempfile or safetensors and came out
     0600/0700 before."""
-    from vrh_lmms import lmms
-    from vrh_lmms.ablation import save_means
-    from vrh_lmms.discovery.store import PartStore, SamplePart
-    from vrh_lmms.dpo import write_pairs
+    from vrh_lmms.base.synth.cache import SynthSpec, ensure_hub_data
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.model.ablation import save_means
     from vrh_lmms.report.build import _write_text
-    from vrh_lmms.synth.cache import SynthSpec, ensure_hub_data
+    from vrh_lmms.runs.discovery.store import PartStore, SamplePart
+    from vrh_lmms.runs.dpo import write_pairs
 
     heads = _heads_file(tmp_path / "heads.json")
     means = save_means(torch.zeros(2, 4, 16), tmp_path / "heads.means.safetensors", Geometry(2, 4, 2, 16), 3)
@@ -349,12 +349,12 @@ def test_published_checkpoints_follow_the_umask(umask, tmp_path, tiny_qwen25):
 
 
 def test_no_module_writes_through_tempfile_or_safetensors_directly():
-    """The umask fix lives in vrh_lmms/atomic.py; a new writer that bypasses it would bring 0600 files back."""
+    """The umask fix lives in vrh_lmms/base/atomic.py; a new writer that bypasses it would bring 0600 files back."""
     pattern = re.compile(r"\b(mkstemp|mkdtemp|NamedTemporaryFile)\(|safetensors\.torch import save_file")
     offenders = []
     for folder in ("vrh_lmms", "model_wrappers", "tasks"):
         for path in (REPO / folder).rglob("*.py"):
-            if path.name == "atomic.py" and path.parent.name == "vrh_lmms":
+            if path.name == "atomic.py" and path.parent.name == "base":
                 continue
             if pattern.search(path.read_text()):
                 offenders.append(str(path.relative_to(REPO)))

@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrh_lmms.heads import Geometry, HeadRef
-from vrh_lmms.heads.heads_file import HeadsFile, ranking_from_scores
-from vrh_lmms.interventions.patch_run import PatchSpec, aggregate
+from vrh_lmms.base.heads import Geometry, HeadRef
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores
 from vrh_lmms.report.interventions import patching_markdown, upgrade_patch_result
+from vrh_lmms.runs.interventions.patch_run import PatchSpec, aggregate
 
 G = Geometry(layers=2, heads=3, kv_heads=1, head_dim=4)
 CARRIER = HeadRef(1, 2)

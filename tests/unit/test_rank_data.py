@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 from PIL import Image
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.rank.data import load_mmdocir, parse_data, synth_set
-from vrh_lmms.synth.scenes import generate_scene
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.synth.scenes import generate_scene
+from vrh_lmms.runs.rank.data import load_mmdocir, parse_data, synth_set
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "mmdocir"
 

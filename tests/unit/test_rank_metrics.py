@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import HeadRef
-from vrh_lmms.rank.metrics import gold_rank, per_query, summarise
-from vrh_lmms.rank.scoring import calibrated, candidate_scores
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.runs.rank.metrics import gold_rank, per_query, summarise
+from vrh_lmms.runs.rank.scoring import calibrated, candidate_scores
 
 
 def test_scores_are_the_mean_of_the_chosen_heads_minus_the_null():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vrh_lmms.replicate.paper_figures import match_paper_model, paper_figures, paper_row
+from vrh_lmms.pipelines.replicate.paper_figures import match_paper_model, paper_figures, paper_row
 
 
 @pytest.mark.parametrize("pretrained, expected", [
@@ -45,8 +45,8 @@ def _group(model, rows):
 def test_verdicts_speak_from_the_telling_k_and_of_the_replicated_model_not_its_partner():
     """The k where top-k and random differ most, a warning when the paper's k = 20 breaks random draws too, and the
     partner's group of the same task (sorted first here) never read as the model's."""
-    from vrh_lmms.replicate.plan import ReplicateSpec
-    from vrh_lmms.replicate.summary import telling_k, verdicts
+    from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
+    from vrh_lmms.pipelines.replicate.summary import telling_k, verdicts
 
     mine = [_row(1, 0.8, 0.85, 0.5), _row(5, 0.2, 0.7, 0.09), _row(20, 0.06, 0.01, 1.0)]
     partner = [_row(1, 0.1, 0.9, 0.09), _row(5, 0.1, 0.9, 0.09), _row(20, 0.1, 0.9, 0.09)]

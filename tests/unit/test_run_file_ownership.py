@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from vrh_lmms import runfile
+from vrh_lmms.base import runfile
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import registry
 from vrh_lmms.cli import main
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import registry
 
 SWEEP = ["sweep", "--model", "vrh_qwen25", "--model_args", "pretrained=/nowhere/model", "--tasks", "vrh_no_such_task"]
 USER_TEXT = "# my notes for this sweep\ncommand: sweep\nargs:\n  k: 1,5\n"

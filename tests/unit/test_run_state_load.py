@@ -8,8 +8,8 @@ import os
 import pytest
 import torch
 
-from vrh_lmms.demo import run_state
-from vrh_lmms.errors import VRHError
+from research.demo_model import run_state
+from vrh_lmms.base.errors import VRHError
 
 
 def _state() -> run_state.RunState:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vrh_lmms.synth.scenes import SceneConfig, generate_scene
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 
 
 def test_scene_is_a_pure_function_of_seed_and_id():

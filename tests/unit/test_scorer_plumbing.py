@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.capture.layouts import assemble, main_view_grid
-from vrh_lmms.capture.tilings import Gap, Grid, spans
-from vrh_lmms.discovery.efficiency import sample_efficiency
-from vrh_lmms.discovery.localization import ENTROPY, IMAGE_SUM, frequency
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads import Geometry, HeadRef
-from vrh_lmms.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import Geometry, HeadRef
+from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
+from vrh_lmms.model.capture.layouts import assemble, main_view_grid
+from vrh_lmms.model.capture.tilings import Gap, Grid, spans
+from vrh_lmms.runs.discovery.efficiency import sample_efficiency
+from vrh_lmms.runs.discovery.localization import ENTROPY, IMAGE_SUM, frequency
 
 
 def test_main_view_grid_of_a_base_plus_anyres_layout():

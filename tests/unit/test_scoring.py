@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from vrh_lmms.discovery.queries import coord_rows, expression_rows, out_rows, random_row, token_pieces, union_rows
-from vrh_lmms.discovery.sample_stats import reduce_sample
-from vrh_lmms.discovery.scoring import (
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.runs.discovery.queries import coord_rows, expression_rows, out_rows, random_row, token_pieces, union_rows
+from vrh_lmms.runs.discovery.sample_stats import reduce_sample
+from vrh_lmms.runs.discovery.scoring import (
     DEFAULT_CELL,
     all_cells,
     cell_scores,
@@ -18,7 +19,6 @@ from vrh_lmms.discovery.scoring import (
     rank,
     top_k_membership,
 )
-from vrh_lmms.errors import VRHError
 
 
 def fake_samples(n=7, layers=3, heads=4, seed=0):
@@ -78,7 +78,7 @@ def test_rank_puts_nan_last_and_breaks_ties_by_position():
 
 
 def test_query_rows_and_expression_span():
-    from vrh_lmms.tiny.qwen2_5_vl import make_tokenizer
+    from vrh_lmms.model.tiny.qwen2_5_vl import make_tokenizer
 
     tok = make_tokenizer()
     prompt = "<|im_start|>user\nLocate the red circle in the image and output its bbox coordinates.<|im_end|>"

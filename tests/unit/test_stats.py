@@ -12,7 +12,7 @@ from statsmodels.stats.contingency_tables import mcnemar
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.proportion import proportion_confint
 
-from vrh_lmms.stats import (
+from vrh_lmms.base.stats import (
     accuracy,
     adjust_pvalues,
     benjamini_hochberg,
@@ -26,7 +26,7 @@ from vrh_lmms.stats import (
     topk_jaccard_matrix,
     topk_vs_random,
 )
-from vrh_lmms.stats.tango import tango_statistic
+from vrh_lmms.base.stats.tango import tango_statistic
 
 BASE = np.array([1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1])
 ABL = np.array([0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0, 0])
@@ -305,7 +305,7 @@ def test_every_interval_is_one_confidence_interval_type():
     named tuple scipy.stats returns (same fields as `scipy.stats.bootstrap(...).confidence_interval`)."""
     from scipy.stats import bootstrap as scipy_bootstrap
 
-    from vrh_lmms.stats import ConfidenceInterval, paired_bootstrap_drop, paired_drop, tango_interval
+    from vrh_lmms.base.stats import ConfidenceInterval, paired_bootstrap_drop, paired_drop, tango_interval
 
     scipy_ci = scipy_bootstrap((BASE.astype(float),), np.mean, n_resamples=99, random_state=0).confidence_interval
     assert type(scipy_ci)._fields == ConfidenceInterval._fields == ("low", "high")

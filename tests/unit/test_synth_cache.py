@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
+from vrh_lmms.base.synth.cache import SynthSpec, ensure_hub_data, ensure_refer_data
+from vrh_lmms.base.synth.scenes import generate_scenes
 from vrh_lmms.cli import main
-from vrh_lmms.synth.cache import SynthSpec, ensure_hub_data, ensure_refer_data
-from vrh_lmms.synth.scenes import generate_scenes
 
 
 def test_spec_digest_tracks_content():

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
-from vrh_lmms.discovery.evidence import evidence_kind
-from vrh_lmms.discovery.text_span import TextEvidence, span_positions, text_evidence
-from vrh_lmms.errors import VRHError
-from vrh_lmms.tiny.registry import TINY_FACTORIES
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES
+from vrh_lmms.runs.discovery.evidence import evidence_kind
+from vrh_lmms.runs.discovery.text_span import TextEvidence, span_positions, text_evidence
 
 NEEDLE = "the red circle is seven"
 QUESTION = f"a blue square is two . {NEEDLE} . a green cross is four . what is the red circle ?"

@@ -7,17 +7,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.runfolder.runs import RunMeta
+from vrh_lmms.base.runfolder.samples import STATUSES, SampleTable
+from vrh_lmms.base.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.pairing import align, pair
-from vrh_lmms.runfolder.runs import RunMeta
-from vrh_lmms.runfolder.samples import STATUSES, SampleTable
-from vrh_lmms.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
 
 _KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "random_all": 4, "random_outside": 5,
                "layer_matched": 6, "image_matched": 7, "scorer_topk": 8}
 # control kinds and how the report names them; `random_all`: uniform draws over all heads (dead ones included)
-# beside live-pool random draws (vrh_lmms.heads.spec, control pools)
+# beside live-pool random draws (vrh_lmms.base.heads.spec, control pools)
 CONTROL_NAMES = {"random": "random", "random_all": "uniform random (all heads)",
                  "random_outside": "random outside the top-k",
                  "layer_matched": "layer-matched random", "image_matched": "image-matched"}
@@ -42,7 +42,7 @@ class Settings:
 
     @property
     def quantity(self) -> str:
-        """What a run's per-sample score is (vrh_lmms.stats.accuracy): the caller's word, not the values seen."""
+        """What a run's per-sample score is (vrh_lmms.base.stats.accuracy): the caller's word, not the values seen."""
         return self.score_quantity or ("binary" if self.score_field is None else "unbounded")
 
 

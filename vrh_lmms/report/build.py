@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from vrh_lmms import atomic, console, owned
-from vrh_lmms.console import LOG_NAME
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base import atomic, console, owned
+from vrh_lmms.base.console import LOG_NAME
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.runfolder.runs import read_run_meta, task_sources
+from vrh_lmms.base.runfolder.samples import SampleTable, read_samples
 from vrh_lmms.report import plots
 from vrh_lmms.report.analysis import LoadedRun, Settings, analyze_group
 from vrh_lmms.report.claims import build_claims
@@ -30,8 +32,6 @@ from vrh_lmms.report.maps_panel import is_maps_folder, maps_block, maps_markdown
 from vrh_lmms.report.markdown import render
 from vrh_lmms.report.pools import control_dead_shares, unavailable_configurations
 from vrh_lmms.report.scorers import scorer_block, scorers_markdown, scorers_plot
-from vrh_lmms.runfolder.runs import read_run_meta, task_sources
-from vrh_lmms.runfolder.samples import SampleTable, read_samples
 
 SCHEMA = "vrh-report/2"
 
@@ -42,7 +42,7 @@ class ReportSettings:
     n_resamples: int = 10_000
     seed: int = 0
     score_field: str | None = None
-    score_quantity: str | None = None  # what the score is (vrh_lmms.stats.QUANTITIES); None: from score_field
+    score_quantity: str | None = None  # what the score is (vrh_lmms.base.stats.QUANTITIES); None: from score_field
     heads_files: tuple[str, ...] = ()
     overlap_k: tuple[int, ...] = ()
     plots: bool = True

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.ticker import MaxNLocator
 
-from vrh_lmms.heads.geometry import parse_head
+from vrh_lmms.base.heads.geometry import parse_head
 from vrh_lmms.report.head_compare import HeadScores
 
 

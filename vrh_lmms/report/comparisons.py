@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vrh_lmms.base.stats import adjust_pvalues, topk_vs_random
 from vrh_lmms.report.analysis import CONTROL_KINDS
-from vrh_lmms.stats import adjust_pvalues, topk_vs_random
 
 NULL_KINDS = CONTROL_KINDS
 CLAIM_KINDS = ("topk", "explicit")

@@ -1,7 +1,7 @@
 """Whether the sweeps given to `vrh-lmms report` finished: a report of an interrupted or mixed sweep folder must say
 so (or be refused), not present 3 of 11 configurations as the whole sweep.
 
-A sweep's manifest (sweep.json, vrh_lmms.sweep.run) lists every configuration with its status; a configuration is
+A sweep's manifest (sweep.json, vrh_lmms.runs.sweep.run) lists every configuration with its status; a configuration is
 *pending* when the manifest says so or its results.json is missing, and the folder is *mixed* when configs/ holds
 results of configurations the manifest does not list (another sweep's).
 """
@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 
 def _manifests(root: Path) -> list[Path]:

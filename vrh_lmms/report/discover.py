@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 _PLAIN_RESULTS = re.compile(r"^(?P<prefix>.+)_results\.json$")
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import numpy as np
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import head_name
-from vrh_lmms.heads.heads_file import HeadsFile
-from vrh_lmms.heads.inputs import is_ranking_only, load_heads_input
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import head_name
+from vrh_lmms.base.heads.heads_file import HeadsFile
+from vrh_lmms.base.heads.inputs import is_ranking_only, load_heads_input
+from vrh_lmms.base.stats.overlap import jaccard, score_spearman, topk_overlap
 from vrh_lmms.report.fmt import pval, short
-from vrh_lmms.stats.overlap import jaccard, score_spearman, topk_overlap
 
 SCHEMA = "vrh-compare/1"
 PUBLISHED_CELL = "out,sum,mean"  # the paper's cell for its published lists

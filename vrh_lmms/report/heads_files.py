@@ -1,5 +1,6 @@
 """Heads files (`vrh-heads/1`) for score heatmaps, the top-k overlap matrix and neutral names of head sets, read with
-the shared reader (`vrh_lmms.heads.heads_file.load_heads_file`), which validates the schema and names bad fields."""
+the shared reader (`vrh_lmms.base.heads.heads_file.load_heads_file`), which validates the schema and names bad
+fields."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.heads_file import load_heads_file
-from vrh_lmms.runfolder.runs import short_model
-from vrh_lmms.stats import topk_jaccard_matrix
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.runfolder.runs import short_model
+from vrh_lmms.base.stats import topk_jaccard_matrix
 
 
 @dataclass

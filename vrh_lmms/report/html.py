@@ -13,8 +13,8 @@ import mimetypes
 from collections.abc import Sequence
 from pathlib import Path
 
-from vrh_lmms import atomic
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base import atomic
+from vrh_lmms.base.errors import VRHError
 
 HTML_NAME = "report.html"
 

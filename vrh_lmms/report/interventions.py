@@ -2,7 +2,7 @@
 
 `steering_summary(folder)` turns a `vrh-lmms steer` folder into moved shares with image-clustered CIs;
 `patching_markdown(result)` renders a `vrh-lmms patch` result. Both lead with a verdict sentence per claim. The CIs
-are the report's own (vrh_lmms.stats.accuracy): Wilson on the design-effect-adjusted n for 0/1 outcomes (moved or
+are the report's own (vrh_lmms.base.stats.accuracy): Wilson on the design-effect-adjusted n for 0/1 outcomes (moved or
 not), a cluster-robust t interval over images for numeric ones (recoveries).
 """
 
@@ -14,13 +14,13 @@ from typing import Any
 
 import numpy as np
 
-from vrh_lmms import atomic
-from vrh_lmms.errors import VRHError
-from vrh_lmms.interventions.folder import write_json
+from vrh_lmms.base import atomic
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.stats import cluster_ci
 from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
 from vrh_lmms.report.fmt import pct, pct_ci, pval
 from vrh_lmms.report.pools import grouped_draws
-from vrh_lmms.stats import cluster_ci
+from vrh_lmms.runs.interventions.folder import write_json
 
 NULL_LABELS = {"random": "random-k", "random_all": "uniform random-k (all heads)",
                "random_outside": "random-k outside the top-k",
@@ -30,7 +30,7 @@ NULL_LABELS = {"random": "random-k", "random_all": "uniform random-k (all heads)
 def steering_summary(folder: str | Path) -> dict[str, Any]:
     """Per configuration: steerable docs, share moved onto the distractor [95% CI], share still on target; per
     (k, bias): top-k beside the mean and range of each control over seeds."""
-    from vrh_lmms.interventions.outputs import manifest_configs, read_steer_records
+    from vrh_lmms.runs.interventions.outputs import manifest_configs, read_steer_records
 
     folder = Path(folder)
     records = read_steer_records(folder)
@@ -240,8 +240,8 @@ def write_patching_report(folder: str | Path, result: dict[str, Any] | None = No
     if result is None:
         result = json.loads((folder / "patch.json").read_text())
     if hf is None:
-        from vrh_lmms.heads.heads_file import load_heads_file
-        from vrh_lmms.interventions.outputs import PATCH_MANIFEST
+        from vrh_lmms.base.heads.heads_file import load_heads_file
+        from vrh_lmms.runs.interventions.outputs import PATCH_MANIFEST
 
         hf = load_heads_file(json.loads((folder / PATCH_MANIFEST).read_text())["heads_file"])
     patching_plot(result, np.asarray(hf.scores, dtype=float), folder / "patch_map.png")
@@ -252,9 +252,9 @@ def write_patching_report(folder: str | Path, result: dict[str, Any] | None = No
 def check_sources(steer_dir: str | Path | None = None, patch_dir: str | Path | None = None) -> None:
     """`report --steer/--patch`: each folder holds a finished run of its command (checked before the report is
     built, so a wrong path costs no statistics)."""
-    from vrh_lmms.interventions.outputs import PATCH_LAYOUT, STEER_LAYOUT
-    from vrh_lmms.interventions.outputs import PATCH_RESULT as RESULT
-    from vrh_lmms.interventions.outputs import STEER_MANIFEST as MANIFEST
+    from vrh_lmms.runs.interventions.outputs import PATCH_LAYOUT, STEER_LAYOUT
+    from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
+    from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 
     if steer_dir is not None and not STEER_LAYOUT[MANIFEST](Path(steer_dir) / MANIFEST):
         raise VRHError(f"--steer {steer_dir}: no {MANIFEST} of `vrh-lmms steer` there")

@@ -1,6 +1,6 @@
 """The report's panel for `vrh-lmms attention-maps` and `vrh-lmms locate` folders given to `vrh-lmms report`: each
 doc's attention-map PNG (copied into plots/) with its boxes, and the locator's Acc@0.5 table. Read from the folders'
-JSON files only (vrh_lmms.maps writes them); the rest of the report is untouched."""
+JSON files only (vrh_lmms.runs.maps writes them); the rest of the report is untouched."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.errors import VRHError
+from vrh_lmms.base.errors import VRHError
 
 MAPS_FILE = "attention_maps.json"
 LOCATE_FILE = "locate.json"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vrh_lmms.base.runfolder.runs import TASK_SOURCE
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.fmt import pct, pct_ci, pval, short
 from vrh_lmms.report.pools import pools_section
-from vrh_lmms.runfolder.runs import TASK_SOURCE
 
 _FAMILY_NAMES = {"claims": "claims", "claims_vs_controls": "claims vs controls", "controls": "controls"}
 

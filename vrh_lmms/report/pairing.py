@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.runfolder.samples import SampleTable, same_identity
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.runfolder.samples import SampleTable, same_identity
 
 _LISTED = 6  # runs named in a doc-set error before "and N more"
 

@@ -2,7 +2,7 @@
 dead heads each kind of draw held, and which configurations could not be drawn at all.
 
 A head whose o_proj columns are all zero writes nothing, so ablating it costs nothing by construction; a control
-draw made of such heads measures nothing (vrh_lmms.heads.spec, control pools). Sweeps draw controls from live heads
+draw made of such heads measures nothing (vrh_lmms.base.heads.spec, control pools). Sweeps draw controls from live heads
 by default; with `--control-pool all` (the paper's uniform draws), or beside live draws as `random_all`, the report
 says how many of each draw's heads were dead.
 """

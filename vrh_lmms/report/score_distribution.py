@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from vrh_lmms.errors import VRHError
-from vrh_lmms.heads.geometry import head_name
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import head_name
+from vrh_lmms.base.stats.distribution import share_above
 from vrh_lmms.report.head_compare import HeadScores
-from vrh_lmms.stats.distribution import share_above
 
 SCHEMA = "vrh-score-distribution/1"
 PAPER_THRESHOLDS = (1e-3, 5e-3)

@@ -3,7 +3,7 @@ scoring cell masked, beside the primary cell's top-k and the random draws, as on
 
 Input: a group's configuration blocks (vrh_lmms.report.analysis) from a sweep with `--compare-cells`
 (`scorer_topk` configurations carry their cell). Each cell is labelled with the prior methods whose preset it is
-(vrh_lmms.discovery.scoring.PRESETS): Retrieval Heads and OCR Heads share `out,argmax,mean`, so they share a row.
+(vrh_lmms.runs.discovery.scoring.PRESETS): Retrieval Heads and OCR Heads share `out,argmax,mean`, so they share a row.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ PRIMARY = "primary"
 
 def cell_label(cell: str) -> str:
     """`in,sum,mean` -> `in,sum,mean (qrhead)`: the cell with the presets that name it."""
-    from vrh_lmms.discovery.scoring import PRESETS
+    from vrh_lmms.runs.discovery.scoring import PRESETS
 
     names = [name for name, c in PRESETS.items() if c == cell and name != cell]
     return f"{cell} ({', '.join(names)})" if names else cell
@@ -80,7 +80,7 @@ def scorers_markdown(blocks: list[dict]) -> list[str]:
 def scorers_plot(block: dict, path: Path) -> Path:
     """Accuracy vs k, one line per scorer, random as a dashed line with its range."""
     if not any(str(k) in row["by_k"] for row in block["rows"] for k in block["ks"]):
-        from vrh_lmms.errors import VRHError
+        from vrh_lmms.base.errors import VRHError
 
         raise VRHError(f"scorer comparison of {block['model']} / {block['task']}: no accuracy at any k to plot")
     import matplotlib

@@ -1,0 +1,229 @@
+"""The one registry of model families: every family-specific fact lives in its `Family` record.
+
+A record owns the family's lmms-eval wrapper ids (`Wrapper`), its box convention (vrh_lmms.base.boxes), its image-token
+layout builder (vrh_lmms.model.capture.tilings), where its language decoder sits (the decoder locator:
+vrh_lmms.model.backbone.locate_decoder) and its tiny-checkpoint factory (vrh_lmms.model.tiny). Every other table is a
+live view
+of `FAMILIES`: `model_wrappers.manifests.WRAPPERS`, `boxes.known.CONVENTIONS`, `capture.tilings.BUILDERS`,
+`tiny.registry.TINY_FACTORIES`. So adding a model is one `register(Family(...))` plus its wrapper module
+(docs/adding-a-model.md).
+
+Paths are dotted attribute paths from the loaded top-level model (what `from_pretrained` returns). The decoder is
+always found through its layer list, never by searching for the name `o_proj`: vision and audio towers have
+`o_proj` too. This module imports nothing heavy (no torch): lmms-eval's entry point reads the wrappers through it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from vrh_lmms.base.boxes import conventions as conv
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.tables import did_you_mean, unknown_name
+
+
+def resolve_ref(ref: str | Callable) -> Any:
+    """A callable given as itself or as "package.module:attribute" (imported only when first needed)."""
+    if not isinstance(ref, str):
+        return ref
+    module, _, attr = ref.partition(":")
+    obj = importlib.import_module(module)
+    return getattr(obj, attr) if attr else obj
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """One lmms-eval model id (`--model vrh_...`) and the classes that implement it.
+
+    module: a module under vrh_lmms.model_wrappers ("qwen2_5_vl"), or a full dotted path for a wrapper that lives
+    elsewhere. simple / chat: class names in it (lmms-eval prefers chat unless --force_simple)."""
+
+    model_id: str
+    module: str
+    simple: str | None = None
+    chat: str | None = None
+
+    @property
+    def module_path(self) -> str:
+        return self.module if "." in self.module else f"vrh_lmms.model_wrappers.{self.module}"
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything vrh-lmms knows about one model family (see the module docstring); registered with `register`."""
+
+    name: str
+    # config.model_type values (top-level config) that identify the family
+    model_types: tuple[str, ...]
+    # decoder locator: candidate dotted paths to the decoder's layer list, tried in order
+    layer_paths: tuple[str, ...]
+    # attribute names of a layer's attention module and of its output projection, tried in order
+    attn_attrs: tuple[str, ...] = ("self_attn",)
+    out_attrs: tuple[str, ...] = ("o_proj",)
+    # dotted paths from the top-level config to the text config, tried in order ("" = the config itself)
+    text_config_paths: tuple[str, ...] = ("text_config", "")
+    # the box output convention it speaks (vrh_lmms.base.boxes.conventions)
+    convention: conv.Convention = field(default=conv.GENERIC, hash=False)  # hash=False: its params are a dict
+    # image-token layout: its name (vrh_lmms.model.capture.layouts, capture extras) and builder, a callable or
+    # "module:function" (w, h, extras) -> blocks (vrh_lmms.model.capture.tilings); families may share one layout
+    layout: str | None = None
+    layout_builder: str | Callable | None = None
+    # lmms-eval model ids and their wrapper classes (vrh_lmms.model_wrappers)
+    wrappers: tuple[Wrapper, ...] = ()
+    # tiny-checkpoint factory: a module with `build(out_dir, seed, **overrides) -> Path`, or that function
+    tiny: str | Callable | None = None
+    # inputs the model's forward needs but its generate builds itself, filled in for a teacher-forced forward
+    # (vrh_lmms.model.capture.teacher_forced.FORWARD_FILLS): InternVLChatModel.forward needs `image_flags`, one per tile
+    forward_fills: tuple[str, ...] = ()
+    # transformers class names, for documentation and tiny factories
+    hf_class: str | None = None
+    remote_code: bool = False
+
+    @property
+    def box_convention(self) -> str:
+        """Name of the family's box convention (what wrappers announce through boxes.context.set_active)."""
+        return self.convention.name
+
+    def tiny_factory(self) -> Callable:
+        """The tiny factory's `build` function."""
+        if self.tiny is None:
+            raise VRHError(unknown_name("tiny family", self.name, tiny_names()))
+        found = resolve_ref(self.tiny)
+        return found.build if hasattr(found, "build") else found
+
+
+def _tiny(name: str) -> str:
+    return f"vrh_lmms.model.tiny.{name}"
+
+
+FAMILIES: dict[str, Family] = {}  # the registry: family name -> record (fill it through `register`)
+
+
+def register(family: Family, replace: bool = False) -> Family:
+    """Add a family to the registry (its wrappers, convention, layout and tiny factory show up in every derived
+    table). Refuses a name, model id or convention name that would mean two things."""
+    if family.name in FAMILIES and not replace:
+        raise VRHError(f"family {family.name!r} is already registered (pass replace=True to redefine it)")
+    others = [f for f in FAMILIES.values() if f.name != family.name]
+    ids = {w.model_id: f.name for f in others for w in f.wrappers}
+    for w in family.wrappers:
+        if w.model_id in ids:
+            raise VRHError(f"family {family.name!r}: model id {w.model_id!r} already belongs to family "
+                           f"{ids[w.model_id]!r}")
+        if not (w.simple or w.chat):
+            raise VRHError(f"family {family.name!r}: wrapper {w.model_id!r} names neither a simple nor a chat "
+                           "class")
+    name = family.convention.name
+    clash = [f.name for f in others if f.convention.name == name and f.convention != family.convention]
+    if clash or (family.convention.name == conv.GENERIC.name and family.convention != conv.GENERIC):
+        raise VRHError(f"family {family.name!r}: box convention {family.convention.name!r} differs from the one of "
+                       f"that name already registered; give it its own name")
+    layouts = {f.layout: f for f in others if f.layout}
+    if family.layout in layouts and layouts[family.layout].layout_builder != family.layout_builder:
+        raise VRHError(f"family {family.name!r}: layout {family.layout!r} already has another builder "
+                       f"(family {layouts[family.layout].name!r})")
+    FAMILIES[family.name] = family
+    return family
+
+
+def unregister(name: str) -> Family:
+    """Remove a registered family (tests that register a temporary one)."""
+    return FAMILIES.pop(get_family(name).name)
+
+
+for _fam in (
+    Family("qwen2_5_vl", ("qwen2_5_vl",), ("model.language_model.layers",), convention=conv.QWEN2_5_VL,
+           layout="qwen2_5_vl", layout_builder="vrh_lmms.model.capture.tilings:merged_patch_grid",
+           wrappers=(Wrapper("vrh_qwen25", "qwen2_5_vl", "VRHQwen25", "VRHQwen25Chat"),),
+           tiny=_tiny("qwen2_5_vl"), hf_class="Qwen2_5_VLForConditionalGeneration"),
+    Family("qwen3_vl", ("qwen3_vl", "qwen3_vl_moe"), ("model.language_model.layers",), convention=conv.QWEN3_VL,
+           layout="qwen3_vl", layout_builder="vrh_lmms.model.capture.tilings:merged_patch_grid",
+           wrappers=(Wrapper("vrh_qwen3", "qwen3_vl", "VRHQwen3", "VRHQwen3Chat"),),
+           tiny=_tiny("qwen3_vl"), hf_class="Qwen3VLForConditionalGeneration"),
+    Family("internvl", ("internvl",), ("model.language_model.layers",), convention=conv.INTERNVL,
+           layout="internvl", layout_builder="vrh_lmms.model.capture.tilings:internvl_tiles",
+           wrappers=(Wrapper("vrh_internvl", "internvl_hf", None, "VRHInternVLChat"),),
+           tiny=_tiny("internvl"), hf_class="InternVLForConditionalGeneration"),
+    # Qwen2.5-Omni: the thinker's text decoder (its audio and vision towers have o_proj too); Qwen2.5-VL's vision
+    # tower and image processor, so its box convention and image layout; audio layout in vrh_lmms.model.capture.audio.
+    # The thinker alone (Qwen2_5OmniThinkerForConditionalGeneration, `model.thinker`) is the same family.
+    Family("qwen2_5_omni", ("qwen2_5_omni", "qwen2_5_omni_thinker"),
+           ("thinker.model.language_model.layers", "model.language_model.layers"),
+           text_config_paths=("thinker_config.text_config", "text_config"), convention=conv.QWEN2_5_VL,
+           layout="qwen2_5_vl", layout_builder="vrh_lmms.model.capture.tilings:merged_patch_grid",
+           wrappers=(Wrapper("vrh_qwen25_omni", "qwen2_5_omni", "VRHQwen25Omni"),),
+           tiny=_tiny("qwen2_5_omni"), hf_class="Qwen2_5OmniForConditionalGeneration"),
+    # InternVL remote code (InternVLChatModel): InternLM2 text uses attention.wo, Qwen2/Llama text o_proj.
+    Family("internvl_chat", ("internvl_chat",), ("language_model.model.layers",),
+           attn_attrs=("attention", "self_attn"), out_attrs=("wo", "o_proj"),
+           text_config_paths=("llm_config", "text_config", ""), convention=conv.INTERNVL,
+           layout="internvl", layout_builder="vrh_lmms.model.capture.tilings:internvl_tiles",
+           forward_fills=("image_flags",),
+           wrappers=(Wrapper("vrh_internvl3", "internvl_remote", "VRHInternVL3"),
+                     Wrapper("vrh_internvl3_5", "internvl_remote", "VRHInternVL3_5"),
+                     Wrapper("vrh_internvl2", "internvl_remote", "VRHInternVL2")),
+           remote_code=True),
+    Family("llava_next", ("llava_next",), ("model.language_model.layers",), convention=conv.LLAVA_NEXT,
+           layout="llava_next", layout_builder="vrh_lmms.model.capture.tilings:llava_next_anyres",
+           wrappers=(Wrapper("vrh_llava_next", "llava_next", "VRHLlavaNext", "VRHLlavaNextChat"),),
+           tiny=_tiny("llava_next"), hf_class="LlavaNextForConditionalGeneration"),
+    Family("paligemma", ("paligemma",), ("model.language_model.layers",), convention=conv.PALIGEMMA,
+           layout="paligemma", layout_builder="vrh_lmms.model.capture.tilings:square_grid",
+           wrappers=(Wrapper("vrh_paligemma", "paligemma", "VRHPaliGemma"),),
+           tiny=_tiny("paligemma"), hf_class="PaliGemmaForConditionalGeneration"),
+    Family("glm4v", ("glm4v", "glm4v_moe"), ("model.language_model.layers",), convention=conv.GLM4V,
+           layout="glm4v", layout_builder="vrh_lmms.model.capture.tilings:merged_patch_grid",
+           wrappers=(Wrapper("vrh_glm4v", "glm4v", "VRHGLM4V"),),
+           tiny=_tiny("glm4v"), hf_class="Glm4vForConditionalGeneration"),
+    # Idefics3 and SmolVLM share the architecture: the text decoder is `text_model`, not `language_model`.
+    Family("idefics3", ("idefics3", "smolvlm"), ("model.text_model.layers",), layout="idefics3",
+           layout_builder="vrh_lmms.model.capture.tilings:idefics3_tiles", tiny=_tiny("idefics3"),
+           hf_class="Idefics3ForConditionalGeneration"),
+    # Phi-4 multimodal: decoder layers sit directly under `model`; the audio encoder also has o_proj.
+    Family("phi4_multimodal", ("phi4mm", "phi4_multimodal"), ("model.layers",),
+           text_config_paths=("text_config", ""), convention=conv.PHI4_MULTIMODAL, layout="phi4_multimodal",
+           layout_builder="vrh_lmms.model.capture.tilings:phi4_dynamic_hd",
+           wrappers=(Wrapper("vrh_phi4", "phi4", "VRHPhi4", "VRHPhi4Chat"),),
+           hf_class="Phi4MultimodalForCausalLM", remote_code=True),
+    # DeepSeek-VL2: DeepSeek-MoE text with MLA attention (head width = v_head_dim).
+    Family("deepseek_vl2", ("deepseek_vl_v2",), ("language.model.layers",),
+           text_config_paths=("language_config", "text_config", ""), convention=conv.DEEPSEEK_VL2,
+           layout="deepseek_vl2", layout_builder="vrh_lmms.model.capture.tilings:deepseek_vl2_tiles",
+           wrappers=(Wrapper("vrh_deepseek_vl2", "deepseek_vl2", "VRHDeepseekVL2"),), remote_code=True),
+    # Magma: Llama-3 text behind `language_model`.
+    Family("magma", ("magma",), ("language_model.model.layers", "model.language_model.layers"),
+           text_config_paths=("text_config", ""), convention=conv.MAGMA, layout="magma",
+           layout_builder="vrh_lmms.model.capture.tilings:magma_crops",
+           wrappers=(Wrapper("vrh_magma", "magma", "VRHMagma"),), remote_code=True),
+):
+    register(_fam)
+del _fam
+
+
+def family_for_config(config) -> Family:
+    """Family of a loaded model's config, by `model_type` (the first registered family that claims it).
+
+    The config class's `model_type` is read first: Magma's MagmaConfig copies every attribute of its text config onto
+    itself, so a loaded Magma config says "llama" on the instance and "magma" only on the class."""
+    model_type = getattr(config, "model_type", None)
+    for candidate in (getattr(type(config), "model_type", None), model_type):
+        for fam in FAMILIES.values():
+            if candidate and candidate in fam.model_types:
+                return fam
+    known = sorted(t for f in FAMILIES.values() for t in f.model_types)
+    raise VRHError(f"model_type {model_type!r} is not a supported family{did_you_mean(str(model_type), known)}; "
+                   f"known model types: {', '.join(known)}")
+
+
+def get_family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise VRHError(unknown_name("family", name, FAMILIES))
+    return FAMILIES[name]
+
+
+def tiny_names() -> list[str]:
+    """Families with a tiny-checkpoint factory."""
+    return sorted(f.name for f in FAMILIES.values() if f.tiny is not None)

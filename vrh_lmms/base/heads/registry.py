@@ -1,0 +1,98 @@
+"""A per-user registry of the heads files `vrh-lmms discover` wrote, keyed by checkpoint and task, so that
+`heads=top20` in model args works without `heads_file=` once discovery has run on that checkpoint.
+
+The registry is one JSON file: `$VRH_HEADS_REGISTRY`, else `~/.cache/vrh-lmms/heads-registry.json`. A checkpoint is
+its resolved local path (a folder) or its hub id, plus the sha256 of its config.json where one is on disk, so a
+folder whose weights were replaced by another model's is not matched by path alone. Later registrations of the same
+checkpoint and task replace earlier ones; a run records which file it used (`vrh.ablation.heads_file`, with
+`source: "registry"`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base import atomic
+from vrh_lmms.base.errors import VRHError
+
+ENV = "VRH_HEADS_REGISTRY"
+SCHEMA = "vrh-heads-registry/1"
+
+
+def registry_path() -> Path:
+    return Path(os.environ.get(ENV) or Path.home() / ".cache" / "vrh-lmms" / "heads-registry.json")
+
+
+def checkpoint_key(pretrained: str) -> dict[str, str | None]:
+    """How the registry names a checkpoint: its resolved folder or hub id, and its config.json's sha256."""
+    path = Path(str(pretrained)).expanduser()
+    if path.is_dir():
+        config = path / "config.json"
+        sha = hashlib.sha256(config.read_bytes()).hexdigest() if config.is_file() else None
+        return {"checkpoint": str(path.resolve()), "config_sha256": sha}
+    return {"checkpoint": str(pretrained).rstrip("/"), "config_sha256": None}
+
+
+def _read(to_write: bool = False) -> list[dict[str, Any]]:
+    """The entries; `to_write`: refuse a file that is not a registry we wrote (a run file's `env:` can point
+    VRH_HEADS_REGISTRY at any file, and register would replace it)."""
+    path = registry_path()
+    if not path.is_file():
+        if to_write and (path.exists() or path.is_symlink()):
+            raise VRHError(f"heads registry {path} is not a file; set {ENV} to a file of its own")
+        return []
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise VRHError(f"heads registry {path} is not valid JSON ({exc}); remove it or set {ENV}") from None
+    ours = isinstance(data, dict) and str(data.get("schema", "")).startswith("vrh-heads-registry/")
+    if to_write and not ours:
+        raise VRHError(f"heads registry {path} is not a heads registry vrh-lmms wrote (no \"schema\": \"{SCHEMA}\"); "
+                       f"left unchanged: set {ENV} to a file of its own")
+    return list(data.get("entries", [])) if isinstance(data, dict) else []
+
+
+def register(pretrained: str, tasks: list[str], heads_file: str | Path) -> Path:
+    """Record that `heads_file` holds the heads discovery found for this checkpoint on these tasks."""
+    key = checkpoint_key(pretrained)
+    task = ",".join(tasks)
+    entries = [e for e in _read(to_write=True)
+               if not (e.get("checkpoint") == key["checkpoint"] and e.get("task") == task)]
+    entries.append({**key, "task": task, "heads_file": str(Path(heads_file).resolve()),
+                    "registered": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    path = registry_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return atomic.write_text(path, json.dumps({"schema": SCHEMA, "entries": entries}, indent=1))
+
+
+def lookup(pretrained: str, task: str | None = None) -> Path:
+    """The heads file registered for this checkpoint (and task); one clear error when there is none or several."""
+    key = checkpoint_key(pretrained)
+    mine = [e for e in _read() if e.get("checkpoint") == key["checkpoint"]]
+    how = (f"run `vrh-lmms discover --model ... --model_args pretrained={pretrained} ...` first, or pass "
+           f"heads_file=PATH")
+    if not mine:
+        raise VRHError(f"no heads file is registered for {key['checkpoint']} ({registry_path()}); {how}")
+    if key["config_sha256"] is not None:
+        same = [e for e in mine if e.get("config_sha256") == key["config_sha256"]]
+        if not same:
+            raise VRHError(f"the heads registered for {key['checkpoint']} were found on another config.json (the "
+                           f"checkpoint changed since); {how}")
+        mine = same
+    if task is not None:
+        mine = [e for e in mine if e.get("task") == task]
+        if not mine:
+            raise VRHError(f"no heads file is registered for {key['checkpoint']} on task {task!r}; {how}")
+    tasks = sorted({e["task"] for e in mine})
+    if len(tasks) > 1:
+        raise VRHError(f"heads of {key['checkpoint']} are registered for several tasks ({', '.join(tasks)}); choose "
+                       f"one with heads_task=TASK, or pass heads_file=PATH")
+    path = Path(mine[-1]["heads_file"])
+    if not path.is_file():
+        raise VRHError(f"the heads file registered for {key['checkpoint']} is gone ({path}); {how}")
+    return path

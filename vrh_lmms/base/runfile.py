@@ -1,0 +1,173 @@
+"""A run as a file: `vrh-lmms sweep --config run.yaml` (and discover, steer, patch), and the same file written into
+every finished run's output, so a run can be reviewed and rerun from its folder.
+
+    command: sweep
+    args:                       # the command's options by name (`random_seeds` or `random-seeds`)
+      model: vrh_qwen25
+      model_args: pretrained=Qwen/Qwen2.5-VL-7B-Instruct
+      tasks: vrh_refcoco_testA
+      heads_file: heads/qwen25.json
+      k: 1,5,10,20
+      layer_matched: true
+      control: [image-matched]
+      output: sweeps/qwen25
+    env:                        # data locations (VRH_* variables); a variable already set in the environment wins
+      VRH_REFCOCO_ROOT: /data/refcoco
+
+The file is turned into the command-line tokens it stands for and parsed by the command's own parser, so a run from a
+file is the run from those flags, nothing else; flags given beside `--config` come after the file's and override
+them. What a finished run writes (`run.yaml` in a sweep, steer or patch folder, `<heads>.run.yaml` beside a heads
+file) holds every option as the run used it (not `--force`, which is a decision about a folder, not part of a run)
+and the VRH_* variables that were set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base import atomic
+from vrh_lmms.base.errors import VRHError
+
+CONFIG_COMMANDS = ("discover", "sweep", "steer", "patch")
+RUN_FILE = "run.yaml"
+_NOT_RECORDED = {"command", "config", "force", "wait"}
+HEADER = "# vrh-lmms run file"  # the first line of every run file vrh-lmms writes (`write`), in every version
+
+
+def run_file_path(command: str, output: str | Path) -> Path:
+    """Where a finished run of `command` with this `--output` keeps its run file."""
+    out = Path(output)
+    if command == "discover":
+        stem = out.with_suffix("") if out.suffix == ".json" else out
+        return Path(f"{stem}.{RUN_FILE}")
+    return out / RUN_FILE
+
+
+def is_ours(path: str | Path) -> bool:
+    """A run file vrh-lmms wrote, recognised by its first line."""
+    path = Path(path)
+    if not path.is_file() or path.is_symlink():
+        return False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.readline().startswith(HEADER)
+
+
+def check_target(command: str, output: str | Path, force: bool) -> None:
+    """Before a run starts: its run file would replace `run_file_path`, so refuse when that is a file a user wrote
+    (without `force`)."""
+    path = run_file_path(command, output)
+    if (path.exists() or path.is_symlink()) and not is_ours(path) and not force:
+        raise VRHError(f"{path} was not written by vrh-lmms (its first line is not {HEADER!r}) and a finished run "
+                       f"would replace it; move it away, choose another --output, or pass --force")
+
+
+def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help",)}
+
+
+def load(path: str | Path, command: str) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise VRHError(f"--config {path}: no such file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise VRHError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise VRHError(f"--config {path}: expected a mapping with 'args' (and optionally 'command', 'env')")
+    unknown = set(data) - {"command", "args", "env"}
+    if unknown:
+        raise VRHError(f"--config {path}: unknown top-level key {sorted(unknown)[0]!r} (use command, args, env)")
+    if data.get("command") not in (None, command):
+        raise VRHError(f"--config {path}: written for `vrh-lmms {data['command']}`, not `vrh-lmms {command}`")
+    for key in ("args", "env"):
+        if not isinstance(data.get(key) or {}, dict):
+            raise VRHError(f"--config {path}: '{key}' must be a mapping")
+    return data
+
+
+def config_tokens(parser: argparse.ArgumentParser, args: dict[str, Any], where: str) -> list[str]:
+    """The command-line tokens a file's `args` stand for, checked against the command's own options."""
+    actions = _actions(parser)
+    tokens: list[str] = []
+    for raw_key, value in args.items():
+        key = str(raw_key).lstrip("-").replace("-", "_")
+        action = actions.get(key)
+        if action is None or key in _NOT_RECORDED:
+            close = difflib.get_close_matches(key, list(actions), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise VRHError(f"{where}: unknown option {raw_key!r}{hint}")
+        flag = action.option_strings[-1]
+        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
+            if not isinstance(value, bool):
+                raise VRHError(f"{where}: option {raw_key!r} takes true or false, got {value!r}")
+            if value == isinstance(action, argparse._StoreTrueAction):
+                tokens.append(flag)
+        elif value is None:
+            continue
+        elif isinstance(action, argparse._AppendAction):
+            for item in value if isinstance(value, list) else [value]:
+                tokens += [flag, str(item)]
+        elif action.nargs in ("+", "*") or isinstance(action.nargs, int):
+            tokens += [flag, *(str(v) for v in (value if isinstance(value, list) else [value]))]
+        else:
+            text = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+            tokens += [flag, text]
+    return tokens
+
+
+def expand(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
+    """`[command, ..., --config FILE, ...]` -> `[command, <the file's tokens>, ...the rest]`; the file's `env` is set
+    where the environment has no value of its own. Without `--config` the argv is returned as it is."""
+    argv = list(argv)
+    command = argv[0]
+    positions = [i for i, a in enumerate(argv) if a == "--config" or a.startswith("--config=")]
+    if not positions:
+        return argv
+    if len(positions) > 1:
+        raise VRHError("--config given more than once")
+    i = positions[0]
+    if argv[i] == "--config":
+        if i + 1 >= len(argv):
+            raise VRHError("--config needs a file (run.yaml)")
+        path, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+    else:
+        path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1:]
+    data = load(path, command)
+    for key, value in (data.get("env") or {}).items():
+        if not str(key).startswith("VRH_"):
+            raise VRHError(f"--config {path}: env sets {key!r}; only VRH_* data locations belong there")
+        os.environ.setdefault(str(key), str(value))
+    return [command, *config_tokens(parser, data.get("args") or {}, f"--config {path}"), *rest[1:]]
+
+
+def record(command: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """The run file of a parsed invocation: every option as the run used it, and the VRH_* variables set."""
+    values = {}
+    for key, action in _actions(parser).items():
+        if key in _NOT_RECORDED or not hasattr(args, key):
+            continue
+        value = getattr(args, key)
+        if isinstance(value, tuple):
+            value = list(value)
+        if value is None or value == [] or (isinstance(action, argparse._StoreTrueAction) and value is False):
+            continue
+        values[key] = value
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VRH_") and k != "VRH_LMMS_CLI"}
+    return {"command": command, "args": values, **({"env": env} if env else {})}
+
+
+def write(command: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
+    import yaml
+
+    path = run_file_path(command, args.output)
+    text = HEADER + ": rerun with `vrh-lmms " + command + " --config " + path.name + "`\n"
+    text += yaml.safe_dump(record(command, args, parser), sort_keys=False, default_flow_style=False)
+    return atomic.write_text(path, text)

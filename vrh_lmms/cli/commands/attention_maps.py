@@ -1,0 +1,70 @@
+"""`vrh-lmms attention-maps`: every head's attention over the image for chosen docs (the paper's Figs A1/A2):
+the mean of all heads, of the top-k VRHs, and of all heads but the VRHs, with the GT, predicted and located boxes."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from vrh_lmms.base import console
+from vrh_lmms.cli.commands.options import add_model_options
+
+
+def add_map_options(parser: argparse.ArgumentParser) -> None:
+    """Options both map commands share (attention-maps, locate)."""
+    from vrh_lmms.runs.maps.capture import ROWS
+
+    add_model_options(parser)
+    parser.add_argument("--tasks", required=True, help="grounding task(s) with vrh_record, e.g. vrh_refcoco_val")
+    parser.add_argument("--heads-file", required=True, help="heads file whose ranking gives the top-k VRHs")
+    parser.add_argument("--rows", default="answer", choices=ROWS,
+                        help="query rows: answer (the model's answer tokens, default), prompt (the referring "
+                             "expression's tokens), last (the last prompt token)")
+    parser.add_argument("--sigma", type=float, default=1.0,
+                        help="locator: Gaussian smoothing in cells (default 1.0; 0 = none)")
+    parser.add_argument("--threshold", default="mean",
+                        help="locator: keep cells >= the smoothed map's mean (default 'mean'), or >= this fraction "
+                             "of its maximum (e.g. 0.5)")
+    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", required=True, help="output folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier result in the output folder")
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_map_options(parser)
+    parser.add_argument("--docs", default="0", help="doc ids, comma-separated (default 0), e.g. 0,3,7")
+    parser.add_argument("--k", type=int, default=20, help="top-k VRHs of the heads file (default 20)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from vrh_lmms.base.console import LOG_NAME
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.runs.maps.collect import collect_maps, parse_docs
+    from vrh_lmms.runs.maps.locator import LocatorSettings, parse_threshold
+    from vrh_lmms.runs.maps.outputs import RESULT, write_maps
+    from vrh_lmms.runs.maps.setup import check_output, prepare
+
+    docs = parse_docs(args.docs)
+    settings = LocatorSettings(sigma=args.sigma, threshold=parse_threshold(args.threshold))
+    out = Path(args.output)
+    check_output(out, RESULT, args.force)
+    if args.k < 1:
+        raise VRHError(f"--k must be at least 1, got {args.k}")
+    console.step(f"attention maps: {args.model} on {args.tasks}, docs {args.docs}", line=False)
+    run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model)
+    out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / LOG_NAME)
+    ranking = run_.heads_file.ranking
+    if args.k > len(ranking):
+        raise VRHError(f"--k {args.k} is more than the heads file ranks ({len(ranking)})")
+    maps = collect_maps(run_.lm, run_.tasks, run_.tm, docs, None, args.rows, gen_kwargs=args.gen_kwargs,
+                        keep_images=True, seed=args.seed)
+    header = {"model": args.model, "model_args": args.model_args, "tasks": run_.tasks,
+              "heads_file": str(Path(args.heads_file).resolve()), "rows": args.rows}
+    path = write_maps(maps, ranking[:args.k], settings, out, header)
+    console.print_summary(console.files_table("Attention maps done", [
+        (path, "every doc's grids (all heads, top-k, the rest), boxes and locator settings"),
+        *[(out / f"map_{m.task}_{m.doc_id}.png", f"doc {m.doc_id}: three maps over the image") for m in maps]]))
+    return 0

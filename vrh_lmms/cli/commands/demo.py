@@ -1,0 +1,58 @@
+"""`vrh-lmms demo`: discovery, causal validation and the report on the shipped tiny VLM (CPU, offline)."""
+
+from __future__ import annotations
+
+import argparse
+
+from vrh_lmms.pipelines.demo.pipeline import DemoSettings, run_demo
+from vrh_lmms.runs.sweep.plan import parse_int_list
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    d = DemoSettings()
+    parser.add_argument("--output", default="runs/demo", help="output folder (default runs/demo)")
+    parser.add_argument("--n-discovery", type=int, default=d.n_discovery, help="held-out scenes for discovery")
+    parser.add_argument("--n-eval", type=int, default=d.n_eval, help="other held-out scenes for the sweep")
+    parser.add_argument("--k", default=None, help="head counts (default: about 5%%, 10%% and 15%% of all heads)")
+    parser.add_argument("--random-seeds", type=int, default=d.random_seeds, help="random draws per k")
+    parser.add_argument("--model", default=None, help="another checkpoint folder (default: the shipped model)")
+    parser.add_argument("--interventions", action="store_true",
+                        help="also steer and patch heads (vrh-lmms steer / patch) on more scenes; adds the steering "
+                             "table and the patching map to the report")
+    parser.add_argument("--transfer", nargs="?", const="shipped", default=None, metavar="MODEL",
+                        help="also a second VLM on the same text backbone (without MODEL: the shipped one, where the "
+                             "version ships one): its own discovery and sweep, and each model's top-k heads ablated "
+                             "in the other (the report's transfer table)")
+    parser.add_argument("--applications", action="store_true",
+                        help="also put the heads to work: the locator (vrh-lmms locate) on the evaluation scenes and "
+                             "the ranker (vrh-lmms rank) on multi-image queries; applications/applications.md")
+    parser.add_argument("--n-queries", type=int, default=100, help="ranker queries with --applications (default 100)")
+    parser.add_argument("--n-train", type=int, default=100,
+                        help="ranking-loss training queries with --applications (default 100; 0 skips training)")
+    parser.add_argument("--no-recall", dest="recall", action="store_false",
+                        help="skip the recall step (the text backbone's and the VLM's text-recall heads against the "
+                             "grounding heads: overlap and cross-ablation; about a minute)")
+    parser.add_argument("--force", action="store_true",
+                        help="replace an earlier demo run in --output (a folder holding anything else is refused)")
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = DemoSettings(n_discovery=args.n_discovery, n_eval=args.n_eval,
+                            ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds,
+                            interventions=args.interventions, transfer_model=args.transfer,
+                            recall=args.recall)
+    summary = run_demo(args.output, settings, force=args.force, model_path=args.model)
+    if args.applications:
+        from pathlib import Path
+
+        from vrh_lmms.base import console
+        from vrh_lmms.base.synth.demo_spec import DemoSpec
+        from vrh_lmms.cli.commands.demo_applications import run_applications
+        from vrh_lmms.pipelines.demo.stages import demo_model_args
+
+        model = Path(summary["model"])
+        spec = DemoSpec.load(model)
+        run_applications(Path(args.output), demo_model_args(model, spec), spec, summary["settings"]["ks"],
+                         args.random_seeds, args.n_eval, args.n_queries, console.step, model=model,
+                         n_train=args.n_train)
+    return 0

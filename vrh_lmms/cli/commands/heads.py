@@ -1,0 +1,35 @@
+"""`vrh-lmms heads FILE [--spec SPEC]`: show a heads file's top heads, or resolve a head spec against it."""
+
+from __future__ import annotations
+
+import argparse
+
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.spec import resolve_spec
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("heads_file", help="a heads file (vrh-heads/1 JSON)")
+    parser.add_argument("--top", type=int, default=20, help="how many top heads to show (default 20)")
+    parser.add_argument("--spec", help="resolve this head spec (e.g. top20, random20, like:top20) against the file")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cell", help="rank by another scoring cell stored in the file")
+
+
+def run(args: argparse.Namespace) -> int:
+    hf = load_heads_file(args.heads_file)
+    g = hf.geometry
+    if args.spec:
+        hs = resolve_spec(args.spec, g, heads_file=hf, seed=args.seed, cell=args.cell)
+        print(";".join(hs.names) or "none")
+        return 0
+    print(f"model {hf.model.get('id')} ({hf.model.get('family')}): {g.layers} layers x {g.heads} heads "
+          f"(kv {g.kv_heads}, head_dim {g.head_dim}); scoring {hf.scoring.get('query')},{hf.scoring.get('key')},"
+          f"{hf.scoring.get('aggregate')} on {hf.scoring.get('task')} (n={hf.scoring.get('n_samples')})")
+    import numpy as np
+
+    ranking = hf.cell_ranking(args.cell) if args.cell else hf.ranking
+    scores = np.asarray(hf.cells[hf.cell_name(args.cell)]["scores"]) if args.cell else hf.scores
+    for i, h in enumerate(ranking[:args.top], 1):
+        print(f"{i:3d}  {h}  {scores[h.layer, h.head]:.4f}")
+    return 0

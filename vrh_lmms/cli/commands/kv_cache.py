@@ -1,0 +1,110 @@
+"""`vrh-lmms kv-cache`: VRH-aware KV cache. After prefill only the KV groups holding retrieval heads keep the image
+tokens; accuracy against the image KV kept, beside random heads, uniform image-token pruning and no compression
+(vrh_lmms.runs.kvcache; docs/applications.md 'KV cache')."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from vrh_lmms.base import console, owned
+
+RESULT, MARKDOWN, PLOT, RUNS = "kv_cache.json", "kv_cache.md", "kv_cache.png", "runs"
+_OURS = owned.json_with("rows", schema_prefix="vrh-kv-cache/")
+LAYOUT: dict[str, owned.Check | None] = {
+    RESULT: _OURS,
+    MARKDOWN: lambda p: p.is_file() and _OURS(p.with_name(RESULT)),
+    PLOT: lambda p: p.is_file() and _OURS(p.with_name(RESULT)),
+    RUNS: lambda p: p.is_dir() and _OURS(p.parent / RESULT),
+    "vrh-lmms.log": owned.log_file,
+    f".{RESULT}.*": owned.is_file, f".{MARKDOWN}.*": owned.is_file,
+}
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from vrh_lmms.cli.commands.options import add_model_options
+    from vrh_lmms.model.kvcache.policy import RECENT, SINK
+
+    add_model_options(parser)
+    parser.add_argument("--tasks", required=True, help="task(s), comma-separated, e.g. vrh_refcoco_val")
+    parser.add_argument("--heads-file", required=True, help="heads file whose ranking orders the KV groups")
+    parser.add_argument("--k", type=int, default=None,
+                        help="also evaluate the budget at which exactly the groups of the top-k heads keep images")
+    parser.add_argument("--budgets", default="1,0.75,0.5,0.25,0.1",
+                        help="shares of image KV kept, comma-separated (default 1,0.75,0.5,0.25,0.1)")
+    parser.add_argument("--random-seeds", type=int, default=3, help="random-head draws per budget (default 3)")
+    parser.add_argument("--mode", default="mask", choices=("mask", "compress"),
+                        help="mask: exact masking of the dropped keys (default); compress: also remove them from "
+                             "the cache of layers whose groups all drop the same keys")
+    parser.add_argument("--sink", type=int, default=SINK, help=f"first positions always kept (default {SINK})")
+    parser.add_argument("--recent", type=int, default=RECENT,
+                        help=f"last prompt positions always kept (default {RECENT})")
+    parser.add_argument("--limit", type=int, default=None, help="docs per task (default all)")
+    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output", required=True, help="output folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier kv-cache result in the folder")
+
+
+def parse_budgets(text: str) -> list[float]:
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model.kvcache.policy import check_budget
+
+    try:
+        values = [float(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise VRHError(f"--budgets {text!r}: give shares of image KV kept, e.g. 1,0.5,0.1") from None
+    if not values:
+        raise VRHError("--budgets names no budget")
+    return sorted({check_budget(v) for v in values}, reverse=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from vrh_lmms.base import atomic
+    from vrh_lmms.base.console import LOG_NAME
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model.kvcache.policy import topk_budget
+    from vrh_lmms.runs.kvcache.evaluate import evaluate_policy, plan
+    from vrh_lmms.runs.kvcache.outputs import curve, markdown, table
+    from vrh_lmms.runs.maps.setup import prepare
+    from vrh_lmms.runs.sweep.checks import dead_heads_of
+
+    budgets = parse_budgets(args.budgets)
+    if args.random_seeds < 0:
+        raise VRHError(f"--random-seeds must be >= 0, got {args.random_seeds}")
+    if args.sink < 0 or args.recent < 0:
+        raise VRHError(f"--sink {args.sink} / --recent {args.recent}: give counts >= 0")
+    out = Path(args.output)
+    owned.prepare_output(out, LAYOUT, force=args.force, what="an earlier kv-cache result")
+    console.step(f"kv-cache: {args.model} on {args.tasks}", line=False)
+    run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model,
+                   command="kv-cache", why="the KV policies run on the intact model; the heads file orders the groups")
+    geometry = run_.lm.vrh_decoder.geometry
+    ranking = list(run_.heads_file.ranking)
+    if args.k is not None:
+        budgets = sorted(set(budgets) | {topk_budget(ranking, geometry, args.k)}, reverse=True)
+    dead = set(dead_heads_of(run_.lm, run_.heads_file))
+    live = [h for h in geometry.all_heads() if h not in dead]
+    planned = plan(ranking, live, geometry, budgets, args.random_seeds, args.sink, args.recent)
+    out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / LOG_NAME)
+    runs = []
+    for i, p in enumerate(planned, 1):
+        console.step(f"[{i}/{len(planned)}] {p.name}")
+        runs.append(evaluate_policy(run_.lm, p, args.mode, run_.tasks, run_.tm, out / RUNS, limit=args.limit,
+                                    gen_kwargs=args.gen_kwargs, seed=args.seed))
+    data = {"model": args.model, "model_args": args.model_args, "tasks": run_.tasks,
+            "heads_file": str(Path(args.heads_file).resolve()), "mode": args.mode, "sink": args.sink,
+            "recent": args.recent, "k": args.k, "geometry": geometry.to_dict(), "dead_heads": len(dead),
+            "random_seeds": args.random_seeds, **table(runs, budgets, args.seed)}
+    data = {"schema": data.pop("schema"), **data}
+    path = atomic.write_text(out / RESULT, json.dumps(data, indent=1))
+    curve(data, out / PLOT)
+    md = atomic.write_text(out / MARKDOWN, markdown(data, PLOT))
+    console.print_summary(*console.files_table("KV cache done", [
+        (md, "accuracy against image KV kept, per policy and budget"), (path, "the same with every figure"),
+        (out / PLOT, "the curve"), (out / RUNS, "one lmms-eval run folder per configuration"),
+        *console.log_row()]))
+    return 0

@@ -1,0 +1,118 @@
+"""`vrh-lmms locate`: the training-free locator. The top-k heads' attention map over the image becomes a box
+(Localization Heads' recipe, vrh_lmms.runs.maps.locator); Acc@0.5 of the located boxes against the ground truth, beside
+the model's own answer, for the top-k VRHs, random-k and layer-matched heads, with the report's intervals."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base import console
+
+RESULT = "locate.json"
+SCHEMA = "vrh-locate/1"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    from vrh_lmms.cli.commands.attention_maps import add_map_options
+
+    add_map_options(parser)
+    parser.add_argument("--limit", type=int, default=100, help="docs per task (default 100; -1 for all)")
+    parser.add_argument("--k", default="5,10,20", help="head-set sizes, comma-separated (default 5,10,20)")
+    parser.add_argument("--random-seeds", type=int, default=10,
+                        help="random-k and layer-matched draws per k (default 10)")
+    parser.add_argument("--control-pool", default="live", choices=("live", "all"),
+                        help="what control draws are drawn from: live heads (default) or all heads")
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}"
+
+
+def summary_table(result: dict[str, Any]):
+    """The console table: per k, Acc@0.5 [95% CI] of the answer, the top-k locator and the controls (a control's
+    interval is over docs for its fixed draws; the draws' own spread is shown beside it)."""
+    from rich.table import Table
+
+    table = Table(title=f"Locator Acc@0.5 (%), {result['n_docs']} docs, intervals clustered by "
+                        f"{result['clustered_by']}")
+    for col in ("k", "head set", "Acc@0.5", "95% CI", "top-k minus it [95% CI]"):
+        table.add_column(col)
+    for row in result["rows"]:
+        k = str(row["k"])
+        a = row["answer"]
+        table.add_row(k, "model's answer", _pct(a["mean"]), f"{_pct(a['ci_low'])}-{_pct(a['ci_high'])}",
+                      _diff_text(row["topk_minus_answer"]))
+        t = row["topk"]
+        table.add_row(k, f"top-{k} located", _pct(t["mean"]), f"{_pct(t['ci_low'])}-{_pct(t['ci_high'])}", "")
+        for kind, name in (("random", "random"), ("layer_matched", "layer-matched")):
+            c = row[kind]
+            if not c["draws"]:
+                table.add_row(k, f"{name} located", "unavailable", "", "")
+                continue
+            spread = f"{_pct(min(c['per_seed']))}-{_pct(max(c['per_seed']))}"
+            table.add_row(k, f"{name} located ({c['draws']} draws, each {spread})", _pct(c["mean"]),
+                          f"{_pct(c['ci_low'])}-{_pct(c['ci_high'])}", _diff_text(c["topk_minus"]))
+    return table
+
+
+def _diff_text(d: dict[str, Any]) -> str:
+    return f"{100 * d['diff']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
+
+
+def run(args: argparse.Namespace) -> int:
+    from vrh_lmms.base import atomic
+    from vrh_lmms.base.console import LOG_NAME
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.runs.maps.collect import collect_maps
+    from vrh_lmms.runs.maps.evaluate import evaluate_sets, locate_doc, locator_sets
+    from vrh_lmms.runs.maps.locator import LocatorSettings, parse_threshold
+    from vrh_lmms.runs.maps.setup import check_output, prepare
+    from vrh_lmms.runs.sweep.checks import dead_heads_of
+
+    try:
+        ks = sorted({int(v) for v in args.k.split(",") if v.strip()})
+    except ValueError:
+        raise VRHError(f"--k {args.k!r}: give head-set sizes as comma-separated integers, e.g. 5,10") from None
+    if not ks or ks[0] < 1:
+        raise VRHError(f"--k {args.k!r}: sizes must be at least 1")
+    if args.random_seeds < 0:
+        raise VRHError(f"--random-seeds must be >= 0, got {args.random_seeds}")
+    settings = LocatorSettings(sigma=args.sigma, threshold=parse_threshold(args.threshold))
+    out = Path(args.output)
+    check_output(out, RESULT, args.force)
+    console.step(f"locator: {args.model} on {args.tasks}", line=False)
+    run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model)
+    if ks[-1] > len(run_.heads_file.ranking):
+        raise VRHError(f"--k {ks[-1]} is more than the heads file ranks ({len(run_.heads_file.ranking)})")
+    geometry = run_.lm.vrh_decoder.geometry
+    dead = dead_heads_of(run_.lm, run_.heads_file)
+    sets = locator_sets(run_.heads_file, geometry, ks, args.random_seeds, dead, pool=args.control_pool)
+    out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / LOG_NAME)
+    console.step("capturing attention maps and locating boxes")
+    limit = None if args.limit is None or args.limit < 0 else args.limit
+    located: dict[tuple[str, int], dict] = {}
+
+    def locate_and_drop(doc) -> None:  # boxes of every head set now; the doc's maps are not kept
+        located[(doc.task, doc.doc_id)] = locate_doc(doc, sets, settings)
+        doc.per_head = None
+
+    docs = collect_maps(run_.lm, run_.tasks, run_.tm, None, limit, args.rows, gen_kwargs=args.gen_kwargs,
+                        seed=args.seed, on_doc=locate_and_drop)
+    if not docs:
+        raise VRHError("no doc was captured; is the task a grounding task with images?")
+    result = evaluate_sets(docs, sets, [located[(d.task, d.doc_id)] for d in docs], seed=args.seed)
+    data = {"schema": SCHEMA, "model": args.model, "model_args": args.model_args, "tasks": run_.tasks,
+            "heads_file": str(Path(args.heads_file).resolve()), "query_rows": args.rows, "locator": settings.to_dict(),
+            "control_pool": args.control_pool, "random_seeds": args.random_seeds,
+            "dead_heads": [str(h) for h in dead], **result,
+            "docs": [{"task": d.task, "doc_id": d.doc_id, "image_id": d.image_id, "gt_box": list(d.gt_box),
+                      "pred_box": None if d.pred_box is None else list(d.pred_box), "correct": d.correct}
+                     for d in docs]}
+    path = atomic.write_text(out / RESULT, json.dumps(data, indent=1))
+    console.print_summary(summary_table(data), *console.files_table("Locator done", [
+        (path, "Acc@0.5 of located boxes per head set and k, every located box and IoU"), *console.log_row()]))
+    return 0

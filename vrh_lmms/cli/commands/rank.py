@@ -1,0 +1,170 @@
+"""`vrh-lmms rank`: retrieval heads as a ranker. Several candidate images and a query in one prompt; candidates are
+ranked by the heads' attention mass from the last prompt row (null-question calibrated); Recall@1/@5 and MRR of the
+top-k heads vs all live heads vs random-k, with clustered intervals (vrh_lmms.runs.rank; docs/applications.md,
+Ranker)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base import console
+from vrh_lmms.cli.commands.options import add_model_options
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    add_model_options(parser)
+    parser.add_argument("--data", required=True,
+                        help="'synth' (seeded synthetic multi-image set) or 'mmdocir:<folder>' (MMDocIR's "
+                             "MMDocIR_annotations.jsonl and MMDocIR_pages.parquet; page level)")
+    parser.add_argument("--heads-file", required=True, help="heads file whose ranking gives the top-k heads")
+    parser.add_argument("--k", default="5", help="top-k sizes, comma-separated (default 5)")
+    parser.add_argument("--random-seeds", type=int, default=10, help="random-k draws from the live heads (default 10)")
+    parser.add_argument("--limit", type=int, default=100, help="queries (default 100)")
+    parser.add_argument("--candidates", type=int, default=4, help="synth: candidate images per query (default 4)")
+    parser.add_argument("--scene-seed", type=int, default=None,
+                        help="synth: scene stream seed (default: the demo's held-out seed, 2)")
+    parser.add_argument("--scene-start", type=int, default=100_000,
+                        help="synth: first scene id (default 100000, the demo's held-out scenes)")
+    parser.add_argument("--max-pages", type=int, default=None,
+                        help="mmdocir: leave out documents with more pages than this (all of a document's pages "
+                             "are its candidates, in one prompt)")
+    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
+    parser.add_argument("--output", required=True, help="output folder")
+    parser.add_argument("--force", action="store_true", help="replace an earlier result in the output folder")
+
+
+def _ks(text: str) -> list[int]:
+    from vrh_lmms.base.errors import VRHError
+
+    try:
+        ks = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise VRHError(f"--k {text!r}: give head-set sizes as comma-separated integers, e.g. 5,10") from None
+    if not ks or ks[0] < 1:
+        raise VRHError(f"--k {text!r}: sizes must be at least 1")
+    return ks
+
+
+def _demo_spec(model_args: str):
+    """The demo spec beside `pretrained` (its scenes and prompt), or None for other models."""
+    from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
+    from vrh_lmms.harness.preload import parse_model_args
+
+    pre = parse_model_args(model_args).get("pretrained")
+    return DemoSpec.load(pre) if pre and (Path(str(pre)) / SPEC_FILE).is_file() else None
+
+
+def load_data(args: argparse.Namespace):
+    """The queries, and the template that turns a query into the prompt's text ({query})."""
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT
+    from vrh_lmms.runs.rank.data import load_mmdocir, parse_data, synth_set
+
+    kind, path = parse_data(args.data)
+    if args.limit is not None and args.limit < 1:
+        raise VRHError(f"--limit must be at least 1, got {args.limit}")
+    if kind == "mmdocir":
+        return load_mmdocir(path, args.limit, args.max_pages), "{query}"
+    spec = _demo_spec(args.model_args)
+    cfg = spec.scene_config() if spec else None
+    seed = EVAL_SCENE_SEED if args.scene_seed is None else args.scene_seed
+    data = synth_set(args.limit, args.candidates, seed, args.scene_start, cfg)
+    return data, PROMPT.replace("{expression}", "{query}")
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from vrh_lmms.base.console import LOG_NAME
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.base.heads.spec import check_heads_file_fits
+    from vrh_lmms.harness import lmms, preload
+    from vrh_lmms.runs.discovery.collector import backend_processor
+    from vrh_lmms.runs.maps.setup import check_output
+    from vrh_lmms.runs.rank import outputs
+    from vrh_lmms.runs.rank.capture import QUERY_ROW, candidate_mass, checked_spans, multi_image_inputs
+    from vrh_lmms.runs.rank.data import parse_data
+    from vrh_lmms.runs.rank.evaluate import evaluate, query_ranks, rank_sets
+    from vrh_lmms.runs.rank.scoring import NULL_QUERY
+    from vrh_lmms.runs.sweep.checks import dead_heads_of
+
+    parse_data(args.data)  # a bad --data is refused before anything loads
+    ks = _ks(args.k)
+    if args.random_seeds < 0:
+        raise VRHError(f"--random-seeds must be >= 0, got {args.random_seeds}")
+    out = Path(args.output)
+    check_output(out, outputs.RESULT, args.force)
+    hf = load_heads_file(args.heads_file)
+    if ks[-1] > len(hf.ranking):
+        raise VRHError(f"--k {ks[-1]} is more than the heads file ranks ({len(hf.ranking)})")
+    plan = preload.plan_args(args.model, args.model_args)
+    preload.refuse_head_args(plan.args, "the ranker", {k: "the ranker reads the intact model; heads are chosen "
+                                                          "with --heads-file and --k" for k in preload.HEAD_ARGS})
+    console.step(f"ranker: {args.model} on {args.data}", line=False)
+    data, template = load_data(args)
+    lm = lmms.build_model(args.model, args.model_args, batch_size=1)
+    geometry = lm.vrh_decoder.geometry
+    check_heads_file_fits(hf, geometry, allow_cross_model=args.allow_cross_model)
+    dead = dead_heads_of(lm, hf)
+    sets = rank_sets(hf, geometry, ks, args.random_seeds, dead)
+    out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / LOG_NAME)
+    processor = backend_processor(lm)
+    text_first = getattr(lm, "vrh_image_position", "before_prompt") == "after_prompt"
+
+    def mass(text: str, set_id: str) -> np.ndarray:
+        inputs = multi_image_inputs(processor, template.format(query=text), data.sets[set_id].images, text_first)
+        return candidate_mass(lm.model, dict(inputs), checked_spans(processor, inputs))
+
+    query_mass: dict[str, np.ndarray] = {}
+    null_mass: dict[str, np.ndarray] = {}
+    console.step("capturing attention over the candidates")
+    bar = console.bar(len(data.queries) + len(data.sets), "forwards (queries + null queries)", "forward")
+    try:
+        for set_id in data.sets:
+            null_mass[set_id] = mass(NULL_QUERY, set_id)
+            bar.update(1)
+        for q in data.queries:
+            query_mass[q.query_id] = mass(q.text, q.set_id)
+            bar.update(1)
+    finally:
+        bar.close()
+    ranks = query_ranks(data.queries, query_mass, null_mass, sets)
+    n_cands = sorted({len(s.images) for s in data.sets.values()})
+    chance = float(np.mean([min(1.0, len(q.gold) / len(data.sets[q.set_id].images)) for q in data.queries]))
+    result: dict[str, Any] = {
+        "model": args.model, "model_args": args.model_args, "data": data.name, "data_arg": args.data,
+        "notes": data.notes, "heads_file": str(Path(args.heads_file).resolve()), "ks": ks,
+        "random_seeds": args.random_seeds, "query_row": QUERY_ROW, "null_query": NULL_QUERY,
+        "prompt_template": template, "text_first": text_first, "dead_heads": [str(h) for h in dead],
+        "n_queries": len(data.queries), "n_sets": len(data.sets),
+        "candidates": n_cands[0] if len(n_cands) == 1 else f"{n_cands[0]}-{n_cands[-1]}",
+        "chance_recall@1": chance, "results": evaluate(data.queries, ranks, sets, ks),
+        "head_sets": {s.id: [str(h) for h in s.heads] for s in sets},
+        "queries": [{"id": q.query_id, "set": q.set_id, "text": q.text, "gold": q.gold,
+                     "ranks": {sc: {sid: int(r[i]) for sid, r in by.items()} for sc, by in ranks.items()}}
+                    for i, q in enumerate(data.queries)]}
+    js, md, png = outputs.write(result, out)
+    console.print_summary(summary_table(result), *console.files_table("Ranker done", [
+        (js, "every figure and each query's gold rank per head set"), (md, "the tables with 95% intervals"),
+        (png, "Recall@1 and MRR per head set"), *console.log_row()]))
+    return 0
+
+
+def summary_table(result: dict[str, Any]):
+    """The console table: the calibrated figures of rank.md."""
+    from rich.table import Table
+
+    from vrh_lmms.runs.rank.outputs import table_rows
+
+    table = Table(title=f"Ranker, null-question calibrated: {result['n_queries']} queries, {result['n_sets']} "
+                        f"candidate sets (%, 95% CI clustered by set; chance R@1 "
+                        f"{100 * result['chance_recall@1']:.1f})")
+    for col in ("head set", "Recall@1", "Recall@5", "MRR", "paired difference, Recall@1"):
+        table.add_column(col)
+    for row in table_rows(result["results"]["calibrated"]):
+        table.add_row(*row)
+    return table

@@ -1,0 +1,180 @@
+"""Checks on a model that need no weights: its registered name, its model args, its checkpoint path and the head
+geometry its config.json declares. Commands run them before the model loads (minutes on a 7B), so a typo fails
+in seconds with one line naming the bad value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import Geometry
+from vrh_lmms.base.pretrained import HUB_EXAMPLE, check_pretrained, hub_offline  # noqa: F401  (check_pretrained: callers)
+
+# Model args that choose heads; commands that set the heads themselves (sweep, discover) refuse them.
+HEAD_ARGS = ("heads", "heads_file", "ablation", "seed", "allow_cross_model", "means_file", "heads_cell",
+             "control_pool", "heads_source", "heads_task")
+
+
+def vrh_model_names() -> list[str]:
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS
+
+    return sorted(WRAPPERS)
+
+
+def check_model_name(name: str) -> None:
+    """`name` is a registered vrh_* model; read from the registry, without importing any backend."""
+    from lmms_eval.models import list_available_models
+
+    from vrh_lmms.base.tables import did_you_mean
+
+    names = vrh_model_names()
+    vrh = ", ".join(names)
+    if name not in list_available_models(include_aliases=True):
+        raise VRHError(f"--model {name!r} is not a registered model{did_you_mean(name, names)}; the vrh-lmms models "
+                       f"are: {vrh}")
+    if name not in names:  # a vrh model is one that a registered family lists (vrh_lmms.base.families)
+        raise VRHError(f"--model {name!r} is lmms-eval's own backend, without head ablation; use one of the "
+                       f"vrh-lmms models: {vrh}")
+
+
+def model_class(name: str) -> type:
+    """The lmms-eval class registered as `name`, which must be a vrh_* model (one with head ablation)."""
+    from lmms_eval.models import get_model
+
+    check_model_name(name)
+    try:
+        cls = get_model(name)
+    except Exception as exc:  # an import error of the backend (a missing optional dependency)
+        raise VRHError(f"--model {name!r} cannot be imported: {str(exc).splitlines()[0][:300]}") from None
+    from vrh_lmms.model_wrappers.base import VRHMixin
+
+    if not issubclass(cls, VRHMixin):
+        raise VRHError(f"--model {name!r} has no head ablation; use one of the vrh-lmms models: "
+                       f"{', '.join(vrh_model_names())}")
+    return cls
+
+
+def parse_model_args(text: str | None) -> dict[str, Any]:
+    """lmms-eval's own parser (`a=1,b=x`), with a malformed entry named."""
+    from lmms_eval.utils import simple_parse_args_string
+
+    for item in [p for p in (text or "").split(",") if p.strip()]:
+        if "=" not in item and not item.strip().startswith(("{", "[", "'", '"')):
+            raise VRHError(f"--model_args entry {item.strip()!r}: expected KEY=VALUE (e.g. pretrained={HUB_EXAMPLE})")
+    try:
+        return simple_parse_args_string(text or "")
+    except ValueError as exc:
+        raise VRHError(f"--model_args {text!r}: {exc}") from None
+
+
+def refuse_head_args(args: dict[str, Any], command: str, instead: dict[str, str]) -> None:
+    """Commands that set the heads per configuration refuse model args that would set them too."""
+    for key in HEAD_ARGS:
+        if key in args:
+            hint = instead.get(key, "it is set by the command")
+            raise VRHError(f"model arg {key}={args[key]} is not allowed in `vrh-lmms {command}` --model_args: "
+                           f"{hint}")
+
+
+def constructor_default(cls: type, name: str) -> Any:
+    """Default of a constructor argument along the class chain (backends pass **kwargs up)."""
+    import inspect
+
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters
+        if name in params and params[name].default is not inspect.Parameter.empty:
+            return params[name].default
+    return None
+
+
+# ------------------------------------------------------------------------------------------------- geometry
+def _namespace(value: Any) -> Any:
+    if isinstance(value, dict):
+        return SimpleNamespace(**{k: _namespace(v) for k, v in value.items()})
+    return value
+
+
+def load_config(pretrained: str, trust_remote_code: bool = False) -> Any:
+    """The checkpoint's config without weights: transformers' class where it has one (it moves old top-level
+    text fields into text_config), else the raw config.json as attributes (remote-code families)."""
+    from transformers import AutoConfig, PretrainedConfig
+
+    try:
+        return AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
+    except Exception:
+        pass
+    try:
+        raw, _ = PretrainedConfig.get_config_dict(pretrained)
+    except Exception as exc:
+        where = "its config.json cannot be read" if Path(pretrained).is_dir() else \
+            "not a local folder, and its config.json cannot be fetched from the hub"
+        offline = " (HF_HUB_OFFLINE is set and it is not in the local hub cache)" if hub_offline() else ""
+        raise VRHError(f"pretrained={pretrained}: {where}{offline}: {str(exc).splitlines()[0][:200]}") from None
+    return _namespace(raw)
+
+
+def config_geometry(config: Any, family) -> Geometry | None:
+    """Head geometry of the language decoder as the config declares it; None when the config does not say.
+
+    Mirrors `vrh_lmms.model.backbone.locate_decoder` (which measures the loaded modules and stays the authority)."""
+    from vrh_lmms.model.backbone import text_config_of
+
+    text = text_config_of(config, family)
+
+    def num(obj: Any, key: str) -> int | None:
+        value = getattr(obj, key, None)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    layers, heads = num(text, "num_hidden_layers"), num(text, "num_attention_heads")
+    if layers is None or heads is None:
+        return None
+    head_dim = num(text, "v_head_dim") or num(text, "head_dim")
+    if head_dim is None:
+        hidden = num(text, "hidden_size")
+        if hidden is None or hidden % heads:
+            return None
+        head_dim = hidden // heads
+    kv = num(text, "num_key_value_heads") or heads
+    return Geometry(layers=layers, heads=heads, kv_heads=kv, head_dim=head_dim)
+
+
+@dataclass
+class ModelPlan:
+    """What is known about a model before it loads."""
+
+    name: str
+    args: dict[str, Any]
+    cls: type | None = None
+    pretrained: str | None = None
+    geometry: Geometry | None = None
+
+
+def plan_args(model: str, model_args: str | None) -> ModelPlan:
+    """The checks on `--model` / `--model_args` that import no backend (fast): registered name, args, path."""
+    check_model_name(model)
+    args = parse_model_args(model_args)
+    if args.get("pretrained") is not None:
+        check_pretrained(args["pretrained"])
+    return ModelPlan(model, args)
+
+
+def plan_geometry(plan: ModelPlan) -> ModelPlan:
+    """Import the backend class, resolve the checkpoint (its default when none is given) and read the head
+    geometry its config.json declares; no weights are loaded."""
+    from vrh_lmms.base.families import get_family
+
+    plan.cls = model_class(plan.name)
+    pretrained = plan.args.get("pretrained", constructor_default(plan.cls, "pretrained"))
+    plan.pretrained = None if pretrained is None else str(pretrained)
+    check_pretrained(plan.pretrained)
+    if plan.pretrained is not None:
+        trust = str(plan.args.get("trust_remote_code", "")).lower() in ("1", "true", "yes")
+        config = load_config(plan.pretrained, trust_remote_code=trust)
+        plan.geometry = config_geometry(config, get_family(plan.cls.vrh_family))
+    return plan

@@ -1,6 +1,0 @@
-"""Head references, head-set specs and heads files."""
-
-from vrh_lmms.heads.geometry import Geometry, HeadRef, format_heads, parse_head
-from vrh_lmms.heads.spec import HeadSet, resolve_spec
-
-__all__ = ["Geometry", "HeadRef", "HeadSet", "format_heads", "parse_head", "resolve_spec"]

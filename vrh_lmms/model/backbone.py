@@ -1,0 +1,305 @@
+"""Find a VLM's language decoder (its attention modules, their output projections, the head geometry) and reach
+its heads through named sites.
+
+Every layer L has two sites, named like TransformerLens' hook points:
+
+* ``layers.L.head_out``: the per-head output, i.e. the input of the attention's output projection (o_proj), shape
+  (..., heads * head_dim), head h in columns [h*d, (h+1)*d). A hook of kind ``edit`` is ``fn(x) -> x' | None``
+  (None: x unchanged, e.g. to record it); a hook of kind ``forward`` is ``fn(x, forward, *args, **kwargs)`` and
+  replaces the projection's call (``forward`` is what ran before: call it, or compute the projection yourself
+  from ``decoder.out_projs[L]``'s weights, as per-row packing does).
+* ``layers.L.attn_rows``: the layer's attention rows, as the registered attention function of
+  vrh_lmms.model.capture.attention computes them (kind ``rows``): ``fn`` may have ``edit_mask`` / ``edit_output``
+  (interventions) and ``observe`` (capture); the text stack must run that function (`TextAttentionSwitch`).
+
+Hooks are data (`Hook(site, fn, kind)`) passed to one scoped context, ``with decoder.hooks([...]):``, which installs
+them in order and removes them in reverse order on exit, also after an exception, leaving every module exactly as
+it was; ``decoder.install([...])`` is the same without the scope (for as long as an ablation stays applied). No
+module outside this one reaches the projections by attribute: they come from `locate_decoder`. Head ablation's
+weight fold (vrh_lmms.model.ablation) edits ``decoder.out_projs`` weights directly: the fast path of the same `HeadSet`
+API, exact and restored by its `Ablator`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from torch import nn
+
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import Family, family_for_config
+from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.tables import did_you_mean
+
+HEAD_OUT = "head_out"
+ATTN_ROWS = "attn_rows"
+SITE_KINDS = {HEAD_OUT: ("edit", "forward"), ATTN_ROWS: ("rows",)}
+
+
+def site_name(layer: int, site: str) -> str:
+    """The name of `site` (HEAD_OUT or ATTN_ROWS) of decoder layer `layer`: "layers.3.head_out"."""
+    return f"layers.{int(layer)}.{site}"
+
+
+@dataclass(frozen=True)
+class Hook:
+    """A hook as data: the named site it attaches to, the function, and how it is called (see the module doc)."""
+
+    site: str
+    fn: Any
+    kind: str = "edit"
+
+
+# attention module -> [(layer, rows hook), ...] in installation order, read by the registered attention function.
+# Weak keys: a model that is dropped takes its entries with it (no id() reuse).
+_ROWS: weakref.WeakKeyDictionary[nn.Module, list[tuple[int, Any]]] = weakref.WeakKeyDictionary()
+
+
+def rows_hooks(attn: nn.Module) -> list[tuple[int, Any]]:
+    """The attn_rows hooks installed on this attention module: (layer, fn) in installation order."""
+    return _ROWS.get(attn, [])
+
+
+def installed_rows_hooks() -> int:
+    """How many attn_rows hooks are installed on any model (0 when every scope has been left)."""
+    return sum(len(v) for v in _ROWS.values())
+
+
+class Installed:
+    """Hooks installed by `Decoder.install`; `remove()` takes them out in reverse order (idempotent)."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+
+    def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def __enter__(self) -> Installed:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+
+@dataclass
+class Decoder:
+    """The language decoder of a loaded model, as ablation and attention capture need it, and its named sites."""
+
+    family: Family
+    attns: list[nn.Module]
+    out_projs: list[nn.Module]
+    geometry: Geometry
+    text_config: Any
+    layers_path: str
+
+    # ------------------------------------------------------------------------------------------ named sites
+    def site_names(self) -> list[str]:
+        return [site_name(layer, site) for layer in range(len(self.attns)) for site in SITE_KINDS]
+
+    def parse_site(self, name: str) -> tuple[int, str]:
+        """(layer, site) of a site name; a clear error (with the close names) for anything else."""
+        parts = str(name).split(".")
+        if (len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit() and parts[2] in SITE_KINDS
+                and int(parts[1]) < len(self.attns)):
+            return int(parts[1]), parts[2]
+        raise VRHError(f"no hook site {name!r}{did_you_mean(name, self.site_names())}; sites are layers.L.head_out "
+                       f"and layers.L.attn_rows for L in 0..{len(self.attns) - 1}")
+
+    def _check(self, hook: Hook) -> tuple[int, str]:
+        layer, site = self.parse_site(hook.site)
+        if hook.kind not in SITE_KINDS[site]:
+            raise VRHError(f"hook kind {hook.kind!r} does not fit site {hook.site!r}; use "
+                           f"{' or '.join(SITE_KINDS[site])}")
+        return layer, site
+
+    def install(self, hooks: Sequence[Hook]) -> Installed:
+        """Install `hooks` in order (all checked first, so a bad one installs nothing); `remove()` undoes them."""
+        placed = [(hook, *self._check(hook)) for hook in hooks]
+        installed = Installed()
+        try:
+            for hook, layer, site in placed:
+                installed._undo.append(self._attach(hook, layer, site))
+        except BaseException:
+            installed.remove()
+            raise
+        return installed
+
+    @contextmanager
+    def hooks(self, hooks: Sequence[Hook]) -> Iterator[Decoder]:
+        """Scoped `install`: every hook is removed on exit, also when the block raises."""
+        installed = self.install(hooks)
+        try:
+            yield self
+        finally:
+            installed.remove()
+
+    def _attach(self, hook: Hook, layer: int, site: str) -> Callable[[], None]:
+        if site == ATTN_ROWS:
+            attn = self.attns[layer]
+            entry = (layer, hook.fn)
+            _ROWS.setdefault(attn, []).append(entry)
+
+            def detach_rows() -> None:
+                entries = _ROWS.get(attn, [])
+                for i in range(len(entries) - 1, -1, -1):
+                    if entries[i] is entry:
+                        del entries[i]
+                        break
+                if not entries:
+                    _ROWS.pop(attn, None)
+
+            return detach_rows
+        proj = self.out_projs[layer]
+        fn = hook.fn
+        if hook.kind == "edit":
+            def pre_hook(module, args):
+                out = fn(args[0])
+                return None if out is None else (out, *args[1:])
+
+            return proj.register_forward_pre_hook(pre_hook).remove
+        # kind "forward": the call of the projection itself is replaced; what ran before is handed to fn
+        had_own = "forward" in proj.__dict__
+        previous_own = proj.__dict__.get("forward")
+        previous = proj.forward
+
+        def forward(x, *args, **kwargs):
+            return fn(x, previous, *args, **kwargs)
+
+        proj.forward = forward
+
+        def detach_forward() -> None:
+            if had_own:
+                proj.forward = previous_own
+            else:
+                proj.__dict__.pop("forward", None)
+
+        return detach_forward
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """Strip DDP/FSDP-style wrappers (`.module`) so hooks and weight edits reach the real model."""
+    while hasattr(model, "module") and isinstance(model.module, nn.Module) and not hasattr(model, "config"):
+        model = model.module
+    return model
+
+
+def _get_path(obj: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not part:
+            continue
+        obj = getattr(obj, part)
+    return obj
+
+
+def _first_attr(obj: Any, names: tuple[str, ...]) -> tuple[str, Any] | None:
+    for name in names:
+        if hasattr(obj, name):
+            return name, getattr(obj, name)
+    return None
+
+
+def text_config_of(config: Any, family: Family) -> Any:
+    for path in family.text_config_paths:
+        try:
+            cfg = _get_path(config, path)
+        except AttributeError:
+            continue
+        if cfg is not None and (hasattr(cfg, "num_attention_heads") or hasattr(cfg, "hidden_size")):
+            return cfg
+    return config
+
+
+def in_features_of(proj: nn.Module) -> int:
+    if hasattr(proj, "in_features"):
+        return int(proj.in_features)
+    weight = getattr(proj, "weight", None)
+    if weight is not None and weight.dim() == 2:
+        return int(weight.shape[1])
+    raise VRHError(f"cannot tell the input width of output projection {type(proj).__name__}")
+
+
+def head_dim_of(attn: nn.Module, text_config: Any) -> int:
+    """Width of one head's output slice: MLA's v_head_dim, else the attention's head_dim, else config."""
+    for source in (attn, text_config):
+        for name in ("v_head_dim", "head_dim"):
+            value = getattr(source, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+    hidden = getattr(text_config, "hidden_size", None)
+    heads = getattr(text_config, "num_attention_heads", None)
+    if hidden and heads:
+        return int(hidden) // int(heads)
+    raise VRHError("cannot determine head_dim: neither the attention module nor the text config states it")
+
+
+def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
+    """Attention modules and output projections of every decoder layer, and the geometry they imply."""
+    model = unwrap(model)
+    config = getattr(model, "config", None)
+    family = family or family_for_config(config)
+    layers = None
+    for path in family.layer_paths:
+        try:
+            layers = _get_path(model, path)
+            layers_path = path
+            break
+        except AttributeError:
+            continue
+    if layers is None:
+        raise VRHError(f"{family.name}: no decoder layer list at {' or '.join(family.layer_paths)} "
+                       f"in {type(model).__name__}")
+    text_config = text_config_of(config, family)
+    attns, outs = [], []
+    for i, layer in enumerate(layers):
+        found = _first_attr(layer, family.attn_attrs)
+        if found is None:
+            raise VRHError(f"{family.name}: decoder layer {i} has no attention module "
+                           f"({' or '.join(family.attn_attrs)})")
+        attn = found[1]
+        proj = _first_attr(attn, family.out_attrs)
+        if proj is None:
+            raise VRHError(f"{family.name}: attention of layer {i} has no output projection "
+                           f"({' or '.join(family.out_attrs)})")
+        attns.append(attn)
+        outs.append(proj[1])
+    head_dim = head_dim_of(attns[0], text_config)
+    widths = {in_features_of(p) for p in outs}
+    if len(widths) != 1:
+        raise VRHError(f"{family.name}: output projections differ in width across layers: {sorted(widths)}")
+    width = widths.pop()
+    if width % head_dim:
+        raise VRHError(f"{family.name}: o_proj input width {width} is not a multiple of head_dim {head_dim}")
+    heads = width // head_dim
+    declared = getattr(text_config, "num_attention_heads", None)
+    if isinstance(declared, int) and declared != heads:
+        raise VRHError(f"{family.name}: o_proj width {width} / head_dim {head_dim} = {heads} heads, but the config "
+                       f"declares {declared}")
+    kv = getattr(text_config, "num_key_value_heads", None) or getattr(attns[0], "num_key_value_heads", None) or heads
+    geometry = Geometry(layers=len(attns), heads=heads, kv_heads=int(kv), head_dim=head_dim)
+    return Decoder(family, attns, outs, geometry, text_config, layers_path)
+
+
+def dead_heads(decoder: Decoder) -> tuple[HeadRef, ...] | None:
+    """Heads whose output projection columns are all exactly zero: whatever they attend to, they write nothing to
+    the residual stream (pruned heads, as in the shipped demo model). Read from the weights, so call it before any
+    weight-folding ablation. None when some o_proj weight cannot be read as a dense matrix (quantized, offloaded or
+    sharded), so the caller knows the check did not run. Real checkpoints have none."""
+    import torch
+
+    g = decoder.geometry
+    width = g.heads * g.head_dim
+    out: list[HeadRef] = []
+    for layer, proj in enumerate(decoder.out_projs):
+        weight = getattr(proj, "weight", None)
+        if (not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] != width
+                or not weight.dtype.is_floating_point or weight.device.type == "meta"):
+            return None
+        with torch.no_grad():
+            written = weight.detach().reshape(weight.shape[0], g.heads, g.head_dim).abs().amax(dim=(0, 2))
+        out.extend(HeadRef(layer, int(h)) for h in torch.nonzero(written == 0).flatten().tolist())
+    return tuple(out)

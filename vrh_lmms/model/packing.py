@@ -1,0 +1,263 @@
+"""Many head configurations from one `generate`: each call answers for the whole pack, later calls are replayed.
+
+A sweep evaluates configurations one lmms-eval pass after another, so each configuration keeps lmms-eval's own
+request building, scoring and sample files. `PackedGenerate` replaces `model.generate` on the model instance (as
+discovery's interceptor does) while a pack of configurations is being served:
+
+- The first time a backend asks for some inputs, the call runs once for every configuration of the pack whose pass
+  is still to come: transformers' own `_expand_inputs_for_generation` (the path beam search uses) is asked for K
+  copies of every row, after the vision tower has encoded each image once (`mm_encoder_outputs`, computed before
+  expansion); `RowAblator` gives copy k of each row the head set of configuration k.
+- Each configuration's rows are cut back to the length a batch of only its rows would have had (the longest of
+  them, up to and including its end-of-sequence token; after it, generate pads) and stored under a fingerprint of
+  the call's inputs.
+- When the pass of a later configuration makes the same call, the stored answer is returned without running the
+  model. A call that cannot be packed exactly (sampling, beam search, a model whose `generate` or vision path
+  transformers does not own) runs for the served configuration alone, so answers never depend on the pack.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model.ablation import RowAblator, RowConfig
+from vrh_lmms.model.backbone import Decoder
+
+# generate kwargs under which one call's rows cannot be split into independent per-configuration answers
+_UNPACKABLE_KWARGS = ("assistant_model", "streamer", "stopping_criteria", "stop_strings", "prefix_allowed_tokens_fn",
+                      "logits_processor", "negative_prompt_ids", "custom_generate", "synced_gpus")
+
+
+def packing_unsupported(model: nn.Module) -> str | None:
+    """Why this model cannot serve packed configurations (None: it can)."""
+    from transformers import GenerationMixin
+
+    if not isinstance(model, GenerationMixin):
+        return f"{type(model).__name__} has no transformers generate"
+    if getattr(type(model), "generate", None) is not GenerationMixin.generate:
+        return f"{type(model).__name__} brings its own generate (remote code), which packing cannot expand"
+    if getattr(type(model), "_expand_inputs_for_generation", None) is None:
+        return f"{type(model).__name__} cannot expand its inputs"
+    supports = getattr(model, "_supports_mm_encoder_outputs", None)
+    modalities = getattr(model, "input_modalities", ())
+    if any(m in ("image", "video") for m in modalities) and not (supports and supports()):
+        return f"{type(model).__name__} cannot take precomputed vision features, so images would be encoded K times"
+    return None
+
+
+def fingerprint(args: tuple, kwargs: dict[str, Any]) -> str:
+    """Exact identity of a generate call: every tensor's dtype, shape and bytes, every other value's repr."""
+    h = hashlib.sha256()  # hardware-accelerated on most CPUs: ~1 GB/s, a few ms per batch of images
+
+    def feed(name: str, value: Any) -> None:
+        h.update(name.encode())
+        if isinstance(value, torch.Tensor):
+            t = value.detach().cpu().contiguous()
+            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+            if t.numel():
+                h.update(memoryview(t.view(-1).view(torch.uint8).numpy()))
+        elif isinstance(value, dict):
+            for k in sorted(value, key=str):
+                feed(f"{name}.{k}", value[k])
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                feed(f"{name}[{i}]", v)
+        else:
+            h.update(repr(value).encode())
+
+    for i, a in enumerate(args):
+        feed(f"arg{i}", a)
+    for k in sorted(kwargs):
+        feed(k, kwargs[k])
+    return h.hexdigest()
+
+
+def _token_ids(value: Any) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [int(v) for v in value.flatten().tolist()]
+    if isinstance(value, (list, tuple)):
+        return [int(v) for v in value]
+    return [int(value)]
+
+
+def alone_length(new_tokens: torch.Tensor, eos_ids: Sequence[int]) -> int:
+    """How many new tokens a batch of exactly these rows returns: generate stops when every row has emitted an
+    end-of-sequence token (and pads the rows that finished earlier), or at the length limit."""
+    width = new_tokens.shape[1]
+    if not eos_ids or width == 0:
+        return width
+    is_eos = torch.isin(new_tokens, torch.tensor(list(eos_ids), device=new_tokens.device))
+    ended = is_eos.any(1)
+    if not bool(ended.all()):
+        return width
+    first = is_eos.int().argmax(1)
+    return int(first.max()) + 1
+
+
+@dataclass
+class PackStats:
+    packed_calls: int = 0  # generate runs that answered several configurations at once
+    solo_calls: int = 0  # runs for the served configuration alone
+    replayed: int = 0  # calls answered from an earlier packed run
+    rows: list[int] = field(default_factory=list)  # batch rows of each packed run
+
+
+class PackedGenerate:
+    """Serves configuration `current` of a pack; see the module docstring. Use as a context manager."""
+
+    def __init__(self, model: nn.Module, decoder: Decoder, configs: Sequence[RowConfig],
+                 means: torch.Tensor | None = None, method: str = "auto") -> None:
+        reason = packing_unsupported(model)
+        if reason is not None and len(configs) > 1:
+            raise VRHError(f"cannot pack configurations: {reason}; use --pack 1")
+        self.model = model
+        self.rows = RowAblator(decoder, configs, means=means, method=method)
+        self.n = len(configs)
+        self.current = 0
+        self.stats = PackStats()
+        self._stored: list[dict[str, torch.Tensor]] = [{} for _ in range(self.n)]
+        self._original = None
+
+    @property
+    def method(self) -> str:
+        return self.rows.method
+
+    # ------------------------------------------------------------------------------------------- serving
+    def serve(self, index: int) -> None:
+        """From now on, answer as configuration `index` (configurations are served in order)."""
+        if not 0 <= index < self.n:
+            raise VRHError(f"configuration {index} outside the pack of {self.n}")
+        for done in range(index):
+            self._stored[done].clear()
+        self.current = index
+        self.rows.solo(index)
+
+    def install(self) -> PackedGenerate:
+        if "generate" in self.model.__dict__:
+            raise VRHError("model.generate is already intercepted; packing cannot be combined with that")
+        self._original = self.model.generate
+        self.model.generate = self._generate
+        self.rows.install()
+        self.serve(self.current)
+        return self
+
+    def uninstall(self) -> None:
+        self.model.__dict__.pop("generate", None)
+        self.model.__dict__.pop("_expand_inputs_for_generation", None)
+        self.rows.uninstall()
+        for stored in self._stored:
+            stored.clear()
+
+    def __enter__(self) -> PackedGenerate:
+        return self.install()
+
+    def __exit__(self, *exc) -> None:
+        self.uninstall()
+
+    # ------------------------------------------------------------------------------------------ generate
+    def _generation_value(self, kwargs: dict[str, Any], name: str) -> Any:
+        if name in kwargs:
+            return kwargs[name]
+        config = kwargs.get("generation_config") or getattr(self.model, "generation_config", None)
+        return getattr(config, name, None)
+
+    def _packable(self, args: tuple, kwargs: dict[str, Any]) -> bool:
+        if args or self.current == self.n - 1 or packing_unsupported(self.model) is not None:
+            return False
+        if not isinstance(kwargs.get("input_ids"), torch.Tensor) or kwargs.get("inputs_embeds") is not None:
+            return False
+        if any(kwargs.get(k) is not None for k in _UNPACKABLE_KWARGS):
+            return False
+        if self._generation_value(kwargs, "do_sample") or (self._generation_value(kwargs, "num_beams") or 1) > 1:
+            return False
+        if (self._generation_value(kwargs, "num_return_sequences") or 1) > 1:
+            return False
+        if self._generation_value(kwargs, "return_dict_in_generate"):
+            return False
+        return self._generation_value(kwargs, "cache_implementation") in (None, "dynamic")
+
+    def _generate(self, *args, **kwargs):
+        key = fingerprint(args, kwargs)
+        stored = self._stored[self.current].pop(key, None)
+        if stored is not None:
+            self.stats.replayed += 1
+            return stored
+        if not self._packable(args, kwargs):
+            self.stats.solo_calls += 1
+            self.rows.solo(self.current)
+            return self._original(*args, **kwargs)
+        return self._run_packed(key, kwargs)
+
+    def _run_packed(self, key: str, kwargs: dict[str, Any]) -> torch.Tensor:
+        pending = list(range(self.current, self.n))
+        k = len(pending)
+        input_ids = kwargs["input_ids"]
+        batch, prompt = input_ids.shape
+        expand = type(self.model)._expand_inputs_for_generation
+
+        def expand_k(*a, expand_size: int = 1, **kw):
+            return expand(self.model, *a, expand_size=expand_size * k, **kw)
+
+        self.model._expand_inputs_for_generation = expand_k
+        self.rows.set_rows([c for _ in range(batch) for c in pending])
+        try:
+            out = self._original(**kwargs)
+        finally:
+            self.model.__dict__.pop("_expand_inputs_for_generation", None)
+            self.rows.solo(self.current)
+        if not isinstance(out, torch.Tensor) or out.shape[0] != batch * k or out.shape[1] < prompt:
+            raise VRHError(f"packed generate returned {type(out).__name__} {getattr(out, 'shape', '')}; expected "
+                           f"{batch * k} rows that start with the prompt")
+        self.stats.packed_calls += 1
+        self.stats.rows.append(batch * k)
+        eos = _token_ids(self._generation_value(kwargs, "eos_token_id"))
+        answer = None
+        for j, config in enumerate(pending):
+            rows = out[j::k]
+            cut = rows[:, :prompt + alone_length(rows[:, prompt:], eos)].clone()
+            if config == self.current:
+                answer = cut
+            else:
+                self._stored[config][key] = cut
+        return answer
+
+
+# ------------------------------------------------------------------------------------------------ exactness checks
+def step_logits(model: nn.Module, batch: dict[str, torch.Tensor], prefix: torch.Tensor) -> torch.Tensor:
+    """Next-token logits of every row after its prompt and `prefix` (rows x t generated tokens): what generate
+    computes at step t, recomputed in full instead of from the cache."""
+    t = prefix.shape[1]
+    step = dict(batch, input_ids=torch.cat([batch["input_ids"], prefix], 1))
+    if batch.get("attention_mask") is not None:
+        step["attention_mask"] = torch.cat([batch["attention_mask"], torch.ones_like(prefix)], 1)
+    if batch.get("token_type_ids") is not None:  # generate repeats the last type (PaliGemma's suffix tokens)
+        types = batch["token_type_ids"]
+        step["token_type_ids"] = torch.cat([types, types[:, -1:].expand(-1, t)], 1)
+    if batch.get("mm_token_type_ids") is not None:  # generated tokens are text
+        step["mm_token_type_ids"] = torch.cat([batch["mm_token_type_ids"], torch.zeros_like(prefix)], 1)
+    with torch.no_grad():
+        return model(**step).logits[:, -1].float()
+
+
+def divergence_gap(model: nn.Module, batch: dict[str, torch.Tensor], want: torch.Tensor, got: torch.Tensor,
+                   row: int) -> float:
+    """Where row `row` of two generate outputs first differs, the logit gap between the two tokens chosen there,
+    under the model as it is now (set it up as the configuration that produced `want`). A gap near 0 means the
+    two answers split at a near-tie, which batch-size-dependent kernel rounding may decide either way."""
+    prompt = batch["input_ids"].shape[1]
+    n = min(want.shape[1], got.shape[1])
+    differs = want[row, prompt:n] != got[row, prompt:n]
+    if not bool(differs.any()):
+        raise VRHError(f"row {row} of the two outputs does not differ within {n - prompt} new tokens")
+    t = int(differs.int().argmax())
+    logits = step_logits(model, batch, want[:, prompt:prompt + t])[row]
+    return float((logits[want[row, prompt + t]] - logits[got[row, prompt + t]]).abs())

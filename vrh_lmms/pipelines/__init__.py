@@ -1,0 +1,2 @@
+"""Pipelines: the demo and replicate, which chain runs and reports.
+"""

@@ -1,0 +1,92 @@
+"""The end of `vrh-lmms demo` on the console: the verdict, one row per k and the files written, in a screenful.
+
+demo_summary.md and the report hold everything else; `--verbose` prints demo_summary.md here as well.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base import console
+
+
+def _pts(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:+.1f}"
+
+
+def _control(row: dict[str, Any], kind: str) -> str:
+    se = row.get(f"{kind}_mean_drop_se")
+    return _pts(row.get(f"{kind}_mean_drop")) + ("" if se is None else f" ± {100 * se:.1f}")
+
+
+def k_table(summary: dict[str, Any]):
+    """Per k: top-k drop [CI] beside the controls' mean drops (points), and whether the design targets hold."""
+    from rich.table import Table
+
+    total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
+    criteria = summary["criteria"]
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    for name, justify in (("k", "left"), ("top-k drop [95% CI]", "right"), ("random-k", "right"),
+                          ("layer-matched", "right"), ("targets", "left")):
+        table.add_column(name, justify=justify, no_wrap=True)
+    for r in summary["acceptance"]["rows"]:
+        lo, hi = r["topk_drop_ci"]
+        checks = criteria.get(str(r["k"]))
+        met = "n/a (> 10%)" if checks is None else ("met" if all(checks.values()) else
+                                          f"{sum(not ok for ok in checks.values())} not met")
+        table.add_row(f"{r['k']} ({r['k'] / total:.0%})", f"{_pts(r['topk_drop'])} [{_pts(lo)}, {_pts(hi)}]",
+                      _control(r, "random"), _control(r, "layer_matched"), met)
+    return table
+
+
+def transfer_table(rows: list[dict[str, Any]]):
+    """--transfer: per direction and k, the top-k drop with the model's own heads and with the other's."""
+    from rich.table import Table
+
+    def drop(value: float | None, ci) -> str:
+        return _pts(value) + ("" if value is None or not ci or ci[0] is None else f" [{_pts(ci[0])}, {_pts(ci[1])}]")
+
+    table = Table(box=None, padding=(0, 1), header_style="bold",
+                  title="Transfer: top-k heads ablated in the other model (drops in points)", title_justify="left")
+    for name in ("model", "heads from", "k", "own heads", "other's heads"):
+        table.add_column(name, no_wrap=True)
+    for r in sorted(rows, key=lambda r: (r["model"], r["k"])):
+        table.add_row(Path(r["model"]).name, Path(r["heads_from"]).name, str(r["k"]),
+                      drop(r["own_drop"], r["own_drop_ci"]), drop(r["transferred_drop"], r["transferred_drop_ci"]))
+    return table
+
+
+def files(out: Path, recall: bool = False) -> list[tuple[Path, str]]:
+    rows = [(out / "report" / "report.html", "the report as one page: verdict, tables, plots (open in a browser)"),
+            (out / "report" / "report.md", "the report in markdown (report.json: its numbers)"),
+            (out / "demo_summary.md", "the demo's verdict per k and its criteria"),
+            (out / "kcurve.png", "drops against k: top-k vs random-k vs layer-matched")]
+    if recall:
+        rows.append((out / "recall.png", "recall heads: each set's top-k masked on the needle and grounding tasks"))
+    return rows + console.log_row()
+
+
+def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
+    """Print the demo's closing summary (the whole demo_summary.md first with --verbose or outside a CLI run)."""
+    from rich.text import Text
+
+    acc = summary["acceptance"]
+    verdict = markdown.splitlines()[0]
+    parts: list[Any] = []
+    if console.verbose():
+        parts.append(Text(markdown.replace("\n![k-curve](kcurve.png)\n", "")))
+    parts += [Text(""), Text(verdict.replace("**", ""), style="bold"),
+              Text(f"Baseline Acc@0.5 {acc['baseline_acc']:.1%} on {acc['n_eval']} held-out scenes; drops in "
+                   f"points, controls as mean ± SE over their draws."),
+              k_table(summary)]
+    parts += [Text(line) for line in markdown.splitlines() if line.startswith(("Steering (", "Patching ("))]
+    if summary.get("transfer"):
+        parts += [Text(""), transfer_table(summary["transfer"])]
+    if summary.get("recall"):
+        from vrh_lmms.pipelines.demo.recall import recall_line
+
+        parts += [Text(""), Text(recall_line(summary["recall"]))]
+    parts += [Text(""), *console.files_table(f"Written in {out} ({summary['seconds']:.0f} s)",
+                                             files(out, bool(summary.get("recall"))))]
+    console.print_summary(*parts)

@@ -1,0 +1,476 @@
+"""`vrh-lmms demo`: the whole method on the shipped tiny VLM, through the same code paths as real runs.
+
+1. held-out synthetic scenes (never seen in training) for discovery and, disjoint from them, for evaluation;
+2. discovery (`vrh-lmms discover`, default scoring out,sum,mean) on the discovery scenes;
+3. a sweep (baseline, top-k, random-k and layer-matched random-k over several seeds) on the evaluation scenes; the
+   controls draw from live heads (the model's pruned heads write nothing), and uniform random-k draws over all heads,
+   the paper's control, run beside them;
+4. the report, plus the acceptance figures computed from the sweep's own sample files.
+One model load serves every step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vrh_lmms.base import console, owned
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.paths import assets_path
+from vrh_lmms.pipelines.demo.recall import RECALL_DIR
+from vrh_lmms.pipelines.demo.stages import (  # noqa: F401  (EVAL_START: the demo's scene ids, for its callers)
+    EVAL_START,
+    TASK,
+    DemoSettings,
+    demo_model_args,
+    discover_heads,
+    sweep_heads,
+)
+from vrh_lmms.pipelines.demo.stages import scoped_env as _env
+from vrh_lmms.pipelines.demo.stages import synth_config as _synth_config
+from vrh_lmms.pipelines.demo.transfer import TRANSFER_DIR
+
+INTERVENTION_START = 200_000  # scenes of the optional steering / patching step, every object named
+
+
+def demo_model_path() -> Path:
+    path = assets_path() / "demo_model"
+    if not (path / "config.json").is_file():
+        raise VRHError(f"the shipped demo model is missing from {path}; reinstall vrh-lmms or train one with "
+                       f"`vrh-lmms train-tiny`")
+    return path
+
+
+CONTROLS = ("random", "layer_matched", "random_all")  # live random, live layer-matched, uniform over all heads
+TARGET_CONTROLS = ("random", "layer_matched")  # the design targets are checked against the live draws
+
+
+@dataclass
+class Acceptance:
+    """The demo's claims, recomputed from the sweep's sample files every run."""
+
+    baseline_acc: float
+    n_eval: int
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    dead_heads: list[str] | None = None  # the model's heads that write nothing (sweep.json)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _load_records(path: Path) -> dict[int, dict]:
+    out = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            out[int(row["doc_id"])] = row["vrh_record"]
+    return out
+
+
+def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 5000) -> Acceptance:
+    """Baseline accuracy, and per k: top-k drop with the report's cluster-aware interval
+    (`vrh_lmms.base.stats.paired_drop`,
+    the interval report.md prints), mean random / layer-matched drops and their number of draws, parse-failure
+    rates — straight from the sample files."""
+    from scipy.stats import sem
+
+    from vrh_lmms.base.stats import paired_drop
+
+    configs = sweep_dir / "configs"
+    base = _load_records(configs / "baseline" / f"samples_{TASK}.jsonl")
+    ids = sorted(base)
+    b = np.array([float(base[i]["correct"]) for i in ids])
+    clusters = np.array([str(base[i]["image_id"]) for i in ids])
+    manifest_path = sweep_dir / "sweep.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {"configurations": []}
+    unavailable = {c["id"]: c.get("reason", "") for c in manifest["configurations"] if c["status"] == "unavailable"}
+    acc = Acceptance(baseline_acc=float(b.mean()), n_eval=len(ids), dead_heads=manifest.get("dead_heads"))
+
+    def correct(cfg: str) -> tuple[np.ndarray, float]:
+        rec = _load_records(configs / cfg / f"samples_{TASK}.jsonl")
+        c = np.array([float(rec[i]["correct"]) for i in ids])
+        pf = float(np.mean([rec[i]["status"] == "parse_failure" for i in ids]))
+        return c, pf
+
+    for k in ks:
+        top, top_pf = correct(f"top{k}")
+        drop = paired_drop(b, top, clusters, n_resamples=n_resamples, seed=0)
+        row: dict[str, Any] = {"k": k, "topk_acc": float(top.mean()), "topk_drop": drop.drop,
+                               "topk_drop_ci": [drop.ci_low, drop.ci_high], "topk_drop_ci_method": drop.method,
+                               "topk_parse_failure": top_pf}
+        for kind in CONTROLS:
+            runs = sorted((p.name for p in configs.glob(f"{kind}{k}_s*") if (p / "results.json").is_file()),
+                          key=_draw_seed)  # seed order (s2 before s10), as the sweep ran them
+            drops, pfs, dead = [], [], []
+            for name in runs:
+                c, pf = correct(name)
+                drops.append(float(b.mean() - c.mean()))
+                pfs.append(pf)
+                ablation = json.loads((configs / name / "results.json").read_text()).get("vrh", {}).get("ablation", {})
+                dead.append(len(ablation.get("dead_heads") or []))
+            row[f"{kind}_drops"] = drops
+            row[f"{kind}_dead_per_draw"] = dead
+            row[f"{kind}_unavailable"] = next((r for cid, r in unavailable.items()
+                                               if re.fullmatch(rf"{kind}{k}_s\d+", cid)), None)
+            row[f"{kind}_mean_drop"] = float(np.mean(drops)) if drops else None
+            # how far the mean of these few draws may sit from the mean over all k-sets (None below two draws)
+            row[f"{kind}_mean_drop_se"] = float(sem(drops)) if len(drops) > 1 else None
+            row[f"{kind}_max_parse_failure"] = max(pfs) if pfs else None
+        acc.rows.append(row)
+    return acc
+
+
+def _draw_seed(config_name: str) -> int:
+    """`random5_s12` -> 12 (the sweep's configuration names, vrh_lmms.runs.sweep.plan)."""
+    return int(re.search(r"_s(\d+)", config_name).group(1))
+
+
+def plot_acceptance_curve(acc: Acceptance, layers: int, heads: int, path: Path) -> Path:
+    """The demo's k-curve: top-k, random-k and layer-matched random-k drops against k, from the sweep's samples."""
+    from vrh_lmms.pipelines.demo.kcurve import plot_k_curve
+
+    rows = [{"k": r["k"], "top_drop": 100 * r["topk_drop"],
+             "random_drops": [100 * d for d in r["random_drops"]],
+             "layer_matched_drops": [100 * d for d in r["layer_matched_drops"]],
+             "random_all_drops": [100 * d for d in r.get("random_all_drops", [])]}
+            for r in acc.rows if r["random_drops"]]
+    plot_k_curve({"rows": rows, "layers": layers, "heads": heads}, path,
+                 f"demo: Acc@0.5 drops on {acc.n_eval} held-out scenes (baseline {acc.baseline_acc:.1%})", pool="live")
+    return path
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1%}"
+
+
+def _control(row: dict, kind: str) -> str:
+    """`+11.4% ± 3.3 (10)`: a control's mean drop over its R draws with the standard error, in points;
+    `unavailable` where no draw could be made from live heads."""
+    if not row.get(f"{kind}_drops") and row.get(f"{kind}_unavailable"):
+        return "unavailable"
+    se = row.get(f"{kind}_mean_drop_se")
+    spread = "" if se is None else f" ± {100 * se:.1f}"
+    return f"{_fmt(row.get(f'{kind}_mean_drop'))}{spread} ({len(row.get(f'{kind}_drops', []))})"
+
+
+def _dead_share(row: dict, kind: str) -> str:
+    """`7 of 10 (1.4)`: draws holding a head that writes nothing, and the mean number of such heads per draw."""
+    dead = row.get(f"{kind}_dead_per_draw") or []
+    if not dead:
+        return "-"
+    return f"{sum(1 for d in dead if d)} of {len(dead)} ({np.mean(dead):.1f})"
+
+
+def met_at(checks: dict[int, dict[str, bool]]) -> list[int]:
+    """The ks (<= 10% of all heads) at which every acceptance check holds."""
+    return [k for k, c in checks.items() if all(c.values())]
+
+
+def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
+    checks = criteria(acc, total_heads)
+    met = met_at(checks)
+    verdict = (f"**Design targets met at k = {', '.join(map(str, met))}** (of {total_heads} heads)" if met else
+               f"**Design targets not met at any k <= 10% of the {total_heads} heads** (the rows below say which)")
+    dead = acc.dead_heads or []
+    live = total_heads - len(dead)
+    lines = [verdict, "", f"Baseline Acc@0.5 on {acc.n_eval} held-out scenes: **{acc.baseline_acc:.1%}**", "",
+             f"Controls are drawn from the model's {live} live heads: {len(dead)} of its {total_heads} heads write "
+             "nothing (o_proj columns all zero), and a draw of them costs nothing by construction. The uniform "
+             "draws over all heads (the paper's random control) are shown beside them, with how many of their heads "
+             "are dead; the targets are checked against the live draws.", "",
+             "| k (share of heads) | top-k Acc | top-k drop [95% CI] | live random-k mean drop ± SE (R) | "
+             "live layer-matched mean drop ± SE (R) | uniform random-k (all heads) mean drop ± SE (R) | "
+             "uniform draws holding dead heads (dead per draw) | parse failures (top-k / worst live control) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in acc.rows:
+        lo, hi = r["topk_drop_ci"]
+        worst = max(v for v in (*(r.get(f"{kind}_max_parse_failure") for kind in TARGET_CONTROLS), 0.0)
+                    if v is not None)
+        lines.append(f"| {r['k']} ({r['k'] / total_heads:.0%}) | {r['topk_acc']:.1%} | "
+                     f"{r['topk_drop']:+.1%} [{lo:+.1%}, {hi:+.1%}] | "
+                     f"{_control(r, 'random')} | {_control(r, 'layer_matched')} | {_control(r, 'random_all')} | "
+                     f"{_dead_share(r, 'random_all')} | {r['topk_parse_failure']:.1%} / {worst:.1%} |")
+    lines += ["", "Criteria (for some k <= 10% of all heads): baseline >= 80%; top-k drop >= 40 points with a CI",
+              "above 0 (the report's cluster-aware interval); live random-k and live layer-matched random-k mean drops",
+              "<= 10 points (a control that cannot be drawn from live heads is not met); parse failures <= 5%. These",
+              "are the demo model's design targets, not a statistical test; the report (report/report.md) states",
+              "what the tests support. SE: the standard error of a mean over R random draws (a mean within about one",
+              "SE of 10 points could fall on either side with other draws).", ""]
+    for k, k_checks in checks.items():
+        failed = [name for name, ok in k_checks.items() if not ok]
+        row = next(r for r in acc.rows if r["k"] == k)
+        why = f" ({row['layer_matched_unavailable']})" if not row["layer_matched_drops"] and \
+            row.get("layer_matched_unavailable") else ""
+        lines.append(f"- k={k}: " + ("all met" if not failed else "not met: " + ", ".join(failed) + why))
+    lines += ["", f"Total time {seconds:.0f} s."]
+    return "\n".join(lines) + "\n"
+
+
+# Drops and rates are ratios of counts (e.g. 0.1 + 0.09 + 0.11 averages to 0.10000000000000002); a bound is met when
+# the value is within this of it, so a value printed as "+10.0%" is never checked as above 10 points.
+TOLERANCE = 1e-9
+
+
+def at_least(value: float | None, bound: float) -> bool:
+    return value is not None and value >= bound - TOLERANCE
+
+
+def at_most(value: float | None, bound: float) -> bool:
+    return value is not None and value <= bound + TOLERANCE
+
+
+def criteria(acc: Acceptance, total_heads: int) -> dict[int, dict[str, bool]]:
+    """The demo model's acceptance checks for each k <= 10% of all heads (True = met); a missing control (no draws)
+    is not met."""
+    out = {}
+    for r in acc.rows:
+        if r["k"] > 0.10 * total_heads + TOLERANCE:
+            continue
+        parse = [v for v in (r.get(f"{kind}_max_parse_failure") for kind in TARGET_CONTROLS) if v is not None]
+        out[r["k"]] = {
+            "baseline >= 80%": at_least(acc.baseline_acc, 0.80),
+            "top-k drop >= 40 points": at_least(r["topk_drop"], 0.40),
+            "top-k drop CI above 0": r["topk_drop_ci"][0] > 0,
+            "live random-k mean drop <= 10 points": at_most(r["random_mean_drop"], 0.10),
+            "live layer-matched mean drop <= 10 points": at_most(r["layer_matched_mean_drop"], 0.10),
+            "parse failures <= 5%": at_most(max([r["topk_parse_failure"], *parse]), 0.05),
+        }
+    return out
+
+
+def demo_layout(out: Path) -> owned.Layout:
+    """Everything a demo run writes into its folder (what --force may replace)."""
+    from vrh_lmms.report.build import REPORT_LAYOUT
+    from vrh_lmms.runs.discovery.run import discovery_layout
+    from vrh_lmms.runs.interventions.patch_run import PATCH_LAYOUT
+    from vrh_lmms.runs.interventions.steer_run import STEER_LAYOUT
+    from vrh_lmms.runs.sweep.checks import SWEEP_LAYOUT
+
+    synth_cache = owned.folder_of({"synth": owned.folder_of({"hub-*": owned.files_matching("*.parquet"),
+                                                             ".hub-*": None})})
+    transfer = owned.folder_of({**discovery_layout(out / TRANSFER_DIR / "heads.json"),
+                                "sweep*": owned.folder_of(SWEEP_LAYOUT)})
+    recall = owned.folder_of({name: owned.folder_of(discovery_layout(out / RECALL_DIR / name / "heads.json"))
+                              for name in ("backbone", "vlm")} | {"sweep*": owned.folder_of(SWEEP_LAYOUT),
+                                                                   "score_maps.png": owned.is_file})
+    return {**discovery_layout(out / "heads.json"), "data": synth_cache, "sweep": owned.folder_of(SWEEP_LAYOUT),
+            TRANSFER_DIR: transfer, RECALL_DIR: recall, "recall.png": owned.is_file,
+            "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
+            "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
+            "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file,
+            "applications": None}  # demo --applications (vrh_lmms.cli.commands.demo_applications)
+
+
+def _finished_anything(out: Path) -> bool:
+    """Whether a demo folder holds any finished unit of work (what a rerun must not discard silently)."""
+    return any(p.exists() for p in (out / "heads.json", out / "demo_summary.json")) or \
+        any(out.glob("heads.parts/[!.]*.npz")) or any(out.glob("sweep/configs/*/results.json"))
+
+
+def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
+    """The model folder, its demo spec and the settings, checked before anything is written or loaded."""
+    from vrh_lmms.base.families import get_family
+    from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
+    from vrh_lmms.harness.preload import check_pretrained, config_geometry, load_config
+
+    for name, value, low in (("--n-discovery", settings.n_discovery, 1), ("--n-eval", settings.n_eval, 1),
+                             ("--random-seeds", settings.random_seeds, 0)):
+        if value < low:
+            raise VRHError(f"{name} must be at least {low}, got {value}")
+    if any(int(k) < 1 for k in settings.ks):
+        raise VRHError(f"--k values must be positive, got {list(settings.ks)}")
+    model = Path(model_path) if model_path else demo_model_path()
+    check_pretrained(str(model), name="--model")
+    if not (model / SPEC_FILE).is_file():
+        raise VRHError(f"--model {model}: no {SPEC_FILE}; the demo runs models written by `vrh-lmms train-tiny`")
+    spec = DemoSpec.load(model)
+    geometry = config_geometry(load_config(str(model)), get_family("qwen2_5_vl"))
+    if geometry is not None and max(settings.ks, default=0) >= geometry.total_heads:
+        raise VRHError(f"--k {max(settings.ks)}: the demo's layer-matched controls need k below the model's "
+                       f"{geometry.total_heads} heads")
+    return model, spec
+
+
+def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bool = False,
+             model_path: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.report.build import ReportSettings, build_report
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+
+    settings = settings or DemoSettings()
+    started = time.time()
+    out = Path(output)
+    model, spec = _checked_inputs(model_path, settings)
+    transfer_model = None
+    if settings.transfer_model:
+        from vrh_lmms.pipelines.demo.transfer import checked_second_model
+
+        transfer_model = checked_second_model(settings.transfer_model, model, spec)
+    sweeps = [out / "sweep"]
+    # An earlier demo that finished nothing (no discovery part, no configuration) is a failed start: replaced.
+    owned.prepare_output(out, demo_layout(out), force=force or not _finished_anything(out),
+                         what="an earlier demo run")
+    out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / console.LOG_NAME)  # lmms-eval's output, out of the terminal (vrh_lmms.base.console)
+    model_args = demo_model_args(model, spec)
+    say = console.step if progress else (lambda *a, **k: None)
+    with _env(VRH_CACHE_DIR=str(out / "data"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"):
+        lm = lmms.build_model("vrh_qwen25", model_args, batch_size=1)
+        geometry = lm.vrh_decoder.geometry
+        ks = settings.resolved_ks(geometry.total_heads)
+        say(f"[1/3] discovery on {settings.n_discovery} held-out scenes "
+            f"({geometry.layers} layers x {geometry.heads} heads)")
+        heads = discover_heads(lm, model_args, spec, settings, out / "heads.json")
+        configs = plan_configurations(ks, settings.random_seeds, True, ["zero"], uniform_random=True)
+        say(f"[2/3] sweep: {len(configs)} configurations (k = {', '.join(map(str, ks))}) on {settings.n_eval} "
+            f"other held-out scenes")
+        sweep_heads(lm, model_args, spec, settings, heads, configs, out / "sweep", progress)
+        if settings.transfer_model:
+            from vrh_lmms.pipelines.demo.transfer import run_transfer
+
+            sweeps += run_transfer(lm, model_args, heads, transfer_model, spec, settings, ks, out, say, progress)
+        if settings.recall:
+            from vrh_lmms.pipelines.demo.recall import run_recall
+
+            sweeps += run_recall(lm, model_args, heads, spec, settings, min(ks), out, say, progress)
+        if settings.interventions:
+            t_interventions = time.time()
+            run_interventions(lm, out, spec, model_args, str(heads), settings, say)
+            t_interventions = time.time() - t_interventions
+    say("[3/3] report")
+    heads_files = (str(heads),) + ((str(out / TRANSFER_DIR / "heads.json"),) if settings.transfer_model else ())
+    build_report(sweeps, out / "report", ReportSettings(heads_files=heads_files, n_resamples=settings.n_resamples))
+    intervention_summary = None
+    if settings.interventions:
+        from vrh_lmms.report.interventions import append_to_report
+
+        append_to_report(out / "report", out / "steer", out / "patch")
+        intervention_summary = intervention_figures(out) | {"seconds": t_interventions}
+    acc = acceptance_figures(out / "sweep", ks, settings.n_resamples)
+    plot_acceptance_curve(acc, geometry.layers, geometry.heads, out / "kcurve.png")
+    seconds = time.time() - started
+    checks = criteria(acc, geometry.total_heads)
+    summary = {"model": str(model), "geometry": geometry.to_dict(), "settings": asdict(settings) | {"ks": ks},
+               "acceptance": acc.to_dict(),
+               "criteria": {str(k): v for k, v in checks.items()}, "criteria_met_at": met_at(checks),
+               "seconds": seconds}
+    if intervention_summary is not None:
+        summary["interventions"] = intervention_summary
+    if settings.recall:
+        from vrh_lmms.pipelines.demo.recall import plot_recall, recall_summary
+
+        report = json.loads((out / "report" / "report.json").read_text())
+        summary["recall"] = recall_summary(out, heads, report, min(ks), TASK)
+        plot_recall(summary["recall"], out / "recall.png")
+    if settings.transfer_model:
+        from vrh_lmms.pipelines.demo.transfer import (
+            agreement_markdown,
+            heads_agreement,
+            transfer_figures,
+            transfer_markdown,
+        )
+
+        summary["transfer"] = transfer_figures(json.loads((out / "report" / "report.json").read_text()))
+        summary["transfer_heads"] = heads_agreement(heads, out / TRANSFER_DIR / "heads.json", ks)
+    (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
+    markdown = summary_markdown(acc, geometry.total_heads, seconds)
+    if intervention_summary is not None:
+        markdown += interventions_markdown(intervention_summary)
+    if settings.transfer_model:
+        markdown += transfer_markdown(summary["transfer"]) + agreement_markdown(summary["transfer_heads"])
+    if settings.recall:
+        from vrh_lmms.pipelines.demo.recall import recall_markdown
+
+        markdown += recall_markdown(summary["recall"], "recall.png")
+    markdown += "\n![k-curve](kcurve.png)\n"
+    (out / "demo_summary.md").write_text(markdown)
+    from vrh_lmms.report.html import write_report_html
+
+    title = f"vrh-lmms demo: {model.name}"
+    write_report_html(out / "report", before=[(f"# {title}\n\n{markdown}", out)], title=title)
+    if progress:
+        from vrh_lmms.pipelines.demo.console_summary import show
+
+        show(summary, markdown, out)
+    return summary
+
+
+def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings: DemoSettings, say) -> None:
+    """Steering (top-k vs random-k and layer-matched random-k at one bias) and activation patching, k = 10% of
+    the heads, on held-out scenes where every uniquely nameable object has its own expression."""
+    from vrh_lmms.report.interventions import write_patching_report, write_steering_report
+    from vrh_lmms.runs.interventions.patch_run import PatchSpec, run_patching
+    from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
+
+    k = max(1, lm.vrh_decoder.geometry.total_heads // 10)
+    gen = f"max_new_tokens={settings.max_new_tokens}"
+    config = json.loads(_synth_config(spec, settings.n_intervention_scenes, INTERVENTION_START)) | {"objects": "all"}
+    say(f"[+] interventions on {settings.n_intervention_scenes} more scenes (every object named): steering and "
+        f"activation patching, k = {k}")
+    with _env(VRH_SYNTH_CONFIG=json.dumps(config)):
+        lm.batch_size_per_gpu = settings.batch_size
+        run_steering(SteerSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads,
+                               configurations=plan_steering([k], settings.random_seeds, True, [settings.steer_bias]),
+                               gen_kwargs=gen, batch_size=settings.batch_size), out / "steer", lm=lm, progress=False)
+        write_steering_report(out / "steer")
+        lm.batch_size_per_gpu = 1
+        run_patching(PatchSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads, ks=[k],
+                               random_seeds=settings.random_seeds, gen_kwargs=gen, max_pairs=settings.patch_pairs,
+                               patch_batch=32), out / "patch", lm=lm, progress=False)
+        write_patching_report(out / "patch")
+
+
+def intervention_figures(out: Path) -> dict[str, Any]:
+    """The headline numbers of the steering and patching step, from their own output files."""
+    steer = json.loads((out / "steer" / "summary.json").read_text())
+    patch = json.loads((out / "patch" / "patch.json").read_text())
+    row = max(steer["table"], key=lambda e: (e["bias"], e["k"])) if steer["table"] else None  # strongest steering
+    figures: dict[str, Any] = {"steer_bias": None if row is None else row["bias"],
+                               "k": None if row is None else row["k"],
+                               "steer_n": None if row is None else row["topk"]["n"]}
+    if row is not None:
+        figures["moved"] = {"topk": row["topk"]["moved"], "topk_ci": row["topk"]["moved_ci"],
+                            "random": (row.get("random") or {}).get("mean"),
+                            "layer_matched": (row.get("layer_matched") or {}).get("mean"),
+                            "baseline": (steer.get("baseline") or {}).get("moved")}
+    sets = {s["kind"]: [] for s in patch["sets"]}
+    for s in patch["sets"]:
+        sets[s["kind"]].append(s["effect"])
+    figures["patching"] = {"pairs": patch["n_pairs_used"], "spearman": patch["discovery"]["spearman"],
+                           "kendall": patch["discovery"]["kendall"], "measure": patch["measure"],
+                           "recovery": {kind: float(np.mean(v)) for kind, v in sets.items()},
+                           "unavailable_sets": sorted(patch.get("unavailable_sets") or {}),
+                           "best_head": patch["top_heads"][0]}
+    return figures
+
+
+def _share(value: float | None) -> str:
+    """A share, or "unavailable" for a control that live heads could not supply."""
+    return "unavailable" if value is None or value != value else f"{value:.1%}"
+
+
+def interventions_markdown(f: dict[str, Any]) -> str:
+    lines = [""]
+    m = f.get("moved")
+    if m:
+        lines.append(f"Steering (k = {f['k']}, bias {f['steer_bias']:g}, {f['steer_n']} predictions): "
+                     f"{m['topk']:.1%} of top-k predictions move onto the other object "
+                     f"[{m['topk_ci'][0]:.1%}, {m['topk_ci'][1]:.1%}], random-k {_share(m['random'])}, layer-matched "
+                     f"{_share(m['layer_matched'])}, unsteered {_share(m['baseline'])}.")
+    p = f["patching"]
+    rec = p["recovery"]
+    verb = "destroy" if p.get("measure") == "destroyed" else "restore"
+    lines.append(f"Patching ({p['pairs']} pairs): top-k heads {verb} {_share(rec.get('topk'))} of the "
+                 f"logit difference, random-k {_share(rec.get('random'))}, layer-matched "
+                 f"{_share(rec.get('layer_matched'))}; per-head {p.get('measure', 'recovery')} vs discovery score: "
+                 f"Spearman {p['spearman']['rho']:.2f} (p = {p['spearman']['p']:.2g}).")
+    if "seconds" in f:
+        lines.append(f"Interventions step {f['seconds']:.0f} s.")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,306 @@
+"""Run the paper's protocol (vrh_lmms.pipelines.replicate.plan.ReplicateSpec) stage by stage into one folder.
+
+Stages write into their own subfolders and are recorded in `replicate.json` when finished, so an interrupted run
+resumes: finished stages are skipped, and the sweeps inside a stage resume configuration by configuration (as
+`vrh-lmms sweep` does). A folder holding a replication with other settings is refused (`--force` replaces it).
+One model load serves every stage of a model.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base import atomic, console, owned
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
+from vrh_lmms.runs.protocol import DISCOVER_PRESETS, SWEEP_PRESETS
+
+SCHEMA = "vrh-replicate/1"
+MANIFEST = "replicate.json"
+SUMMARY = "replicate.md"
+LAYOUT: owned.Layout = {
+    MANIFEST: owned.json_with("stages", schema_prefix="vrh-replicate/"),
+    SUMMARY: owned.is_file,
+    "heads.*": None,
+    "partner": None, "sweeps": None, "efficiency": None, "report": None, "data": None, "maps": None,
+    "distribution": None, "compare": None, "scorers": None, "vrh-lmms.log": owned.log_file,
+}
+
+
+@dataclass
+class Context:
+    spec: ReplicateSpec
+    out: Path
+    progress: bool = True
+    models: dict[str, Any] = field(default_factory=dict)  # "model" / "partner" -> loaded lmms-eval model
+
+    def lm(self, which: str = "model"):
+        """The loaded model (built once per run)."""
+        if which not in self.models:
+            from vrh_lmms.harness import lmms
+
+            args = self.spec.model_args if which == "model" else self.spec.partner_model_args
+            self.models[which] = lmms.build_model(self.spec.model, args, batch_size=1)
+        return self.models[which]
+
+    @contextmanager
+    def docs(self, which: str) -> Iterator[None]:
+        """The detection or evaluation docs: synthetic scene sets for the demo, else the tasks as they are."""
+        from vrh_lmms.pipelines.demo.stages import scoped_env
+
+        values = {"VRH_CACHE_DIR": str(self.out / "data")}
+        if self.spec.scenes:
+            values["VRH_SYNTH_CONFIG"] = self.spec.scenes[which]
+        with scoped_env(**values):
+            yield
+
+    @property
+    def heads(self) -> Path:
+        return self.out / "heads.json"
+
+
+Stage = Callable[[Context], dict[str, Any]]
+
+
+def _discover(ctx: Context, which: str, output: Path) -> Path:
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
+
+    if output.is_file():
+        load_heads_file(output)  # a finished heads file from an interrupted run: checked, kept
+        return output
+    args = ctx.spec.model_args if which == "model" else ctx.spec.partner_model_args
+    with ctx.docs("detect"):
+        limit = None if ctx.spec.scenes else ctx.spec.n_detect
+        return Path(run_discovery(DiscoverySpec(model=ctx.spec.model, model_args=args,
+                                                tasks=[ctx.spec.detection_task], output=str(output), limit=limit,
+                                                gen_kwargs=ctx.spec.gen_kwargs,
+                                                key_tokens=DISCOVER_PRESETS["paper"]["key_tokens"]),
+                                  lm=ctx.lm(which)))
+
+
+def _sweep(ctx: Context, which: str, tasks: list[str], heads: Path, ks: list[int], output: Path,
+           controls: bool = True, cells: list[str] = ()) -> Path:
+    """A packed sweep of the top-k of `heads` at `ks`, with random and random-outside draws unless `controls` is
+    False (transfer: the model's own sweep already holds its controls, on the same docs)."""
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
+
+    spec = ctx.spec
+    paper = SWEEP_PRESETS["paper"]
+    configs = plan_configurations(ks, spec.random_seeds if controls else 0, False, ["zero"], random=controls,
+                                  controls=paper["controls"] if controls else [], cells=cells)
+    lm = ctx.lm(which)
+    lm.batch_size_per_gpu = spec.batch_size
+    args = spec.model_args if which == "model" else spec.partner_model_args
+    with ctx.docs("eval"):
+        sweep = SweepSpec(model=spec.model, model_args=args, tasks=tasks, heads_file=str(heads),
+                          configurations=configs, limit=spec.limit, batch_size=spec.batch_size,
+                          gen_kwargs=spec.gen_kwargs,
+                          # synthetic scenes are disjoint by scene id; real tasks leave discovery's docs out
+                          exclude_discovery_docs="off" if spec.scenes else paper["exclude_discovery_docs"],
+                          pack=choose_pack(None, lm, len(configs), spec.batch_size))
+        return run_sweep(sweep, output, lm=lm, progress=ctx.progress)
+
+
+def stage_discovery(ctx: Context) -> dict[str, Any]:
+    heads = _discover(ctx, "model", ctx.heads)
+    return {"files": [str(heads.relative_to(ctx.out))]}
+
+
+def stage_grounding(ctx: Context) -> dict[str, Any]:
+    cells = []
+    if ctx.spec.compare_cells:
+        from vrh_lmms.base.heads.heads_file import load_heads_file
+        from vrh_lmms.runs.protocol import scorer_cells
+
+        hf = load_heads_file(ctx.heads)
+        cells = [c for c in scorer_cells(ctx.spec.compare_cells, hf.scoring.get("cell") or "") if c in hf.cells]
+    out = _sweep(ctx, "model", ctx.spec.grounding_tasks, ctx.heads, ctx.spec.ks, ctx.out / "sweeps" / "grounding",
+                 cells=cells)
+    return {"files": [str(out.relative_to(ctx.out))]}
+
+
+def stage_vqa(ctx: Context) -> dict[str, Any]:
+    out = _sweep(ctx, "model", ctx.spec.vqa_tasks, ctx.heads, [ctx.spec.vqa_k], ctx.out / "sweeps" / "vqa")
+    return {"files": [str(out.relative_to(ctx.out))]}
+
+
+def stage_efficiency(ctx: Context) -> dict[str, Any]:
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.runs.discovery.efficiency import (
+        DEFAULT_NS,
+        choose_k,
+        efficiency_markdown,
+        efficiency_plot,
+        load_samples,
+        sample_efficiency,
+    )
+
+    hf = load_heads_file(ctx.heads)
+    cell = hf.scoring.get("cell") or "out,sum,mean"
+    k = choose_k(None, hf.geometry.total_heads)
+    samples = load_samples(ctx.heads)
+    ns = [n for n in DEFAULT_NS if n < len(samples)] + [len(samples)]
+    rows, _ = sample_efficiency(samples, cell, k, ns, 200, 0, freq_top_k=int(hf.scoring.get("freq_top_k") or 20))
+    out = ctx.out / "efficiency"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(out / "efficiency.md", efficiency_markdown(rows, k, cell))
+    atomic.write_text(out / "efficiency.json", json.dumps({"cell": cell, "k": k, "rows": [r.__dict__ for r in rows]},
+                                                          indent=1))
+    efficiency_plot(rows, k, cell, out / "efficiency.png")
+    return {"files": ["efficiency/efficiency.md", "efficiency/efficiency.png"], "k": k,
+            "rows": [r.__dict__ for r in rows]}
+
+
+def stage_distribution(ctx: Context) -> dict[str, Any]:
+    """Share of heads above the paper's thresholds and the sorted scores (Fig 5)."""
+    from vrh_lmms.report.compare_plots import distribution_plot
+    from vrh_lmms.report.head_compare import load_inputs
+    from vrh_lmms.report.score_distribution import PAPER_THRESHOLDS, distribution, distribution_markdown
+
+    items = load_inputs([str(ctx.heads)])
+    block = distribution(items, list(PAPER_THRESHOLDS))
+    out = ctx.out / "distribution"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(out / "distribution.json", json.dumps(block, indent=1))
+    distribution_plot(items, list(PAPER_THRESHOLDS), out / "distribution.png")
+    atomic.write_text(out / "distribution.md", distribution_markdown(block, "distribution.png"))
+    return {"files": ["distribution/distribution.md", "distribution/distribution.png"], "block": block}
+
+
+def _compare_heads(ctx: Context, files: list[Path], k: int) -> dict[str, Any]:
+    """Top-k overlap (against chance), Jaccard and Spearman between two heads files (Fig 7, Table A13)."""
+    from vrh_lmms.report.compare_plots import score_maps_plot
+    from vrh_lmms.report.head_compare import compare, compare_markdown, load_inputs
+
+    items = load_inputs([str(f) for f in files])
+    block = compare(items, k)
+    out = ctx.out / "compare"
+    out.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(out / "compare.json", json.dumps(block, indent=1))
+    score_maps_plot(items, block, out / "compare.png")
+    atomic.write_text(out / "compare.md", compare_markdown(block, "compare.png"))
+    return block
+
+
+def stage_maps(ctx: Context) -> dict[str, Any]:
+    """Attention over the image of a few evaluation docs: all heads, the top-k VRHs, all but them (Figs A1/A2)."""
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.runs.maps.collect import collect_maps
+    from vrh_lmms.runs.maps.locator import LocatorSettings
+    from vrh_lmms.runs.maps.outputs import png_name, write_maps
+
+    spec = ctx.spec
+    hf = load_heads_file(ctx.heads)
+    k = min(max(spec.ks), len(hf.ranking))
+    task = spec.grounding_tasks[0]
+    lm = ctx.lm("model")
+    lm.batch_size_per_gpu = 1  # maps are captured one doc at a time
+    with ctx.docs("eval"):
+        maps = collect_maps(lm, [task], lmms.task_manager(spec.model, tasks=[task]), spec.map_docs, None, "answer",
+                            gen_kwargs=spec.gen_kwargs, keep_images=True)
+    out = ctx.out / "maps"
+    path = write_maps(maps, hf.ranking[:k], LocatorSettings(), out,
+                      {"model": spec.model, "model_args": spec.model_args, "tasks": [task],
+                       "heads_file": str(ctx.heads.resolve()), "rows": "answer"})
+    return {"files": [str(path.relative_to(ctx.out))] + [f"maps/{png_name(m)}" for m in maps], "k": k}
+
+
+def stage_transfer(ctx: Context) -> dict[str, Any]:
+    partner_heads = _discover(ctx, "partner", ctx.out / "partner" / "heads.json")
+    task = ctx.spec.grounding_tasks[:1]
+    a = _sweep(ctx, "model", task, partner_heads, ctx.spec.ks, ctx.out / "sweeps" / "transfer_partner_heads_on_model",
+               controls=False)
+    own = _sweep(ctx, "partner", task, partner_heads, ctx.spec.ks, ctx.out / "sweeps" / "partner_own")
+    b = _sweep(ctx, "partner", task, ctx.heads, ctx.spec.ks, ctx.out / "sweeps" / "transfer_model_heads_on_partner",
+               controls=False)
+    k = min(max(ctx.spec.ks), ctx.lm("model").vrh_decoder.geometry.total_heads)
+    block = _compare_heads(ctx, [ctx.heads, partner_heads], k)
+    return {"files": [str(p.relative_to(ctx.out)) for p in (partner_heads, a, own, b)] + ["compare/compare.md"],
+            "pairs": block["pairs"]}
+
+
+def stage_report(ctx: Context) -> dict[str, Any]:
+    from vrh_lmms.pipelines.replicate.summary import write_summary
+    from vrh_lmms.report.build import ReportSettings, build_report
+
+    sweeps = sorted(p for p in (ctx.out / "sweeps").iterdir() if (p / "sweep.json").is_file())
+    sweeps += [ctx.out / "maps"] if (ctx.out / "maps").is_dir() else []  # the report's attention-map panel
+    heads = [str(ctx.heads)] + ([str(ctx.out / "partner" / "heads.json")]
+                                if (ctx.out / "partner" / "heads.json").is_file() else [])
+    report = build_report(sweeps, ctx.out / "report", ReportSettings(heads_files=tuple(heads), force=True,
+                                                                     n_resamples=2000))
+    summary = write_summary(ctx.out, ctx.spec, report)
+    return {"files": ["report/report.md", "report/report.html", str(summary.relative_to(ctx.out))]}
+
+
+def stages(spec: ReplicateSpec) -> list[tuple[str, str, Stage]]:
+    """(name, what it reproduces, function) in run order; stages the spec does not ask for are left out."""
+    out: list[tuple[str, str, Stage]] = [
+        ("discovery", f"heads from {spec.n_detect} detection docs of {spec.detection_task}", stage_discovery),
+        ("grounding", f"k-curves at k = {', '.join(map(str, spec.ks))} with random-outside and random controls "
+                      f"(Fig 4, Table A1, Fig 6)" + (f", and the top-k of the {spec.compare_cells} scoring cells "
+                                                     "(Figs 2/3/8b, Table A8)" if spec.compare_cells else ""),
+         stage_grounding),
+    ]
+    if spec.vqa_tasks:
+        out.append(("vqa", f"cross-task: top-{spec.vqa_k} masked on {', '.join(spec.vqa_tasks)} (Table 3)",
+                    stage_vqa))
+    out.append(("efficiency", "top-k overlap with all detection docs as n varies (Fig 8c)", stage_efficiency))
+    out.append(("distribution", "share of heads above the paper's score thresholds (Fig 5)", stage_distribution))
+    if spec.map_docs:
+        out.append(("maps", f"attention over the image of evaluation docs {', '.join(map(str, spec.map_docs))}: "
+                            "all heads, top-k, all but the top-k (Figs A1/A2)", stage_maps))
+    if spec.partner_model_args:
+        out.append(("transfer", "the partner model's heads and this model's, masked on each other (Fig 7)",
+                    stage_transfer))
+    out.append(("report", "statistics, plots and the comparison with the paper", stage_report))
+    return out
+
+
+def _read_manifest(out: Path, spec: ReplicateSpec, force: bool) -> dict[str, Any]:
+    if out.is_dir():
+        owned.refuse_foreign(out, owned.foreign_entries(out, LAYOUT))  # files vrh-lmms did not write: never touched
+    path = out / MANIFEST
+    fresh = {"schema": SCHEMA, "spec": spec.to_dict(), "stages": {}}
+    if not path.is_file():
+        return fresh
+    old = json.loads(path.read_text())
+    if old.get("spec") != fresh["spec"]:
+        if not force:
+            differs = sorted(k for k in fresh["spec"] if old.get("spec", {}).get(k) != fresh["spec"][k])
+            raise VRHError(f"{out} holds a replication with other settings ({', '.join(differs)} differ); choose "
+                           f"another --output or pass --force to replace it")
+        owned.prepare_output(out, LAYOUT, force=True, what="a replication")
+        return fresh
+    return old
+
+
+def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, progress: bool = True) -> Path:
+    """Run every stage not yet finished; returns the summary (replicate.md)."""
+    spec.check()
+    out = Path(output)
+    manifest = _read_manifest(out, spec, force)
+    out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / console.LOG_NAME)
+    ctx = Context(spec, out, progress)
+    plan = stages(spec)
+    for i, (name, what, fn) in enumerate(plan, 1):
+        if manifest["stages"].get(name, {}).get("status") == "done":
+            console.step(f"[{i}/{len(plan)}] {name}: done before, kept")
+            continue
+        console.step(f"[{i}/{len(plan)}] {name}: {what}")
+        started = time.time()
+        record = fn(ctx)
+        manifest["stages"][name] = {"status": "done", "what": what, "seconds": round(time.time() - started, 1),
+                                    **record}
+        atomic.write_text(out / MANIFEST, json.dumps(manifest, indent=1))
+    return out / SUMMARY

@@ -1,0 +1,248 @@
+"""Everything a sweep can check before its model loads, and what it may do with an existing output folder.
+
+`preflight` runs, in this order and without writing anything: the task names (a text search of the task YAMLs,
+under a second), the model name and model args, the checkpoint path, the heads file and its means, every
+configuration's k against the heads file, the output folder, the tasks (lmms-eval's TaskManager), and the geometry
+declared by the checkpoint's config.json against the heads file and every k. Only then is the folder claimed
+(`claim_folder`) and the model loaded, so a typo costs seconds, not a model load or a baseline run.
+
+Output folder rules (`inspect_folder`): a folder holding anything vrh-lmms did not write is refused, even with
+--force; a folder of the same sweep is resumed; a different sweep that has finished configurations is refused
+unless --force (which then removes exactly the sweep's own files); one that finished nothing (a run that failed
+early) never blocks: its leftovers are replaced.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base import owned
+from vrh_lmms.base.console import LOG_NAME
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.runfile import RUN_FILE
+
+MANIFEST = "sweep.json"
+CONFIGS = "configs"
+SYNTH_TASKS = ("vrh_synth_grounding", "vrh_synth_grounding_refer")
+# How to do what a model arg would do in a sweep (each configuration sets its own heads).
+INSTEAD = {
+    "heads": "each configuration sets its own heads; choose them with --k, --random-seeds, --layer-matched "
+             "and --heads-file",
+    "heads_file": "pass the heads file as --heads-file",
+    "ablation": "use --ablation zero|mean|zero,mean",
+    "allow_cross_model": "use --allow-cross-model",
+    "seed": "random draws are seeded per configuration (--random-seeds); --seed sets the evaluator seed",
+    "means_file": "mean ablation reads the means file written beside --heads-file",
+    "heads_cell": "the sweep ranks heads by the heads file's primary cell",
+}
+
+# A configuration folder: complete (results.json) or left by a killed run (partial files, or write_run's
+# `.<id>.*` staging folder).
+CONFIG_ENTRY = owned.files_matching("results.json", "samples_*.jsonl")
+SWEEP_LAYOUT: dict[str, owned.Check | None] = {
+    MANIFEST: owned.json_with("identity", "configurations"),
+    f".{MANIFEST}.tmp": owned.is_file,
+    CONFIGS: owned.folder_of({"*": CONFIG_ENTRY}),
+    RUN_FILE: owned.is_file,  # the run file a finished `vrh-lmms sweep` writes (vrh_lmms.base.runfile)
+    f".{RUN_FILE}.*": owned.is_file,
+    LOG_NAME: owned.log_file,
+}
+
+
+def sha256_of(path: str | None) -> str | None:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
+
+
+def data_identity(tasks: list[str]) -> dict[str, Any]:
+    """The synthetic scenes a sweep's synthetic tasks evaluate (VRH_SYNTH_CONFIG or defaults): part of what must
+    match to resume, and what `vrh-lmms dpo-pairs` regenerates the images from."""
+    if not any(t in SYNTH_TASKS for t in tasks):
+        return {}
+    from dataclasses import asdict
+
+    from vrh_lmms.tasks.common.grounding_data import SYNTH_CONFIG_ENV, synth_spec
+
+    try:
+        return {"synth": asdict(synth_spec({}, SYNTH_CONFIG_ENV))}
+    except ValueError as exc:
+        raise VRHError(str(exc)) from None
+
+
+# ------------------------------------------------------------------------------------------------ the folder
+@dataclass
+class FolderState:
+    """What `claim_folder` will do: resume a manifest, or clear our leftovers first."""
+
+    out: Path
+    resume: bool
+    clear: bool
+
+
+def finished_configs(out: Path) -> list[str]:
+    configs = out / CONFIGS
+    return sorted(p.parent.name for p in configs.glob("*/results.json")) if configs.is_dir() else []
+
+
+def inspect_folder(out: Path, identity: dict[str, Any], force: bool) -> FolderState:
+    """Decide about `out` without changing it; refusals are raised here (see the module doc)."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise VRHError(f"--output {out} exists and is not a folder; choose another --output")
+    if not out.exists() or not any(out.iterdir()):
+        return FolderState(out, resume=False, clear=False)
+    owned.refuse_foreign(out, owned.foreign_entries(out, SWEEP_LAYOUT))
+    manifest = out / MANIFEST
+    old = json.loads(manifest.read_text()).get("identity", {}) if manifest.is_file() else None
+    if old is not None:
+        differs = [k for k in sorted(set(identity) | set(old)) if old.get(k) != identity.get(k)]
+        if not differs:
+            return FolderState(out, resume=True, clear=False)
+    else:
+        differs = ["no sweep.json"]
+    done = finished_configs(out)
+    if done and not force:
+        raise VRHError(f"{out} holds a different sweep ({', '.join(differs)} differ) with {len(done)} finished "
+                       f"configuration(s); choose another --output or pass --force to discard it")
+    return FolderState(out, resume=False, clear=True)
+
+
+def claim_folder(state: FolderState) -> None:
+    """Apply `inspect_folder`'s decision: remove the sweep files of an unresumable sweep (nothing else)."""
+    if state.clear:
+        for path in owned.owned_entries(state.out, SWEEP_LAYOUT):
+            owned.remove(path)
+
+
+# ------------------------------------------------------------------------------------------------ preflight
+@dataclass
+class Preflight:
+    identity: dict[str, Any]
+    heads_file: Any  # HeadsFile | None
+    means: Any  # torch.Tensor | None
+    task_manager: Any
+    folder: FolderState
+    unavailable: dict[str, str] = field(default_factory=dict)  # configuration id -> why it cannot be drawn
+    offsets: dict[str, int] = field(default_factory=dict)  # task -> leading docs left out (discovery's)
+
+
+def recorded_dead_heads(heads_file) -> tuple:
+    """The dead heads a heads file recorded at discovery (the model's own are read again once it loads)."""
+    from vrh_lmms.base.heads.geometry import parse_head
+
+    names = (heads_file.extra.get("dead_heads") or {}).get("heads") if heads_file is not None else None
+    return tuple(parse_head(n) for n in names) if isinstance(names, list) else ()
+
+
+def dead_heads_of(lm, heads_file=None) -> tuple:
+    """The heads that write nothing: the loaded model's own (read from its weights at load), else, before it
+    loads, what the heads file recorded; () where neither knows."""
+    if lm is None:
+        return recorded_dead_heads(heads_file)
+    return tuple(getattr(lm, "vrh_dead_heads", None) or ())
+
+
+def dead_head_names(lm) -> list[str] | None:
+    """The loaded model's dead heads as names for the files a run writes; None where the weights were unreadable."""
+    dead = getattr(lm, "vrh_dead_heads", None)
+    return None if dead is None else [str(h) for h in dead]
+
+
+def check_headsets(spec, geometry, heads_file, dead: tuple = ()) -> dict[str, str]:
+    """Resolve every configuration's head set against `geometry` and the model's `dead` heads (k too large, a
+    heads file of another model), so no configuration fails after others have run. Returns the configurations
+    whose control cannot be drawn from its pool (a layer without enough live heads), with the reason: they are
+    reported as unavailable, never padded with dead heads."""
+    from vrh_lmms.base.heads.spec import ControlUnavailable, check_heads_file_fits, resolve_spec
+
+    if heads_file is not None:
+        check_heads_file_fits(heads_file, geometry, allow_cross_model=spec.allow_cross_model)
+    unavailable: dict[str, str] = {}
+    for cfg in spec.configurations:
+        try:
+            resolve_spec(cfg.spec, geometry, heads_file=heads_file, seed=cfg.seed if cfg.seed is not None else 0,
+                         allow_cross_model=spec.allow_cross_model, dead=dead,
+                         pool=getattr(spec, "control_pool", "live"), cell=getattr(cfg, "cell", None))
+        except ControlUnavailable as exc:
+            unavailable[cfg.id] = str(exc)
+        except VRHError as exc:
+            raise VRHError(f"configuration {cfg.id} (--k {cfg.k}): {exc}") from None
+    return unavailable
+
+
+def check_modes(spec, model) -> None:
+    """What an ablation mode needs of the loaded model, before the first evaluation: `uniform_image` averages over
+    the image tokens, so the model must name its image token id."""
+    if any(c.mode == "uniform_image" for c in spec.configurations):
+        from vrh_lmms.model.interventions.uniform import image_token_ids
+
+        image_token_ids(model)
+
+
+def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
+    """Every check that needs no forward pass, cheapest first (the task index and the backend import take
+    seconds each); writes nothing."""
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.harness import lmms, preload
+    from vrh_lmms.model.ablation import load_means, means_path_for
+
+    if spec.batch_size < 1:
+        raise VRHError(f"--batch-size must be at least 1, got {spec.batch_size}")
+    if spec.limit is not None and spec.limit <= 0:
+        raise VRHError(f"--limit must be positive, got {spec.limit}")
+    if not spec.tasks:
+        raise VRHError("--tasks names no task")
+    lmms.check_task_names(list(spec.tasks))
+    plan = None
+    if lm is None:
+        plan = preload.plan_args(spec.model, spec.model_args)
+        preload.refuse_head_args(plan.args, "sweep", INSTEAD)
+    hf = load_heads_file(spec.heads_file) if spec.heads_file else None
+    needs_file = [c.id for c in spec.configurations
+                  if c.kind in ("topk", "scorer_topk", "layer_matched", "image_matched", "random_outside")]
+    if needs_file and hf is None:
+        raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
+    means = None
+    if any(c.mode == "mean" for c in spec.configurations):
+        if hf is None:
+            raise VRHError("--ablation mean needs --heads-file (its means file is written beside it)")
+        means = load_means(means_path_for(spec.heads_file))
+    offsets = discovery_offsets(spec, hf)
+    dead = dead_heads_of(lm, hf)
+    unavailable: dict[str, str] = {}
+    if hf is not None:  # k against the heads file (the model's own geometry follows)
+        unavailable = check_headsets(spec, hf.geometry, hf, dead)
+    from vrh_lmms.base.data_env import data_env
+
+    extra_data = data_env(skip=("VRH_SYNTH_CONFIG",))  # the synthetic scenes are in data_identity already
+    identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
+        | ({"data": extra_data} if extra_data else {}) \
+        | ({"excluded_docs": offsets} if offsets else {})
+    folder = inspect_folder(out, identity, force)
+    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
+    lmms.check_tasks(tm, spec.tasks)
+    geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
+    if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
+        unavailable = check_headsets(spec, geometry, hf, dead)
+    return Preflight(identity, hf, means, tm, folder, unavailable, offsets)
+
+
+def discovery_offsets(spec, hf) -> dict[str, int]:
+    """`--exclude-discovery-docs`: per swept task, the leading docs discovery used (vrh_lmms.runs.sweep.exclusion)."""
+    mode = getattr(spec, "exclude_discovery_docs", "off")
+    if mode not in ("on", "auto"):
+        return {}
+    from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
+
+    if hf is None and mode == "auto":
+        return {}
+    if hf is None:
+        raise VRHError("--exclude-discovery-docs needs --heads-file (it names the docs discovery used)")
+    docs = discovery_docs(hf)
+    offsets = offsets_for(list(spec.tasks), docs, str(hf.path))
+    if not offsets and mode == "on":
+        raise VRHError(f"--exclude-discovery-docs: discovery used {', '.join(docs)}, which this sweep does not "
+                       f"evaluate ({', '.join(spec.tasks)}); drop the flag")
+    return offsets

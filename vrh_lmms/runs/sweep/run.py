@@ -1,0 +1,232 @@
+"""`vrh-lmms sweep`: baseline, top-k, random-k and layer-matched random-k ablations with one model load.
+
+Each configuration is evaluated through lmms-eval's evaluator and written as `configs/<id>/` (results.json +
+samples_<task>.jsonl), atomically. Everything that needs no forward pass is checked before the model loads
+(`vrh_lmms.runs.sweep.checks`). A rerun skips finished configurations and redoes partial ones; a folder holding a
+different sweep with finished configurations is refused unless `force`, and one holding files vrh-lmms did not
+write is always refused.
+
+Configurations run in packs (`pack`, default automatic): the first lmms-eval pass of a pack generates every answer
+of the pack in shared batches, the passes of the others replay them (vrh_lmms.model.packing). Each configuration still
+has
+its own evaluator pass, so the files are those of an unpacked sweep. Uniform-attention ablations (`uniform`,
+`uniform_image`) edit attention, not o_proj rows, so they always run alone (`unpackable_reason`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base import console
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.runs.sweep import checks
+from vrh_lmms.runs.sweep.exclusion import exclusion_record
+from vrh_lmms.runs.sweep.plan import Configuration, pack_groups, status_of, unpackable_reason
+
+MANIFEST = checks.MANIFEST
+# automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per
+# configuration, the demo model's generation kept getting cheaper up to ~100 rows (benchmarks/RESULTS.md); CUDA: the
+# range benchmarks/gpu/bench_pack_7b.py measures, and at most half the free memory for the rows' KV caches.
+AUTO_PACK_ROWS = {"cuda": 32, "cpu": 100}
+KV_TOKENS_PER_ROW = 4096  # prompt + answer length assumed when sizing KV caches
+
+
+@dataclass
+class SweepSpec:
+    model: str
+    model_args: str
+    tasks: list[str]
+    heads_file: str | None
+    configurations: list[Configuration]
+    limit: int | float | None = None
+    batch_size: int = 1
+    gen_kwargs: str | None = None
+    seed: int = 0
+    allow_cross_model: bool = False
+    pack: int | None = None  # configurations per pack; None = automatic. Not part of the identity: same files.
+    control_pool: str = "live"  # what control draws come from (vrh_lmms.base.heads.spec.CONTROL_POOLS)
+    # leave out the docs the heads file was found on (vrh_lmms.runs.sweep.exclusion): "off", "on" (refused where
+    # discovery
+    # used none of the tasks) or "auto" (the paper preset: wherever it used one)
+    exclude_discovery_docs: str = "off"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def identity(self, heads_sha: str | None) -> dict[str, Any]:
+        """What must match for a folder to be resumed rather than refused."""
+        return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
+                "heads_file_sha256": heads_sha, "limit": self.limit, "gen_kwargs": self.gen_kwargs,
+                "seed": self.seed, "control_pool": self.control_pool}
+
+
+def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: set[str], started: float,
+                    pack: int | None = None, unavailable: dict[str, str] | None = None,
+                    dead: list[str] | None = None, excluded: dict[str, Any] | None = None) -> None:
+    data = {"identity": identity, "heads_file": spec.heads_file, "batch_size": spec.batch_size, "pack": pack,
+            **({"excluded_docs": excluded} if excluded is not None else {}),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
+            "control_pool": spec.control_pool, "dead_heads": dead,
+            "configurations": [dict(c.to_dict(), **status_of(c, done, unavailable or {}))
+                               for c in spec.configurations], **spec.extra}
+    tmp = out / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(out / MANIFEST)
+
+
+def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
+    """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model. On several ranks every
+    rank checks and evaluates, rank 0 alone changes the folder (vrh_lmms.harness.distributed)."""
+    from vrh_lmms.base.heads.spec import resolve_spec
+    from vrh_lmms.harness import distributed, lmms
+
+    out = Path(output)
+    distributed.ensure_group()
+    ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
+    identity, hf, means, tm = ready.identity, ready.heads_file, ready.means, ready.task_manager
+    offsets = ready.offsets
+    excluded = exclusion_record(offsets, spec.heads_file) if offsets else None
+    configs_dir = out / "configs"
+    started = time.time()
+    unavailable = dict(ready.unavailable)
+    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
+    done: set[str] = set()
+    if distributed.is_main():
+        spec = replace(spec, configurations=spec.configurations + earlier_configurations(spec, ready.folder, out))
+        done = _claim(spec, ready.folder, out, identity, started, unavailable, excluded)
+    done = distributed.broadcast(done)  # every rank runs the same configurations, in the same order
+    todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
+    if not todo:
+        return out
+    if lm is None:
+        lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
+    geometry = lm.vrh_decoder.geometry
+    dead = checks.dead_heads_of(lm)
+    # the loaded model's own geometry and dead heads, before the first evaluation
+    unavailable = checks.check_headsets(spec, geometry, hf, dead)
+    todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
+    checks.check_modes(spec, lm.model)
+    packable = [c for c in todo if unpackable_reason(c) is None]
+    pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
+    dead_names = checks.dead_head_names(lm)
+    rank = distributed.rank()
+    if rank == 0:
+        _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names, excluded)
+    if unavailable and rank == 0:
+        first = next(iter(unavailable))
+        more = f" and {len(unavailable) - 1} more" if len(unavailable) > 1 else ""
+        console.note(f"vrh-lmms: note: {first}{more} unavailable: {unavailable[first]}")
+    alone = [c for c in todo if unpackable_reason(c) is not None]
+    if pack > 1 and alone and rank == 0:
+        ids = ", ".join(c.id for c in alone[:4]) + (f" and {len(alone) - 4} more" if len(alone) > 4 else "")
+        console.note(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}")
+    bar = _progress(len(todo), enabled=progress and rank == 0)
+
+    def headset_of(cfg: Configuration):
+        return resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed if cfg.seed is not None else 0,
+                            allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool,
+                            cell=cfg.cell)
+
+    def evaluate_and_write(cfg: Configuration) -> None:
+        bar.set_description(cfg.id)
+        results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
+                                offsets=offsets)
+        if rank == 0 and results is not None:
+            record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed}
+                                   | ({"cell": cfg.cell} if cfg.cell else {}))
+            if excluded is not None:
+                record["excluded_docs"] = excluded
+            lmms.write_run(configs_dir / cfg.id, results, record)
+            done.add(cfg.id)
+            _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names, excluded)
+        distributed.barrier()  # a rank that died ends the job here, before any later configuration starts
+        bar.update(1)
+
+    try:
+        for group in pack_groups(todo, pack):
+            headsets = [headset_of(cfg) for cfg in group]
+            if len(group) == 1:
+                lm.vrh_apply(headsets[0], mode=group[0].mode if headsets[0].heads else "zero", means=means)
+                evaluate_and_write(group[0])
+                continue
+            lm.vrh_pack(headsets, [cfg.mode for cfg in group], means=means)
+            for i, cfg in enumerate(group):
+                lm.vrh_serve(i)
+                evaluate_and_write(cfg)
+            lm.vrh_unpack()
+    finally:
+        bar.close()
+        from vrh_lmms.base.heads.spec import HeadSet
+
+        lm.vrh_apply(HeadSet((), "none", "baseline", 0))
+    return out
+
+
+def earlier_configurations(spec: SweepSpec, folder, out: Path) -> list[Configuration]:
+    """Configurations a resumed sweep finished in earlier runs that this run does not ask for (e.g. a k dropped from
+    --k): sweep.json keeps listing them, so it never disowns results its folder holds."""
+    if not folder.resume or not (out / MANIFEST).is_file():
+        return []
+    asked = {c.id for c in spec.configurations}
+    names = {f.name for f in fields(Configuration)}
+    kept = []
+    for entry in json.loads((out / MANIFEST).read_text()).get("configurations") or []:
+        if (isinstance(entry, dict) and entry.get("id") not in asked
+                and (out / "configs" / str(entry.get("id")) / "results.json").is_file()):
+            kept.append(Configuration(**{k: v for k, v in entry.items() if k in names}))
+    return kept
+
+
+def _claim(spec: SweepSpec, folder, out: Path, identity: dict[str, Any], started: float,
+           unavailable: dict[str, str], excluded: dict[str, Any] | None = None) -> set[str]:
+    """Rank 0: take the folder, clear leftovers of a killed run (redone), write the manifest; the ids done."""
+    checks.claim_folder(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    console.log_to(out / checks.LOG_NAME)
+    configs_dir = out / "configs"
+    configs_dir.mkdir(exist_ok=True)
+    done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
+    _write_manifest(out, spec, identity, done, started, spec.pack, unavailable, excluded=excluded)
+    if any(c.id not in done for c in spec.configurations):
+        for partial in configs_dir.iterdir():  # leftovers of a killed run: redo them
+            if partial.name.startswith(".") or (partial.is_dir() and not (partial / "results.json").is_file()):
+                shutil.rmtree(partial, ignore_errors=True)
+    return done
+
+
+def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:
+    """Configurations per pack: as asked (refused where the model cannot pack), or automatically as many as
+    AUTO_PACK_ROWS batch rows allow on this device, within GPU memory (1 where the model cannot pack)."""
+    unsupported = lm.vrh_pack_unsupported() if hasattr(lm, "vrh_pack_unsupported") else "not a vrh_* model"
+    if requested is not None:
+        if requested > 1 and unsupported:
+            raise VRHError(f"--pack {requested}: {unsupported}; use --pack 1")
+        return requested
+    if unsupported:
+        return 1
+    model = getattr(lm, "model", None)
+    device = getattr(model, "device", None)
+    on_cuda = getattr(device, "type", "cpu") == "cuda"
+    rows = AUTO_PACK_ROWS["cuda" if on_cuda else "cpu"]
+    if on_cuda:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(device)
+        per_row = kv_bytes_per_token(lm.vrh_decoder.geometry, model.dtype) * KV_TOKENS_PER_ROW
+        rows = min(rows, int(0.5 * free // per_row))
+    return max(1, min(n_todo, rows // max(1, batch_size)))
+
+
+def kv_bytes_per_token(geometry, dtype) -> int:
+    """KV cache bytes one row adds per token: keys and values of every layer."""
+    import torch
+
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return geometry.layers * 2 * geometry.kv_heads * geometry.head_dim * itemsize
+
+
+def _progress(total: int, enabled: bool):
+    return console.bar(total, "sweep", "config", enabled=enabled)
