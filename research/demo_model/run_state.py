@@ -9,11 +9,14 @@ state is written atomically next to the run's checkpoint at every evaluation and
 from __future__ import annotations
 
 import os
+import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from vrh_lmms.base.errors import VRHError
 
 RESUME_FILE = "resume_state.pt"
 
@@ -49,7 +52,14 @@ def load_state(out_dir: str | Path) -> RunState:
     path = resume_path(out_dir)
     if not path.is_file():
         raise FileNotFoundError(f"--resume: no unfinished run in {Path(out_dir)} (no {RESUME_FILE})")
-    data = torch.load(path, weights_only=False)
+    try:  # tensors, dicts, lists, numbers and strings only: a state that needs any other class could run code
+        data = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        # torch's message is a page that suggests weights_only=False; keep its one line naming what was asked for
+        reason = next((line.strip() for line in str(exc).splitlines() if "GLOBAL" in line or "nsupported" in line),
+                      "it asks for classes beyond plain data")
+        raise VRHError(f"--resume: {path} holds more than plain tensors and data, refused ({reason}); restart "
+                       f"without --resume (or remove {RESUME_FILE})") from None
     if "lasso_start" in data:  # a state saved before the lasso left the trainer for research/head_lasso.py
         start = data.pop("lasso_start")
         data.setdefault("hooks", None if start is None else [{"lasso_start": start}])

@@ -16,6 +16,7 @@ from typing import Any
 from vrh_lmms.tasks.common.sources import SourceError, resolve_image_path
 
 from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
+from vrh_lmms.base.errors import VRHError
 
 DEFAULT_SPLIT_BY = {"refcoco": "unc", "refcoco+": "unc", "refcocog": "umd"}
 IMAGE_DIRS = ("images/mscoco/images/train2014", "images/train2014", "images", "train2014")
@@ -28,6 +29,27 @@ def find_data_dir(root: Path, dataset: str, split_by: str, origin: str) -> Path:
     found = sorted(str(p.relative_to(root)) for p in root.glob("**/refs(*).p"))
     raise SourceError(f"{origin}: no {dataset}/refs({split_by}).p under {root}"
                       + (f"; found {', '.join(found)}" if found else ""))
+
+
+class RefsRefused(SourceError, VRHError):
+    """A refs file that is not plain data: shown as one line wherever sources' errors or VRHError are."""
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles only what pickle builds without importing anything: dicts, lists, tuples, strings, numbers. The
+    REFER refs files hold nothing else, and any other object in a pickle can run code while it is loaded."""
+
+    def find_class(self, module: str, name: str):
+        raise pickle.UnpicklingError(f"it asks for {module}.{name}, and refs files hold only plain data")
+
+
+def load_refs(path: Path, origin: str = "refer source") -> Any:
+    """The refs of a REFER ``refs(<split_by>).p`` (a Python-2-era pickle), read without running any code in it."""
+    try:
+        with open(path, "rb") as f:
+            return _PlainUnpickler(f).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as exc:
+        raise RefsRefused(f"{origin}: {path} is not a REFER refs file of plain data, refused ({exc})") from None
 
 
 def image_dirs(root: Path, data_dir: Path, images: str | None) -> list[Path]:
@@ -54,8 +76,7 @@ def read_refer(root: str | Path, dataset: str, split: str, split_by: str | None 
     split_by = split_by or DEFAULT_SPLIT_BY.get(dataset, "unc")
     data_dir = find_data_dir(root, dataset, split_by, origin)
     refs_path = data_dir / f"refs({split_by}).p"
-    with open(refs_path, "rb") as f:
-        refs = pickle.load(f)
+    refs = load_refs(refs_path, origin)
     coco = load_coco(data_dir / "instances.json", origin)
     chosen = [r for r in refs if r.get("split") == split]
     if not chosen:

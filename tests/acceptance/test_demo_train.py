@@ -330,7 +330,7 @@ def test_kept_state_is_the_state_at_its_step_and_resumes_there(tmp_path):
     design = replace(MICRO, head_drop=0.0, text_phases=((2, (), 0),), align_steps=2, joint_steps=4, eval_every=2)
     train(design, tmp_path / "a", seed=0, keep_states=["joint:2"], log=lambda s: None)
     kept = run_state.kept_path(tmp_path / "a", "joint", 2)
-    state = torch.load(kept, weights_only=False)
+    state = torch.load(kept, weights_only=True)  # a saved state is plain tensors and data
     assert (state["phase"], state["step"]) == ("joint", 2)
     assert not run_state.resume_path(tmp_path / "a").exists()  # the run ended; the kept copy stays
     (tmp_path / "b").mkdir()

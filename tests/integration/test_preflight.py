@@ -359,3 +359,26 @@ def test_free_cores_subtract_busy_ones(monkeypatch):
     for busy, free in ((0.0, 4), (1.2, 3), (2.6, 1), (7.0, 1)):
         monkeypatch.setattr(device, "_busy_cores", lambda cores, b=busy: b)
         assert device.free_cores() == free
+
+
+def test_resumed_sweep_keeps_listing_what_its_folder_holds(tiny_qwen25, tmp_path, lm, capsys):
+    """A finished sweep rerun with fewer k resumes (same identity) and its sweep.json keeps listing the configurations
+    of the first run, so the report sees one complete sweep rather than another sweep's results; a different heads
+    file is refused naming it, and the folder is unchanged."""
+    from vrh_lmms.cli import main
+
+    out = tmp_path / "sweep"
+    heads = _heads(tmp_path / "heads.json")
+    run_sweep(_sweep(tiny_qwen25, heads, ks=(1, 2)), out, lm=lm, progress=False)
+    first = json.loads((out / "sweep.json").read_text())["configurations"]
+    run_sweep(_sweep(tiny_qwen25, heads, ks=(1,)), out, lm=lm, progress=False)
+    listed = json.loads((out / "sweep.json").read_text())["configurations"]
+    assert sorted(c["id"] for c in listed) == sorted(c["id"] for c in first) and len(first) == 5
+    assert all(c["status"] == "done" for c in listed)
+    other = _heads(tmp_path / "other.json")
+    other.write_text(other.read_text().replace('"tiny"', '"tiny2"'))
+    with pytest.raises(VRHError, match="different sweep \\(heads_file_sha256 differ\\) with 5 finished"):
+        run_sweep(_sweep(tiny_qwen25, other, ks=(1,)), out, lm=lm)
+    assert json.loads((out / "sweep.json").read_text())["heads_file"] == str(heads)
+    assert main(["report", str(out), "--output", str(tmp_path / "report"), "--no-plots"]) == 0
+    assert json.loads((tmp_path / "report" / "report.json").read_text())["complete"] is True

@@ -102,3 +102,47 @@ def test_killed_sweep_resumes_to_the_same_files(tiny_qwen25, sweep_inputs):
     other[other.index("--limit") + 1] = "2"
     refused = subprocess.run(other, env=env, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "different sweep" in refused.stderr
+
+
+@pytest.mark.slow
+def test_two_sweeps_never_mix_and_an_interrupted_one_is_not_reported_as_whole(tiny_qwen25, sweep_inputs):
+    """A second sweep with another heads file into a folder a sweep is writing is refused naming the running one;
+    once that one is killed mid-way the second is still refused (its heads file differs), and `vrh-lmms report`
+    refuses the interrupted folder unless --allow-incomplete, which then says so."""
+    root, heads, env = sweep_inputs
+    out = root / "shared"
+    other = root / "other_heads.json"
+    scores = np.random.default_rng(2).random((2, 4))
+    save_heads_file(HeadsFile({"id": str(tiny_qwen25), "family": "qwen2_5_vl"}, Geometry(2, 4, 2, 16), scores,
+                              ranking_from_scores(scores)), other)
+    first = subprocess.Popen(sweep_cmd(tiny_qwen25, heads, out), env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while not (out / "sweep.json").is_file() and time.time() < deadline and first.poll() is None:
+            time.sleep(0.05)
+        second = subprocess.run(sweep_cmd(tiny_qwen25, other, out), env=env, capture_output=True, text=True,
+                                timeout=300)
+        assert second.returncode == 2
+        assert f"is in use by pid {first.pid} (vrh-lmms sweep, started" in second.stderr.strip().splitlines()[-1]
+        while time.time() < deadline and first.poll() is None and not list(out.glob("configs/*/results.json")):
+            time.sleep(0.05)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    done = sorted(p.parent.name for p in out.glob("configs/*/results.json"))
+    assert 1 <= len(done) < 11, done
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert manifest["heads_file"] == str(heads)
+    again = subprocess.run(sweep_cmd(tiny_qwen25, other, out), env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "heads_file_sha256 differ" in again.stderr
+    assert json.loads((out / "sweep.json").read_text()) == manifest  # nothing of the second sweep got in
+    report = [sys.executable, "-m", "vrh_lmms", "report", str(out), "--output", str(root / "report"), "--no-plots"]
+    refused = subprocess.run(report, env=env, capture_output=True, text=True, timeout=300)
+    pending = [c["id"] for c in manifest["configurations"] if c["id"] not in done]
+    assert refused.returncode == 2 and f"{len(pending)} configuration(s) pending ({pending[0]}" in refused.stderr
+    flagged = subprocess.run(report + ["--allow-incomplete"], env=env, capture_output=True, text=True, timeout=300)
+    assert flagged.returncode == 0, flagged.stderr[-2000:]
+    rep = json.loads((root / "report" / "report.json").read_text())
+    assert rep["complete"] is False and rep["pending"][0]["configurations"] == pending
+    assert (root / "report" / "report.md").read_text().startswith("**Incomplete:**")

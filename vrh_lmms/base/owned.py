@@ -20,6 +20,7 @@ from pathlib import Path
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.folder_lock import SUFFIX as LOCK_SUFFIX
 
 LISTING = ".vrh-lmms-files.json"
 LOG_HEADER = "# vrh-lmms log"  # first line of a command's log file (vrh_lmms.base.console)
@@ -110,20 +111,27 @@ def _claims(layout: Layout, path: Path) -> bool:
     return False
 
 
+def _entries(folder: Path) -> list[Path]:
+    """The entries of `folder` but the locks of outputs inside it (vrh_lmms.base.folder_lock): neither foreign nor ours
+    to remove, since another run may hold them."""
+    return [p for p in sorted(folder.iterdir())
+            if not (p.name.endswith(LOCK_SUFFIX) or p.name.endswith(LOCK_SUFFIX + ".json"))]
+
+
 def foreign_entries(folder: str | Path, layout: Layout) -> list[Path]:
     """Entries of `folder` that `layout` does not claim (an entry is judged by the first pattern its name
     matches)."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return [p for p in sorted(folder.iterdir()) if not _claims(layout, p)]
+    return [p for p in _entries(folder) if not _claims(layout, p)]
 
 
 def owned_entries(folder: str | Path, layout: Layout) -> list[Path]:
     folder = Path(folder)
     if not folder.is_dir():
         return []
-    return [p for p in sorted(folder.iterdir()) if _claims(layout, p)]
+    return [p for p in _entries(folder) if _claims(layout, p)]
 
 
 def remove(path: Path) -> None:
@@ -173,7 +181,7 @@ def check_output(folder: str | Path, layout: Layout, *, force: bool, what: str,
     folder = Path(folder)
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise VRHError(f"{option} {folder} exists and is not a folder; choose another {option}")
-    if not folder.exists() or not any(folder.iterdir()):
+    if not folder.exists() or not _entries(folder):
         return []
     refuse_foreign(folder, foreign_entries(folder, layout), option)
     if not force:

@@ -35,7 +35,8 @@ from vrh_lmms.base.errors import VRHError
 
 CONFIG_COMMANDS = ("discover", "sweep", "steer", "patch")
 RUN_FILE = "run.yaml"
-_NOT_RECORDED = {"command", "config", "force"}
+_NOT_RECORDED = {"command", "config", "force", "wait"}
+HEADER = "# vrh-lmms run file"  # the first line of every run file vrh-lmms writes (`write`), in every version
 
 
 def run_file_path(command: str, output: str | Path) -> Path:
@@ -45,6 +46,24 @@ def run_file_path(command: str, output: str | Path) -> Path:
         stem = out.with_suffix("") if out.suffix == ".json" else out
         return Path(f"{stem}.{RUN_FILE}")
     return out / RUN_FILE
+
+
+def is_ours(path: str | Path) -> bool:
+    """A run file vrh-lmms wrote, recognised by its first line."""
+    path = Path(path)
+    if not path.is_file() or path.is_symlink():
+        return False
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.readline().startswith(HEADER)
+
+
+def check_target(command: str, output: str | Path, force: bool) -> None:
+    """Before a run starts: its run file would replace `run_file_path`, so refuse when that is a file a user wrote
+    (without `force`)."""
+    path = run_file_path(command, output)
+    if (path.exists() or path.is_symlink()) and not is_ours(path) and not force:
+        raise VRHError(f"{path} was not written by vrh-lmms (its first line is not {HEADER!r}) and a finished run "
+                       f"would replace it; move it away, choose another --output, or pass --force")
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -149,6 +168,6 @@ def write(command: str, args: argparse.Namespace, parser: argparse.ArgumentParse
     import yaml
 
     path = run_file_path(command, args.output)
-    text = "# vrh-lmms run file: rerun with `vrh-lmms " + command + " --config " + path.name + "`\n"
+    text = HEADER + ": rerun with `vrh-lmms " + command + " --config " + path.name + "`\n"
     text += yaml.safe_dump(record(command, args, parser), sort_keys=False, default_flow_style=False)
     return atomic.write_text(path, text)

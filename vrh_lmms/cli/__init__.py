@@ -12,6 +12,7 @@ from pathlib import Path
 from vrh_lmms.base import runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.runfile import CONFIG_COMMANDS
+from vrh_lmms.cli.commands.options import add_wait_option
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,9 @@ class Command:
     sets_threads: bool = False  # torch's CPU threads are chosen from the free cores first (vrh_lmms.model.device)
     ranks: bool = False  # splits its docs across torchrun / accelerate ranks (docs/scaling.md); else one process
     quiet: bool = False  # one progress display; libraries' output kept in vrh-lmms.log in the output folder
+    # the option naming what the command writes: the run holds that output's lock throughout
+    # (vrh_lmms.base.folder_lock) and takes --wait
+    output: str | None = "output"
 
 
 # The headings of `vrh-lmms --help`, in order.
@@ -45,10 +49,10 @@ TABLE: tuple[Command, ...] = (
     Command("replicate", "replicate", "the paper's protocol on one model, table by table, into one report",
             "Find and test heads", sets_threads=True, quiet=True),
     Command("eval", "eval", "run lmms-eval with vrh tasks included and the device chosen for you",
-            "Find and test heads", sets_threads=True, ranks=True),
+            "Find and test heads", sets_threads=True, ranks=True, output=None),
     Command("report", "report", "statistics, tables and plots from sweep or lmms-eval output folders",
             "Read results", quiet=True),
-    Command("heads", "heads", "show a heads file or resolve a head spec against it", "Read results"),
+    Command("heads", "heads", "show a heads file or resolve a head spec against it", "Read results", output=None),
     Command("compare-heads", "compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files",
             "Read results"),
     Command("score-distribution", "score_distribution", "share of heads above score thresholds, with a log-scale plot",
@@ -75,11 +79,14 @@ TABLE: tuple[Command, ...] = (
     Command("rank-train", "rank_train",
             "fine-tune (HF Trainer) with a ranking loss on the heads' attention over candidates", "Put heads to use",
             sets_threads=True),
-    Command("make-tiny", "make_tiny", "write a tiny random-weight checkpoint of a real VLM class", "Models and data"),
+    Command("make-tiny", "make_tiny", "write a tiny random-weight checkpoint of a real VLM class", "Models and data",
+            output="out_dir"),
     Command("train-tiny", "train_tiny", "train the tiny grounding VLM shipped with the demo (from a clone)",
-            "Models and data"),
-    Command("synth", "synth", "write synthetic grounding data in the hub or refer layout", "Models and data"),
-    Command("tasks-path", "tasks_path", "print the folder of the plugin's lmms-eval task YAMLs", "Models and data"),
+            "Models and data", output="out"),
+    Command("synth", "synth", "write synthetic grounding data in the hub or refer layout", "Models and data",
+            output="out_dir"),
+    Command("tasks-path", "tasks_path", "print the folder of the plugin's lmms-eval task YAMLs", "Models and data",
+            output=None),
 )
 BY_NAME: dict[str, Command] = {c.name: c for c in TABLE}
 # name -> (module, one-line help), for callers of the earlier table
@@ -87,6 +94,7 @@ COMMANDS: dict[str, tuple[str, str]] = {c.name: (c.module, c.help) for c in TABL
 MODEL_COMMANDS = tuple(c.name for c in TABLE if c.sets_threads)
 RANK_COMMANDS = tuple(c.name for c in TABLE if c.ranks)
 QUIET_COMMANDS = tuple(c.name for c in TABLE if c.quiet)
+OUTPUT_OF = {c.name: c.output for c in TABLE if c.output}
 
 DESCRIPTION = ("Find the retrieval heads of a vision-language model, test what they do, and put them to use.\n"
                "New here? `vrh-lmms demo` runs the whole job on a shipped tiny model, in about two minutes on a CPU.")
@@ -120,6 +128,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 p.add_argument("--config", metavar="RUN.yaml",
                                help="take the options from a run file (docs/runs.md; every finished run writes one "
                                     "into its output); flags given beside it override it")
+            if command.output:
+                add_wait_option(p)
             if name in QUIET_COMMANDS:
                 p.add_argument("--verbose", "-v", action="store_true",
                                help="show lmms-eval's and the other libraries' output as it comes (default: one "
@@ -157,12 +167,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command not in RANK_COMMANDS:
         run = _one_process(args.command, run)
     if args.command in QUIET_COMMANDS:
-        code = _guarded(lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS))
+        session = lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS)  # noqa: E731
     else:
-        code = _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
-    if code == 0 and args.command in CONFIG_COMMANDS:
-        _write_run_file(args, subparser(parser, args.command))
-    return code
+        session = lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run()  # noqa: E731
+
+    def whole_run() -> int:
+        if args.command in CONFIG_COMMANDS:  # before anything loads
+            runfile.check_target(args.command, args.output, args.force)
+        code = int(session() or 0)
+        if code == 0 and args.command in CONFIG_COMMANDS:
+            _write_run_file(args, subparser(parser, args.command))
+        return code
+
+    return _guarded(lambda: _locked(args, whole_run))
+
+
+def _locked(args: argparse.Namespace, call):
+    """Run `call` holding the lock of the command's output (rank 0 alone: the ranks of one job share it)."""
+    from vrh_lmms.harness.distributed import is_main
+
+    dest = OUTPUT_OF.get(args.command)
+    if dest is None or not getattr(args, dest, None) or not is_main():
+        return call()
+    from vrh_lmms.base import folder_lock
+
+    with folder_lock.held(getattr(args, dest), f"vrh-lmms {args.command}", wait=args.wait):
+        return call()
 
 
 def _write_run_file(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:

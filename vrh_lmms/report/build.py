@@ -23,6 +23,7 @@ from vrh_lmms.report import plots
 from vrh_lmms.report.analysis import LoadedRun, Settings, analyze_group
 from vrh_lmms.report.claims import build_claims
 from vrh_lmms.report.comparisons import add_null_comparisons, add_summary, apply_corrections, transfer_rows
+from vrh_lmms.report.completeness import check_complete, pending_record, warning_line
 from vrh_lmms.report.discover import discover
 from vrh_lmms.report.heads_files import ScoringLookup, heads_label, overlap_block, read_heads_file
 from vrh_lmms.report.html import HTML_NAME, write_report_html
@@ -47,6 +48,7 @@ class ReportSettings:
     plots: bool = True
     force: bool = False
     intersection: bool = False
+    allow_incomplete: bool = False  # report sweeps with pending or mixed configurations (flagged) instead of refusing
     arguments: dict = field(default_factory=dict)
 
 
@@ -163,6 +165,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         raise VRHError(f"--n-resamples must be at least 100, got {settings.n_resamples}")
     out = Path(output)
     replaced = _check_output(out, settings.force)
+    unfinished = check_complete(dirs, settings.allow_incomplete)
     heads = [read_heads_file(p) for p in settings.heads_files]
     map_dirs = [d for d in dirs if is_maps_folder(d)]  # attention-maps / locate folders: their own panel
     dirs = [d for d in dirs if d not in map_dirs]
@@ -195,6 +198,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "version": _version(),
         "arguments": dict(settings.arguments),
         "inputs": [str(d) for d in dirs],
+        "complete": not unfinished,
+        "pending": pending_record(unfinished),
         "settings": {"alpha": settings.alpha, "n_resamples": settings.n_resamples, "seed": settings.seed,
                      "score_field": settings.score_field,
                      "score_quantity": stats_settings.quantity, "intersection": settings.intersection,
@@ -225,6 +230,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         report["files"]["plots"] = _make_plots(report, heads, out)
     report["maps"] = jsonable(maps_block(map_dirs, out))
     _write_text(out / "report.json", json.dumps(report, indent=1, allow_nan=False))
-    _write_text(out / "report.md", render(report, scorers_markdown(report["scorers"])) + maps_markdown(report["maps"]))
+    first = [warning_line(unfinished), ""] if unfinished else []
+    _write_text(out / "report.md", "\n".join(first + [render(report, scorers_markdown(report["scorers"]))])
+                + maps_markdown(report["maps"]))
     write_report_html(out)
     return report

@@ -21,6 +21,7 @@ from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 
 ENV = "VRH_HEADS_REGISTRY"
+SCHEMA = "vrh-heads-registry/1"
 
 
 def registry_path() -> Path:
@@ -37,14 +38,22 @@ def checkpoint_key(pretrained: str) -> dict[str, str | None]:
     return {"checkpoint": str(pretrained).rstrip("/"), "config_sha256": None}
 
 
-def _read() -> list[dict[str, Any]]:
+def _read(to_write: bool = False) -> list[dict[str, Any]]:
+    """The entries; `to_write`: refuse a file that is not a registry we wrote (a run file's `env:` can point
+    VRH_HEADS_REGISTRY at any file, and register would replace it)."""
     path = registry_path()
     if not path.is_file():
+        if to_write and (path.exists() or path.is_symlink()):
+            raise VRHError(f"heads registry {path} is not a file; set {ENV} to a file of its own")
         return []
     try:
         data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise VRHError(f"heads registry {path} is not valid JSON ({exc}); remove it or set {ENV}") from None
+    ours = isinstance(data, dict) and str(data.get("schema", "")).startswith("vrh-heads-registry/")
+    if to_write and not ours:
+        raise VRHError(f"heads registry {path} is not a heads registry vrh-lmms wrote (no \"schema\": \"{SCHEMA}\"); "
+                       f"left unchanged: set {ENV} to a file of its own")
     return list(data.get("entries", [])) if isinstance(data, dict) else []
 
 
@@ -52,12 +61,13 @@ def register(pretrained: str, tasks: list[str], heads_file: str | Path) -> Path:
     """Record that `heads_file` holds the heads discovery found for this checkpoint on these tasks."""
     key = checkpoint_key(pretrained)
     task = ",".join(tasks)
-    entries = [e for e in _read() if not (e.get("checkpoint") == key["checkpoint"] and e.get("task") == task)]
+    entries = [e for e in _read(to_write=True)
+               if not (e.get("checkpoint") == key["checkpoint"] and e.get("task") == task)]
     entries.append({**key, "task": task, "heads_file": str(Path(heads_file).resolve()),
                     "registered": time.strftime("%Y-%m-%dT%H:%M:%S")})
     path = registry_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic.write_text(path, json.dumps({"schema": "vrh-heads-registry/1", "entries": entries}, indent=1))
+    return atomic.write_text(path, json.dumps({"schema": SCHEMA, "entries": entries}, indent=1))
 
 
 def lookup(pretrained: str, task: str | None = None) -> Path:

@@ -125,5 +125,5 @@ def write_refer_layout(root: str | Path, splits: dict[str, tuple[int, int]], see
                  "categories": [{"id": i, "name": n, "supercategory": "shape"} for n, i in categories.items()]}
     (data_dir / "instances.json").write_text(json.dumps(instances))
     with open(data_dir / f"refs({split_by}).p", "wb") as f:
-        pickle.dump(refs, f)
+        pickle.dump(refs, f, protocol=2)  # the protocol of the official REFER files
     return data_dir

@@ -28,3 +28,10 @@ def add_control_options(parser: argparse.ArgumentParser, what: str, preset: bool
                         help="what control draws are drawn from: live (default; heads whose o_proj columns are all "
                              "zero write nothing and are left out) or all (uniform over all heads, the paper's "
                              "definition; the report then states each draw's dead heads)")
+
+
+def add_wait_option(parser: argparse.ArgumentParser) -> None:
+    """--wait, for every command that writes an output folder or file (its lock: vrh_lmms.base.folder_lock)."""
+    parser.add_argument("--wait", action="store_true",
+                        help="if another vrh-lmms run holds the output, wait for it to end (default: refuse, naming "
+                             "it)")

@@ -35,6 +35,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a `vrh-lmms steer` folder: adds the steering table (docs/interventions.md)")
     parser.add_argument("--patch", default=None, metavar="DIR",
                         help="a `vrh-lmms patch` folder: adds the patching map and head-set recoveries")
+    parser.add_argument("--allow-incomplete", action="store_true",
+                        help="report sweep folders that did not finish (pending configurations) or mix another "
+                             "sweep's results; the report then says so in its first line and in report.json "
+                             "(default: refuse, naming them)")
     parser.add_argument("--no-plots", action="store_true", help="skip the matplotlib figures")
     parser.add_argument("--force", action="store_true",
                         help="replace a report written into --output before (anything else there is refused)")
@@ -52,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         plots=not args.no_plots,
         force=args.force,
         intersection=args.intersection,
+        allow_incomplete=args.allow_incomplete,
         arguments={k: v for k, v in vars(args).items() if k != "command"},
     )
     if args.steer or args.patch:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,6 +95,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     distributed.barrier()  # every rank has checked the folder before rank 0 changes it
     done: set[str] = set()
     if distributed.is_main():
+        spec = replace(spec, configurations=spec.configurations + earlier_configurations(spec, ready.folder, out))
         done = _claim(spec, ready.folder, out, identity, started, unavailable, excluded)
     done = distributed.broadcast(done)  # every rank runs the same configurations, in the same order
     todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
@@ -162,6 +163,21 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
 
         lm.vrh_apply(HeadSet((), "none", "baseline", 0))
     return out
+
+
+def earlier_configurations(spec: SweepSpec, folder, out: Path) -> list[Configuration]:
+    """Configurations a resumed sweep finished in earlier runs that this run does not ask for (e.g. a k dropped from
+    --k): sweep.json keeps listing them, so it never disowns results its folder holds."""
+    if not folder.resume or not (out / MANIFEST).is_file():
+        return []
+    asked = {c.id for c in spec.configurations}
+    names = {f.name for f in fields(Configuration)}
+    kept = []
+    for entry in json.loads((out / MANIFEST).read_text()).get("configurations") or []:
+        if (isinstance(entry, dict) and entry.get("id") not in asked
+                and (out / "configs" / str(entry.get("id")) / "results.json").is_file()):
+            kept.append(Configuration(**{k: v for k, v in entry.items() if k in names}))
+    return kept
 
 
 def _claim(spec: SweepSpec, folder, out: Path, identity: dict[str, Any], started: float,
