@@ -26,7 +26,7 @@ from vrh_lmms.base.families import get_family
 from vrh_lmms.base.heads import paper, registry
 from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file
 from vrh_lmms.base.heads.spec import HeadSet, check_pool, needs_heads_file, resolve_spec
-from vrh_lmms.base.pretrained import check_pretrained
+from vrh_lmms.base.pretrained import check_hub_reachable, check_pretrained, named_model_args
 from vrh_lmms.model.ablation import Ablator, RowConfig, load_means, means_path_for
 from vrh_lmms.model.backbone import dead_heads, locate_decoder
 from vrh_lmms.model.device import default_device, default_device_map
@@ -81,6 +81,19 @@ def in_lmms_eval_cli() -> bool:
     return prog == "lmms-eval" or main_file.endswith(os.path.join("lmms_eval", "__main__.py"))
 
 
+def cli_tasks() -> tuple[str, ...]:
+    """The tasks the lmms-eval command line evaluates (`--tasks a,b`), read from its arguments; () elsewhere."""
+    if not in_lmms_eval_cli():
+        return ()
+    argv, found = sys.argv[1:], ""
+    for i, arg in enumerate(argv):
+        if arg == "--tasks" and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif arg.startswith("--tasks="):
+            found = arg.split("=", 1)[1]
+    return tuple(t.strip() for t in found.split(",") if t.strip())
+
+
 def user_errors_exit(init):
     """Under the lmms-eval CLI, a bad model arg ends the run with one clear line and exit code 2."""
 
@@ -95,6 +108,24 @@ def user_errors_exit(init):
             raise
 
     return wrapper
+
+
+# lmms-eval's own RefCOCO tasks (prefix) and the vrh task that holds the paper's protocol on the same data
+PAPER_TASKS = {"refcoco+": "vrh_refcoco_plus_val", "refcocog": "vrh_refcocog_val", "refcoco": "vrh_refcoco_val"}
+
+
+def _hint_own_tasks() -> None:
+    """One line per lmms-eval RefCOCO task on the command line: the paper's protocol is the vrh task."""
+    for task in cli_tasks():
+        ours = next((v for prefix, v in PAPER_TASKS.items() if task.startswith(prefix)), None)
+        if ours is not None:
+            print(f"vrh-lmms: note: {task} is lmms-eval's own task (its prompt and scoring); the paper's protocol is "
+                  f"--tasks {ours} --include_path \"$(vrh-lmms tasks-path)\"", file=sys.stderr, flush=True)
+
+
+@user_errors_exit
+def _named_args(_self: Any, args: dict[str, Any], family: str) -> dict[str, Any]:
+    return named_model_args(args, family)
 
 
 class VRHMixin:
@@ -113,8 +144,11 @@ class VRHMixin:
         family = get_family(self.vrh_family)
         torch_dtype = self._parse_dtype(dtype)
         kwargs = self._choose_device(kwargs)
+        given = "pretrained" in kwargs or bool(args)
         pretrained = kwargs.get("pretrained", args[0] if args else _default(self._base_init_params(), "pretrained"))
         check_pretrained(pretrained)
+        _hint_own_tasks()
+        check_hub_reachable(pretrained, given=given)
         try:
             with load_dtype(torch_dtype), self._vrh_load_context(args, kwargs):
                 super().__init__(*args, **kwargs)
@@ -136,7 +170,8 @@ class VRHMixin:
                                                          heads_source)
             spec_text = spec_text[len(paper.PREFIX):]
         elif self.vrh_heads_file is None and needs_heads_file(spec_text):  # what `vrh-lmms discover` registered
-            self.vrh_heads_file = load_heads_file(registry.lookup(str(pretrained), heads_task))
+            found = registry.lookup(str(pretrained), heads_task, evaluated=cli_tasks())
+            self.vrh_heads_file = load_heads_file(found)
             self.vrh_heads_file.source = "registry"
         self.vrh_headset: HeadSet = resolve_spec(
             spec_text, self.vrh_decoder.geometry, heads_file=self.vrh_heads_file,
@@ -156,6 +191,16 @@ class VRHMixin:
                         f"{ablation}, {self.vrh_ablator.method})")
         self._vrh_activate_box_convention(box_convention or family.box_convention)
         publish_record(self.vrh_record())
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
+        """lmms-eval's constructor from `a=1,b=x`, with `pretrained=vrh-demo` expanded to the shipped demo model and
+        the model args it was trained with (vrh_lmms.base.pretrained.named_model_args)."""
+        from lmms_eval.utils import simple_parse_args_string
+
+        args = _named_args(None, simple_parse_args_string(arg_string or ""), cls.vrh_family)
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None}
+        return cls(**args, **extra)
 
     # ----------------------------------------------------------------------------------------------- helpers
     def _vrh_load_context(self, args: tuple, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:

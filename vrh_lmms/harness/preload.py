@@ -11,7 +11,12 @@ from typing import Any
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import Geometry
-from vrh_lmms.base.pretrained import HUB_EXAMPLE, check_pretrained, hub_offline  # noqa: F401  (check_pretrained: callers)
+from vrh_lmms.base.pretrained import (  # noqa: F401  (check_pretrained: callers)
+    HUB_EXAMPLE,
+    check_pretrained,
+    hub_offline,
+    named_model_args,
+)
 
 # Model args that choose heads; commands that set the heads themselves (sweep, discover) refuse them.
 HEAD_ARGS = ("heads", "heads_file", "ablation", "seed", "allow_cross_model", "means_file", "heads_cell",
@@ -158,7 +163,7 @@ class ModelPlan:
 def plan_args(model: str, model_args: str | None) -> ModelPlan:
     """The checks on `--model` / `--model_args` that import no backend (fast): registered name, args, path."""
     check_model_name(model)
-    args = parse_model_args(model_args)
+    args = named_model_args(parse_model_args(model_args))  # pretrained=vrh-demo: the shipped folder and its settings
     if args.get("pretrained") is not None:
         check_pretrained(args["pretrained"])
     return ModelPlan(model, args)

@@ -393,9 +393,11 @@ class RowAblator:
 
 @contextlib.contextmanager
 def ablated(model: nn.Module, heads: HeadSet | Sequence[HeadRef], mode: str = "zero",
-            means: torch.Tensor | None = None, method: str = "auto") -> Iterator[Ablator]:
-    """Scoped ablation: the original weights come back when the block ends, also on exceptions."""
-    ablator = Ablator(model, method=method)
+            means: torch.Tensor | None = None, method: str = "auto",
+            decoder: Decoder | None = None) -> Iterator[Ablator]:
+    """Scoped ablation: the original weights come back when the block ends, also on exceptions. `decoder`: the
+    model's located decoder (default: located here)."""
+    ablator = Ablator(model, decoder, method=method)
     try:
         ablator.apply(heads, mode=mode, means=means)
         yield ablator

@@ -22,6 +22,8 @@ from vrh_lmms.base.errors import VRHError
 
 ENV = "VRH_HEADS_REGISTRY"
 SCHEMA = "vrh-heads-registry/1"
+SHIPPED_HEADS = "heads.json"  # the demo model's own heads file, in its folder
+SHIPPED_TASK = "vrh_demo_discovery"  # the task they were found on
 
 
 def registry_path() -> Path:
@@ -70,24 +72,45 @@ def register(pretrained: str, tasks: list[str], heads_file: str | Path) -> Path:
     return atomic.write_text(path, json.dumps({"schema": SCHEMA, "entries": entries}, indent=1))
 
 
-def lookup(pretrained: str, task: str | None = None) -> Path:
-    """The heads file registered for this checkpoint (and task); one clear error when there is none or several."""
+def shipped(key: dict[str, str | None]) -> list[dict[str, Any]]:
+    """The heads the package ships for a checkpoint, registered at install: the demo model's own heads file
+    (found by `vrh-lmms discover` on vrh_demo_discovery), when `key` is the shipped demo model's folder."""
+    from vrh_lmms.base.pretrained import demo_folder
+
+    folder = demo_folder()
+    heads_file = folder / SHIPPED_HEADS
+    if not heads_file.is_file() or key != checkpoint_key(str(folder)):
+        return []
+    return [{**key, "task": SHIPPED_TASK, "heads_file": str(heads_file), "shipped": True}]
+
+
+def lookup(pretrained: str, task: str | None = None, evaluated: tuple[str, ...] = ()) -> Path:
+    """The heads file registered for this checkpoint (and task); one clear error when there is none or several.
+
+    Registrations by `vrh-lmms discover` come first, then the heads the package ships (`shipped`). When several
+    tasks' heads are registered, those found on a task being `evaluated` win, then the shipped heads; otherwise
+    one line lists the choices."""
     key = checkpoint_key(pretrained)
     mine = [e for e in _read() if e.get("checkpoint") == key["checkpoint"]]
     how = (f"run `vrh-lmms discover --model ... --model_args pretrained={pretrained} ...` first, or pass "
            f"heads_file=PATH")
-    if not mine:
+    builtin = shipped(key)
+    if not mine and not builtin:
         raise VRHError(f"no heads file is registered for {key['checkpoint']} ({registry_path()}); {how}")
-    if key["config_sha256"] is not None:
+    if mine and key["config_sha256"] is not None:
         same = [e for e in mine if e.get("config_sha256") == key["config_sha256"]]
-        if not same:
+        if not same and not builtin:
             raise VRHError(f"the heads registered for {key['checkpoint']} were found on another config.json (the "
                            f"checkpoint changed since); {how}")
         mine = same
     if task is not None:
-        mine = [e for e in mine if e.get("task") == task]
-        if not mine:
+        mine, builtin = [e for e in mine if e.get("task") == task], [e for e in builtin if e.get("task") == task]
+        if not mine and not builtin:
             raise VRHError(f"no heads file is registered for {key['checkpoint']} on task {task!r}; {how}")
+    mine = mine or builtin
+    if len({e["task"] for e in mine}) > 1:
+        wanted = set(evaluated)
+        mine = [e for e in mine if wanted & set(e["task"].split(","))] or builtin or mine
     tasks = sorted({e["task"] for e in mine})
     if len(tasks) > 1:
         raise VRHError(f"heads of {key['checkpoint']} are registered for several tasks ({', '.join(tasks)}); choose "

@@ -19,6 +19,12 @@ PROMPT = "Locate {expression} in the image and output its bbox coordinates in JS
 # Scene streams: training and held-out scenes come from different generator seeds, so they never coincide.
 TRAIN_SCENE_SEED = 1
 EVAL_SCENE_SEED = 2
+# The demo's two held-out scene sets (ids in the EVAL_SCENE_SEED stream): discovery, and disjoint from it, evaluation.
+# `vrh-lmms demo` uses them by default; the tasks vrh_demo_discovery / vrh_demo_grounding have them built in.
+DISCOVERY_START = 0
+EVAL_START = 100_000
+N_DISCOVERY = 32
+N_EVAL = 100
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,15 @@ class DemoSpec:
 
     def coord_values(self) -> list[int]:
         return list(range(0, self.image_size + 1, self.coord_bin))
+
+    def model_args(self) -> dict[str, Any]:
+        """`vrh_qwen25` model args that feed the model as it was trained (float32; image size; prompt first)."""
+        args: dict[str, Any] = {"dtype": "float32", "min_pixels": self.pixels, "max_pixels": self.pixels}
+        return {**args, "image_position": "after_prompt"} if self.prompt_first else args
+
+    def scene_set(self, n: int, start: int) -> dict[str, Any]:
+        """The synthetic-scene settings (VRH_SYNTH_CONFIG's keys) of `n` held-out scenes from scene id `start`."""
+        return {"n": n, "seed": EVAL_SCENE_SEED, "start": start, "scene": {**self.scene, "image_size": self.image_size}}
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

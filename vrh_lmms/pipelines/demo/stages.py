@@ -13,21 +13,20 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL  # noqa: F401  (callers import them)
+
 TASK = "vrh_synth_grounding"
-DISCOVERY_START = 0
-EVAL_START = 100_000  # scene ids of the evaluation set: disjoint from the discovery set
 
 
 def demo_model_args(model: Path, spec) -> str:
     """`vrh_qwen25` model_args that feed the model as it was trained (image size; prompt before the image)."""
-    args = f"pretrained={model},dtype=float32,min_pixels={spec.pixels},max_pixels={spec.pixels}"
-    return args + (",image_position=after_prompt" if spec.prompt_first else "")
+    return ",".join(f"{k}={v}" for k, v in {"pretrained": model, **spec.model_args()}.items())
 
 
 @dataclass
 class DemoSettings:
-    n_discovery: int = 32
-    n_eval: int = 100
+    n_discovery: int = N_DISCOVERY
+    n_eval: int = N_EVAL
     ks: Sequence[int] = ()  # default: from the model's geometry (about 5%, 10% and 15% of all heads)
     # random and layer-matched draws per k: the criteria ask for >= 5, the k-curve protocol for >= 10. On the shipped
     # model one draw's drop is 0-31 points (a draw holding one of its six readers costs 20-30), so a 5-draw mean has a
@@ -71,11 +70,7 @@ def scoped_env(**values: str):
 
 def synth_config(spec, n: int, start: int) -> str:
     """VRH_SYNTH_CONFIG for `n` held-out scenes of the model's spec from scene id `start`."""
-    from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED
-
-    scene = dict(spec.scene)
-    scene["image_size"] = spec.image_size
-    return json.dumps({"n": n, "seed": EVAL_SCENE_SEED, "start": start, "scene": scene})
+    return json.dumps(spec.scene_set(n, start))
 
 
 def discover_heads(lm, model_args: str, spec, settings: DemoSettings, output: Path) -> Path:

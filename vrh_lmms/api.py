@@ -1,0 +1,204 @@
+"""The Python API for notebooks: `load`, `discover`, `ablate`, `evaluate` (docs/api.md).
+
+Each call is the command line's own code: `load` builds the `vrh_*` lmms-eval model
+(`vrh_lmms.harness.lmms.build_model`),
+`discover` runs `vrh-lmms discover`'s `run_discovery`, `ablate` is `vrh_lmms.model.ablation.ablated` on the model's
+decoder, `evaluate` is lmms-eval's simple_evaluate through `vrh_lmms.harness.lmms.evaluate` with the head set applied as
+a
+sweep applies it, its run folder written as a sweep writes one, and `Result.drop_vs` pairs two runs and computes the
+drop with the reports' statistics (`vrh_lmms.report.pairing`, `vrh_lmms.base.stats.paired_drop`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import HeadRef, parse_head
+from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file
+from vrh_lmms.base.heads.spec import HeadSet, resolve_spec
+
+Heads = HeadSet | Iterable[HeadRef | str] | None
+
+
+@dataclass
+class Model:
+    """A loaded `vrh_*` model: `lm` is the lmms-eval model, `hf` the Hugging Face model inside it."""
+
+    lm: Any
+    name: str  # the lmms-eval model name, e.g. vrh_qwen25
+    model_args: str
+
+    @property
+    def hf(self) -> Any:
+        return self.lm.model
+
+    @property
+    def geometry(self):
+        return self.lm.vrh_decoder.geometry
+
+    def headset(self, heads: Heads, seed: int = 0) -> HeadSet:
+        """A head set from a HeadSet, head names / HeadRefs, or a spec such as "random5" (drawn from the live heads,
+        as the sweeps draw controls), resolved against this model's geometry."""
+        if isinstance(heads, HeadSet):
+            return heads
+        if heads is None or isinstance(heads, str):
+            return resolve_spec(heads, self.geometry, seed=seed, dead=self.lm.vrh_dead_heads or (), pool="live")
+        names = [str(parse_head(h) if isinstance(h, str) else h) for h in heads]
+        return resolve_spec(";".join(names) or "none", self.geometry, dead=self.lm.vrh_dead_heads or ())
+
+
+def _model_name(pretrained: str) -> str:
+    """The `vrh_*` model whose family claims the checkpoint's model_type (config.json, read without weights)."""
+    from vrh_lmms.base.families import family_for_config
+    from vrh_lmms.base.pretrained import DEMO_FAMILY, is_demo_name
+    from vrh_lmms.harness.preload import load_config
+
+    if is_demo_name(pretrained):
+        from vrh_lmms.base.families import get_family
+
+        return get_family(DEMO_FAMILY).wrappers[0].model_id
+    return family_for_config(load_config(pretrained)).wrappers[0].model_id
+
+
+def load(pretrained: str, model: str | None = None, batch_size: int = 1, **model_args: Any) -> Model:
+    """Load a checkpoint: "vrh-demo" (the shipped demo model, with its settings), a folder or a hub id. `model`
+    names the `vrh_*` lmms-eval model (default: inferred from the checkpoint's model_type); keyword arguments are
+    its model args (dtype="float32", min_pixels=..., ...)."""
+    from vrh_lmms.base.pretrained import check_pretrained
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.harness.preload import HEAD_ARGS
+
+    check_pretrained(pretrained)
+    chosen = [k for k in model_args if k in HEAD_ARGS]
+    if chosen:
+        raise VRHError(f"vrh.load: {', '.join(chosen)} chooses heads; pass heads to vrh.ablate / vrh.evaluate instead")
+    name = model or _model_name(str(pretrained))
+    args = ",".join(f"{k}={v}" for k, v in {"pretrained": pretrained, **model_args}.items())
+    return Model(lmms.build_model(name, args, batch_size=batch_size), name, args)
+
+
+@dataclass
+class Discovered:
+    """What `discover` found: `ranking` (head names, best first), `top(k)` (a head set), `save(path)`."""
+
+    file: HeadsFile
+    geometry: Any = field(repr=False)
+
+    @property
+    def ranking(self) -> list[str]:
+        return [str(h) for h in self.file.ranking]
+
+    @property
+    def path(self) -> Path:
+        return Path(self.file.path)
+
+    def top(self, k: int) -> HeadSet:
+        return resolve_spec(f"top{k}", self.geometry, heads_file=self.file)
+
+    def save(self, path: str | Path) -> Path:
+        """Copy the heads file (every head's score; `vrh-lmms heads` reads it, `heads_file=` uses it)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.path, path)
+        return path
+
+
+def discover(model: Model, task: str, limit: int | None = 200, output: str | Path | None = None,
+             **options: Any) -> Discovered:
+    """`vrh-lmms discover` on one task (its default scoring, out,sum,mean); `options` are DiscoverySpec fields
+    (primary=, cells=, key_tokens=, gen_kwargs=, ...). `output`: the heads file (default: a new temporary folder)."""
+    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
+
+    out = Path(output) if output else Path(tempfile.mkdtemp(prefix="vrh-discover-")) / "heads.json"
+    spec = DiscoverySpec(model=model.name, model_args=model.model_args, tasks=[task], output=str(out),
+                         limit=limit, **options)
+    path = run_discovery(spec, lm=model.lm)
+    return Discovered(load_heads_file(path), model.geometry)
+
+
+@contextlib.contextmanager
+def ablate(model: Model, heads: Heads, mode: str = "zero") -> Iterator[HeadSet]:
+    """Ablate `heads` in the Hugging Face model for the block (any forward or generate); the weights and hooks come
+    back exactly when it ends, also after an exception."""
+    from vrh_lmms.model.ablation import ablated
+
+    headset = model.headset(heads)
+    with ablated(model.hf, headset, mode=mode, decoder=model.lm.vrh_decoder):
+        yield headset
+
+
+@dataclass
+class Drop:
+    """A paired drop in points (baseline minus this run, per doc) with its cluster-aware 95% interval."""
+
+    points: float
+    ci: tuple[float, float]
+    method: str
+    n: int
+    n_clusters: int
+    stats: Any = field(repr=False)  # vrh_lmms.base.stats.DropResult, in fractions
+
+    def __str__(self) -> str:
+        return f"{self.points:.1f} points [{self.ci[0]:.1f}, {self.ci[1]:.1f}] (n = {self.n}, {self.n_clusters} images)"
+
+
+@dataclass
+class Result:
+    """One evaluation: lmms-eval's aggregated `metrics` (acc50, iou, ...), its logged `samples`, the run `folder`."""
+
+    task: str
+    metrics: dict[str, Any]
+    samples: list[dict[str, Any]]
+    folder: Path
+    heads: list[str]
+
+    def table(self):
+        from vrh_lmms.base.runfolder.samples import read_samples
+
+        return read_samples(self.folder / f"samples_{self.task}.jsonl")
+
+    def drop_vs(self, other: Result, alpha: float = 0.05, n_resamples: int = 10_000, seed: int = 0) -> Drop:
+        """How many points this run lost against `other` (its baseline) on their shared docs, clustered by image."""
+        from vrh_lmms.base.stats import paired_drop
+        from vrh_lmms.report.pairing import align, pair
+
+        _, (base, mine) = align(f"task {self.task}", ["other", "this"], [other.table(), self.table()], 0, False)
+        paired = pair(base, mine)
+        d = paired_drop(paired.baseline, paired.other, paired.clusters, alpha=alpha, n_resamples=n_resamples,
+                        seed=seed)
+        return Drop(100 * d.drop, (100 * d.ci_low, 100 * d.ci_high), d.method, d.n_pairs, d.n_clusters, d)
+
+
+def evaluate(model: Model, task: str, heads: Heads = None, limit: int | None = None, mode: str = "zero",
+             gen_kwargs: str | None = None, output: str | Path | None = None, batch_size: int | None = None) -> Result:
+    """lmms-eval's evaluation of `task` with `heads` ablated (None: the intact model), as a sweep runs one
+    configuration; the model is intact again afterwards. `output`: the run folder (default: a temporary one);
+    `batch_size`: docs per generate call for this evaluation (default: the model's, 1 unless `load` said)."""
+    from vrh_lmms.harness import lmms
+
+    lm = model.lm
+    tm = lmms.task_manager(model.name, tasks=[task])
+    lmms.check_tasks(tm, [task])
+    headset, before = model.headset(heads), lm.vrh_headset
+    before_mode = lm.vrh_mode if before.heads else "zero"
+    out = Path(output) if output else Path(tempfile.mkdtemp(prefix="vrh-evaluate-")) / "run"
+    batch = lm.batch_size_per_gpu
+    lm.vrh_apply(headset, mode=mode)
+    try:
+        lm.batch_size_per_gpu = batch_size or batch  # as the demo's sweeps batch their docs
+        results = lmms.evaluate(lm, [task], tm, limit=limit, gen_kwargs=gen_kwargs)
+        record = lm.vrh_record()
+    finally:
+        lm.batch_size_per_gpu = batch
+        lm.vrh_apply(before, mode=before_mode)
+    lmms.write_run(out, results, record)
+    metrics = {key.split(",")[0]: value for key, value in results["results"][task].items()
+               if "," in key and "_stderr" not in key and isinstance(value, (int, float))}
+    return Result(task, metrics, list(results["samples"][task]), out, headset.names)
