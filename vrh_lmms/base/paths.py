@@ -13,3 +13,25 @@ def tasks_path() -> Path:
 
 def assets_path() -> Path:
     return Path(str(importlib.resources.files("vrh_lmms") / "assets"))
+
+
+def shown_path(path: str | Path, root: str | Path | None = None) -> str:
+    """A local path as a report prints it, never absolute: relative to `root` (default: the working folder, where the
+    run's paths were given) when inside it, `~/...` under the home folder, else relative to `root` with `..`."""
+    import os
+
+    path = Path(os.path.abspath(Path(path).expanduser()))
+    root = Path(os.path.abspath(root if root is not None else Path.cwd()))
+    if path.is_relative_to(root):
+        return path.relative_to(root).as_posix() or "."
+    home = Path(os.path.abspath(Path.home()))
+    if path.is_relative_to(home):
+        return "~/" + path.relative_to(home).as_posix()
+    return Path(os.path.relpath(path, root)).as_posix()
+
+
+def shown_model(model: str, root: str | Path | None = None) -> str:
+    """A model as a report prints it: a local checkpoint (an absolute or `~` path) by `shown_path`, a hub id as it
+    is."""
+    text = str(model)
+    return shown_path(text, root) if text.startswith(("/", "~")) else text

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.base.runfolder.runs import RunMeta
 from vrh_lmms.base.runfolder.samples import STATUSES, SampleTable
 from vrh_lmms.base.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
@@ -72,6 +73,18 @@ def _lost_to(paired, kind: str) -> dict | None:
     return {s: int(lost.get(s, 0)) for s in STATUSES[kind] if s != "correct"}
 
 
+def _shown_heads_file(block: dict | None) -> dict | None:
+    """A run's record of its heads file with the file and the model it names shown as reports show paths."""
+    if not block:
+        return block
+    out = dict(block)
+    if isinstance(out.get("path"), str) and out["path"]:
+        out["path"] = shown_path(out["path"])
+    if isinstance(out.get("model"), str):
+        out["model"] = shown_model(out["model"])
+    return out
+
+
 def _run_block(run: LoadedRun, table: SampleTable, settings: Settings) -> dict:
     m = run.meta
     return {
@@ -82,14 +95,14 @@ def _run_block(run: LoadedRun, table: SampleTable, settings: Settings) -> dict:
         "seed": m.seed,
         "mode": m.mode,
         "heads_source": m.heads_source,
-        "heads_file": m.heads_file,
+        "heads_file": _shown_heads_file(m.heads_file),
         "heads": None if m.heads is None else list(m.heads),
         "heads_label": None,
         "cell": m.cell,
         "pool": m.pool,
         "dead_heads": None if m.dead_in_set is None else list(m.dead_in_set),
-        "results": str(m.results_path),
-        "samples": str(table.path),
+        "results": shown_path(m.results_path),
+        "samples": shown_path(table.path),
         "accuracy": accuracy(table.scores, table.image_ids, alpha=settings.alpha,
                              quantity=settings.quantity).to_dict(),
         "official": official_metrics.from_samples(table.path),  # the benchmark's own headline, or None

@@ -17,6 +17,7 @@ import numpy as np
 from vrh_lmms.base import atomic, console, owned
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.paths import shown_path
 from vrh_lmms.base.runfolder.runs import read_run_meta, task_sources
 from vrh_lmms.base.runfolder.samples import SampleTable, read_samples
 from vrh_lmms.report import plots
@@ -104,7 +105,8 @@ def load_runs(dirs: list[str | Path], score_field: str | None) -> tuple[list[Loa
         if key in owners:
             kept, kept_table = owners[key]
             if meta.kind == "baseline" and _same_outcomes(kept_table, table):
-                warnings.append(f"{meta.model} / {task}: the baseline in {path} repeats the one in {kept} "
+                warnings.append(f"{meta.model} / {task}: the baseline in {shown_path(path)} repeats the one in "
+                                f"{shown_path(kept)} "
                                 "doc for doc; counted once")
                 continue
             differ = " (baselines whose outcomes differ)" if meta.kind == "baseline" else ""
@@ -115,6 +117,21 @@ def load_runs(dirs: list[str | Path], score_field: str | None) -> tuple[list[Loa
         owners[key] = (path, table)
         runs.append(LoadedRun(meta, task, table))
     return runs, warnings
+
+
+_PATH_ARGUMENTS = ("dirs", "output", "heads_files", "steer", "patch")
+
+
+def _shown_arguments(arguments: dict) -> dict:
+    """The command's arguments as report.json records them: its folders and files by vrh_lmms.base.paths.shown_path."""
+    out = dict(arguments)
+    for key in _PATH_ARGUMENTS:
+        value = out.get(key)
+        if isinstance(value, (list, tuple)):
+            out[key] = [shown_path(v) for v in value]
+        elif isinstance(value, (str, Path)):
+            out[key] = shown_path(value)
+    return out
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -196,8 +213,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "version": _version(),
-        "arguments": dict(settings.arguments),
-        "inputs": [str(d) for d in dirs],
+        "arguments": _shown_arguments(settings.arguments),
+        "inputs": [shown_path(d) for d in dirs],
         "complete": not unfinished,
         "pending": pending_record(unfinished),
         "settings": {"alpha": settings.alpha, "n_resamples": settings.n_resamples, "seed": settings.seed,
@@ -215,7 +232,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
                   "dead_shares": {f"{g['model']} / {g['task']}": control_dead_shares(g) for g in groups}},
         "overlap": overlap_block(heads, ks),
         "overlap_k": ks,
-        "heads_files": [{"path": str(h.path), "model": h.model, "layers": int(h.scores.shape[0]),
+        "heads_files": [{"path": shown_path(h.path), "model": h.model, "layers": int(h.scores.shape[0]),
                          "heads": int(h.scores.shape[1])} for h in heads],
         "multiple_testing": multiple,
         "warnings": warnings,

@@ -3,11 +3,13 @@
 A claim is a top-k (own or transferred heads) or explicit head set of one model x task. The sentence quotes only
 numbers of report.json and says "significant" only for a p-value at or below alpha after Holm within its family;
 an empirical p against R control draws is always quoted with R and its floor 1/(R+1), and flagged when that floor
-is above alpha (too few draws to support a claim at that level).
+is above alpha (too few draws to support a claim at that level). The sentence is markdown: the names in it are
+escaped (vrh_lmms.base.escape.md).
 """
 
 from __future__ import annotations
 
+from vrh_lmms.base.escape import md
 from vrh_lmms.report.analysis import CONTROL_KINDS, CONTROL_NAMES
 from vrh_lmms.report.fmt import pct, pval, short
 
@@ -19,7 +21,7 @@ def _heads(cfg: dict) -> str:
     heads = cfg.get("heads") or []
     if not heads:
         return ""
-    listed = ", ".join(heads[:_LISTED_HEADS]) + (", ..." if len(heads) > _LISTED_HEADS else "")
+    listed = ", ".join(md(h) for h in heads[:_LISTED_HEADS]) + (", ..." if len(heads) > _LISTED_HEADS else "")
     return f" [{listed}]"
 
 
@@ -56,20 +58,20 @@ def _controls(group: dict, cfg: dict, alpha: float, n_family: int) -> str:
 
 
 def claim_sentence(group: dict, cfg: dict, alpha: float, families: dict) -> str:
-    where = f"{short(group['model'])} / {group['task']}"
-    name = cfg["heads_label"] or cfg["label"]
-    mode = f"{cfg['mode']}-ablated" if cfg["mode"] else "ablated"
+    where = f"{md(short(group['model']))} / {md(group['task'])}"
+    name = md(cfg["heads_label"] or cfg["label"])
+    mode = f"{md(cfg['mode'])}-ablated" if cfg["mode"] else "ablated"
     head = f"**{name}**{_heads(cfg)} on {where}, {mode}"
     acc = cfg["accuracy"]
     if group["baseline"] is None or cfg["drop"] is None:
-        return (f"{head}: {group['metric']} {pct(acc['mean'])} on {acc['n']} docs; no baseline run, so no drop and "
+        return (f"{head}: {md(group['metric'])} {pct(acc['mean'])} on {acc['n']} docs; no baseline run, so no drop and "
                 f"no test.")
     base = group["baseline"]["accuracy"]
     d, t = cfg["drop"], cfg["test"]
     images = (f"{t['n_clusters']} images" if cfg["paired"]["clustered_by"] == "image_id"
               else f"{t['n_pairs']} docs (no image ids)")
     level = f"{100 * (1 - alpha):g}%"
-    sentence = (f"{head}: {group['metric']} {pct(base['mean'])} → {pct(acc['mean'])}, a drop of {pct(d['drop'])} "
+    sentence = (f"{head}: {md(group['metric'])} {pct(base['mean'])} → {pct(acc['mean'])}, a drop of {pct(d['drop'])} "
                 f"points ({level} CI {pct(d['ci_low'])} to {pct(d['ci_high'])}); cluster sign-flip test over {images} "
                 f"p = {pval(t['pvalue'])}{_verdict(t['p_holm'], alpha, families['claims']['n_tests'])}")
     if cfg["kind"] == "topk":

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.paths import shown_path
 
 _PLAIN_RESULTS = re.compile(r"^(?P<prefix>.+)_results\.json$")
 
@@ -64,7 +65,8 @@ def discover(dirs: list[str | Path]) -> Discovery:
             subdirs.sort()
             folder = Path(current)
             if folder.parent.name == "configs" and "results.json" not in names:
-                found.warnings.append(f"{folder}: configuration has no results.json (incomplete run); skipped")
+                found.warnings.append(f"{shown_path(folder)}: configuration has no results.json (incomplete run); "
+                                      "skipped")
             for name in sorted(names):
                 path = (folder / name).resolve()
                 if path in seen:
@@ -84,7 +86,7 @@ def discover(dirs: list[str | Path]) -> Discovery:
     for item in found.files:
         if not item.samples:
             found.warnings.append(
-                f"{item.results}: no samples files beside it (run lmms-eval with --log_samples); skipped"
+                f"{shown_path(item.results)}: no samples files beside it (run lmms-eval with --log_samples); skipped"
             )
     found.files = [item for item in found.files if item.samples]
     return found

@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.escape import md, md_code
 from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.base.heads.heads_file import HeadsFile
 from vrh_lmms.base.heads.inputs import is_ranking_only, load_heads_input
+from vrh_lmms.base.paths import shown_path
 from vrh_lmms.base.stats.overlap import jaccard, score_spearman, topk_overlap
 from vrh_lmms.report.fmt import pval, short
 
@@ -181,8 +183,8 @@ def compare(items: list[HeadScores], k: int, allow_cross_geometry: bool = False)
     cells = {i.cell for i in items}
     return {
         "schema": SCHEMA, "k": k, "same_geometry": same,
-        "inputs": [{"label": i.label, "source": i.source, "layers": i.layers, "heads": i.heads, "cell": i.cell,
-                    "ranking_only": i.scores is None, "top_k": i.ranking[:k],
+        "inputs": [{"label": i.label, "source": shown_source(i.source), "layers": i.layers, "heads": i.heads,
+                    "cell": i.cell, "ranking_only": i.scores is None, "top_k": i.ranking[:k],
                     "dead_heads": None if i.dead is None else sorted(i.dead)} for i in items],
         "cells_differ": len(cells) > 1,
         "pairs": pairs,
@@ -191,8 +193,9 @@ def compare(items: list[HeadScores], k: int, allow_cross_geometry: bool = False)
 
 
 def verdict(pair: dict[str, Any]) -> str:
-    """One sentence: what the pair shares, against chance, and how their score maps agree."""
-    text = f"{pair['a']} and {pair['b']} share {pair['overlap']} of their top-{pair['k']} heads"
+    """One sentence of markdown (names escaped): what the pair shares, against chance, and how their score maps
+    agree."""
+    text = f"{md(pair['a'])} and {md(pair['b'])} share {pair['overlap']} of their top-{pair['k']} heads"
     if pair["chance"] is not None:
         text += (f" (chance {pair['chance']:.2f} of {pair['population']} heads; hypergeometric "
                  f"p = {pval(pair['p_value'])})")
@@ -204,8 +207,13 @@ def verdict(pair: dict[str, Any]) -> str:
         text += (f"; among the {pair['n_live']} live heads they share {pair['overlap_live']} of their live top-"
                  f"{pair['k']} (chance {pair['chance_live']:.2f}, p = {pval(pair['p_value_live'])})")
     elif pair.get("note"):
-        text += f"; {pair['note']}"
+        text += f"; {md(pair['note'])}"
     return text + "."
+
+
+def shown_source(source: str) -> str:
+    """An input as compare.md prints it: a `paper:` list as given, a file by vrh_lmms.base.paths.shown_path."""
+    return source if str(source).startswith("paper:") else shown_path(source)
 
 
 def _num(x: float | None, fmt: str = ".3f") -> str:
@@ -221,14 +229,14 @@ def compare_markdown(block: dict[str, Any], plot_name: str | None = None) -> str
     for p in block["pairs"]:
         live = ("n/a" if p.get("overlap_live") is None else
                 f"{p['overlap_live']} / {k} ({p['chance_live']:.2f}, {pval(p['p_value_live'])})")
-        lines.append(f"| {p['a']} | {p['b']} | {p['overlap']} / {k} | {_num(p['chance'], '.2f')} | "
+        lines.append(f"| {md(p['a'])} | {md(p['b'])} | {p['overlap']} / {k} | {_num(p['chance'], '.2f')} | "
                      f"{pval(p['p_value'])} | {p['jaccard']:.3f} | {_num(p['spearman'])} | "
                      f"{_num(p.get('spearman_live'))} | {live} |")
     lines += ["", "| input | source | layers x heads | cell | top-k |", "|---|---|---|---|---|"]
     for i in block["inputs"]:
-        cell = (i["cell"] or "?") + (" (published ranking, no scores)" if i["ranking_only"] else "")
-        lines.append(f"| {i['label']} | `{i['source']}` | {i['layers']} x {i['heads']} | {cell} | "
-                     f"{', '.join(i['top_k'])} |")
+        cell = md(i["cell"] or "?") + (" (published ranking, no scores)" if i["ranking_only"] else "")
+        lines.append(f"| {md(i['label'])} | {md_code(i['source'])} | {md(i['layers'])} x "
+                     f"{md(i['heads'])} | {cell} | {', '.join(md(h) for h in i['top_k'])} |")
     lines += ["", "Chance is the expected overlap of two top-k sets drawn at random from the same N heads (k*k/N); the "
               "p value is the hypergeometric tail P(overlap >= observed). Spearman is the rank correlation of the two "
               "layer x head score maps over every head. Where a model has heads that write nothing (pruned: o_proj "

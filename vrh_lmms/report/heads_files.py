@@ -11,6 +11,7 @@ import numpy as np
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.base.runfolder.runs import short_model
 from vrh_lmms.base.stats import topk_jaccard_matrix
 
@@ -40,8 +41,8 @@ def read_heads_file(path: str | Path) -> HeadsFile:
     model = hf.model.get("id")
     if not isinstance(model, str) or not model:
         raise VRHError(f"heads file {path}: field 'model.id' is missing")
-    return HeadsFile(Path(path), model, np.asarray(hf.scores, dtype=float), [str(h) for h in hf.ranking], hf.sha256,
-                     _scoring(hf.scoring or {}))
+    return HeadsFile(Path(path), shown_model(model), np.asarray(hf.scores, dtype=float), [str(h) for h in hf.ranking],
+                     hf.sha256, _scoring(hf.scoring or {}))
 
 
 def labels_for(files: list[HeadsFile]) -> list[str]:
@@ -57,7 +58,7 @@ def overlap_block(files: list[HeadsFile], ks: list[int]) -> dict | None:
         return None
     return {
         "labels": labels_for(files),
-        "files": [str(f.path) for f in files],
+        "files": [shown_path(f.path) for f in files],
         "models": [f.model for f in files],
         "k": list(ks),
         "jaccard": {str(k): topk_jaccard_matrix([f.ranking for f in files], k).tolist() for k in ks},
@@ -82,7 +83,8 @@ class ScoringLookup:
             return None
         if path not in self._by_path:
             try:
-                self._by_path[path] = read_heads_file(path) if Path(path).is_file() else None
+                found = Path(path).expanduser()  # shown paths may start with ~
+                self._by_path[path] = read_heads_file(found) if found.is_file() else None
             except (VRHError, OSError, ValueError):
                 self._by_path[path] = None
         found = self._by_path[path]

@@ -16,9 +16,12 @@ import numpy as np
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.escape import md
+from vrh_lmms.base.paths import shown_path
 from vrh_lmms.base.stats import cluster_ci
 from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
 from vrh_lmms.report.fmt import pct, pct_ci, pval
+from vrh_lmms.report.html import PATCH_MAP
 from vrh_lmms.report.pools import grouped_draws
 from vrh_lmms.runs.interventions.folder import write_json
 
@@ -61,7 +64,7 @@ def steering_summary(folder: str | Path) -> dict[str, Any]:
                                "n_seeds": len(pool), "on_target": float(np.mean([r["on_target"] for r in pool]))}
         table.append(entry)
     table.sort(key=lambda e: (e["k"], e["bias"]))
-    return {"folder": str(folder), "configs": rows, "baseline": baseline, "table": table}
+    return {"folder": shown_path(folder), "configs": rows, "baseline": baseline, "table": table}
 
 
 def steering_markdown(summary: dict[str, Any]) -> str:
@@ -73,7 +76,7 @@ def steering_markdown(summary: dict[str, Any]) -> str:
     n = table[0]["topk"]["n"]
     strongest = max(table, key=lambda e: (e["bias"], -e["k"]))
     top = strongest["topk"]
-    verdict = (f"Biasing the top-{strongest['k']} heads' answer rows toward another object's image tokens "
+    verdict = (f"Biasing the top-{md(strongest['k'])} heads' answer rows toward another object's image tokens "
                f"(bias {strongest['bias']:g}) moves **{pct(top['moved'])}%** "
                f"[{pct(top['moved_ci'][0])}, {pct(top['moved_ci'][1])}] of {n} predictions onto that object")
     nulls = [f"{NULL_LABELS[k]} heads {pct(strongest[k]['mean'])}%" for k in NULL_KINDS if k in strongest]
@@ -86,8 +89,8 @@ def steering_markdown(summary: dict[str, Any]) -> str:
               "A prediction *moved* when its box has IoU >= 0.5 with the other object's box (CIs count images as "
               "clusters: Wilson on the design-effect-adjusted n). "
               "Shares in percent; controls: mean (min-max) over seeds.", "",
-              "| k | bias | top-k moved [95% CI] | top-k on own target | "
-              + " | ".join(f"{NULL_LABELS[k]} moved" for k in kinds) + " |",
+              "| " + " | ".join(["k", "bias", "top-k moved [95% CI]", "top-k on own target",
+                                 *(f"{NULL_LABELS[k]} moved" for k in kinds)]) + " |",
               "|---|---|---|---|" + "---|" * len(kinds)]
     for e in table:
         t = e["topk"]
@@ -95,8 +98,8 @@ def steering_markdown(summary: dict[str, Any]) -> str:
         for kind in kinds:
             c = e.get(kind)
             cells.append("-" if c is None else f"{pct(c['mean'])} ({pct(c['min'])}-{pct(c['max'])})")
-        lines.append(f"| {e['k']} | {e['bias']:g} | {pct_ci(t['moved'], *t['moved_ci'])} | {pct(t['on_target'])} | "
-                     + " | ".join(cells) + " |")
+        lines.append("| " + " | ".join([md(e["k"]), f"{e['bias']:g}", pct_ci(t["moved"], *t["moved_ci"]),
+                                        pct(t["on_target"]), *cells]) + " |")
     if "moved" in base:
         lines += ["", f"Unsteered baseline: {pct(base['moved'])}% of {base['n']} predictions on the other object, "
                       f"{pct(base['on_target'])}% on their own target."]
@@ -158,10 +161,10 @@ def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
                  if result["direction"] == "denoise" else "from the corrupted run (naming B) into the clean run")
     lines = ["## Activation patching: what do the heads carry?", "",
              f"Patching one head's answer-row output {direction} {verb} at most **{pct(best['effect'])}%** "
-             f"{words['what']} ({best['head']}, discovery rank "
+             f"{words['what']} ({md(best['head'])}, discovery rank "
              f"{'-' if best['discovery_rank'] is None else best['discovery_rank'] + 1}); the median head {verb} "
              f"{pct(float(np.median(mean)))}%. The map of what each head {verb} and discovery's scores "
-             f"({disc['cell']}) agree with "
+             f"({md(disc['cell'])}) agree with "
              f"Spearman rho = {disc['spearman']['rho']:.2f} (p = {pval(disc['spearman']['p'])}) and Kendall tau = "
              f"{disc['kendall']['tau']:.2f} (p = {pval(disc['kendall']['p'])}) over {g['layers'] * g['heads']} "
              f"heads (positive: heads discovery ranks higher carry more), on {result['n_pairs_used']} pairs "
@@ -172,7 +175,7 @@ def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
     if tops:
         parts = []
         for t in tops:
-            text = f"top-{t['k']} {pct_ci(t['effect'], *t['ci'])}%"
+            text = f"top-{md(t['k'])} {pct_ci(t['effect'], *t['ci'])}%"
             for kind in NULL_KINDS:
                 pool = [s["effect"] for s in sets if s["kind"] == kind and s["k"] == t["k"]]
                 if pool:
@@ -183,29 +186,30 @@ def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
     if unavailable:
         grouped = grouped_draws([{"folder": "", "id": k, "reason": v} for k, v in unavailable.items()])
         lines += ["Head sets that could not be drawn (not padded with heads that write nothing): "
-                  + "; ".join(f"{ids}: {reason}" for (_, reason), ids in grouped.items()) + ".", ""]
+                  + "; ".join(f"{md(ids)}: {md(reason)}" for (_, reason), ids in grouped.items())
+                  + ".", ""]
     if result["measure"] == "recovery":
         formula = "recovery = (LD_patched - LD_corrupt) / (LD_clean - LD_corrupt)"
     else:
         formula = "destroyed = (LD_clean - LD_patched) / (LD_clean - LD_corrupt)"
-    lines += [f"Metric: {result['metric']}; {result['rows']}; {formula}. Mean over pairs; CIs: cluster-robust t "
-              "over images (a zero-width interval marked * means every pair gave the same value).", ""]
+    lines += [f"Metric: {md(result['metric'])}; {md(result['rows'])}; {formula}. Mean over pairs; CIs: "
+              "cluster-robust t over images (a zero-width interval marked * means every pair gave the same value).", ""]
     if figure:
         lines += [f"![{words['title']} beside discovery scores]({figure})", ""]
     lines += [f"| head set | heads | {result['measure']} % [95% CI] |", "|---|---|---|"]
     for s in sets:
         flag = " *" if s.get("degenerate") else ""
-        lines.append(f"| {s['id']} | {len(s['heads'])} | {pct_ci(s['effect'], *s['ci'])}{flag} |")
+        lines.append(f"| {md(s['id'])} | {len(s['heads'])} | {pct_ci(s['effect'], *s['ci'])}{flag} |")
     lines += ["", f"Heads that {verb.rstrip('s')} the most ({result['measure']} %, standard error over pairs, rank in "
                   "discovery):", "",
               f"| head | {result['measure']} % | se | discovery rank |", "|---|---|---|---|"]
     for h in result["top_heads"][:10]:
         rank = "-" if h["discovery_rank"] is None else h["discovery_rank"] + 1
-        lines.append(f"| {h['head']} | {pct(h['effect'])} | {pct(h['se'])} | {rank} |")
+        lines.append(f"| {md(h['head'])} | {pct(h['effect'])} | {pct(h['se'])} | {rank} |")
     overlap = disc.get("topk_overlap") or {}
     if overlap:
         lines += ["", f"Top-k overlap of the {result['measure']} ranking with discovery's ranking: "
-                  + ", ".join(f"k={k}: {pct(v)}%" for k, v in overlap.items()) + "."]
+                  + ", ".join(f"k={md(k)}: {pct(v)}%" for k, v in overlap.items()) + "."]
     return "\n".join(lines) + "\n"
 
 
@@ -278,8 +282,8 @@ def append_to_report(report_dir: str | Path, steer_dir: str | Path | None = None
         sections.append(steering_markdown(steering_summary(steer_dir)))
     if patch_dir is not None:
         result = json.loads((Path(patch_dir) / "patch.json").read_text())
-        atomic.write_bytes(report_dir / "plots" / "patch_map.png", (Path(patch_dir) / "patch_map.png").read_bytes())
-        sections.append(patching_markdown(result, "plots/patch_map.png"))
+        atomic.write_bytes(report_dir / PATCH_MAP, (Path(patch_dir) / "patch_map.png").read_bytes())
+        sections.append(patching_markdown(result, PATCH_MAP))
     text = "\n".join(sections)
     atomic.write_text(report_dir / "interventions.md", "# Interventions\n\n" + text)
     report = report_dir / "report.md"

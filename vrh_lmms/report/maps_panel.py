@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.escape import md, md_code
+from vrh_lmms.base.paths import shown_model, shown_path
+from vrh_lmms.report.plots import slug
 
 MAPS_FILE = "attention_maps.json"
 LOCATE_FILE = "locate.json"
@@ -39,17 +42,22 @@ def maps_block(folders: list[str | Path], out: Path) -> dict[str, Any] | None:
         if (root / MAPS_FILE).is_file():
             data = _read(root / MAPS_FILE, "vrh-attention-maps/")
             for doc in data["docs"]:
-                name = f"plots/maps_{i}_{Path(doc['png']).name}"
+                source = (root / str(doc["png"])).resolve()
+                if not source.is_relative_to(root.resolve()) or source.suffix != ".png":
+                    raise VRHError(f"{root / MAPS_FILE}: doc {doc.get('doc_id')!r} names a picture outside its "
+                                   f"folder or not a PNG; the report copies only the folder's own PNGs")
+                name = f"plots/maps_{i}_{slug(source.stem)}.png"  # a name a run gave never becomes a path
                 (out / "plots").mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(root / doc["png"], out / name)
-                block["maps"].append({"source": str(root), "model": data["model"], "k": data["k"],
+                shutil.copyfile(source, out / name)
+                block["maps"].append({"source": shown_path(root), "model": shown_model(data["model"]), "k": data["k"],
                                       "rows": data["rows"], "doc_id": doc["doc_id"], "task": doc["task"],
                                       "expression": doc["expression"], "answer": doc["answer"],
                                       "gt_box": doc["gt_box"], "pred_box": doc["pred_box"],
                                       "located_box": doc["located_box"], "png": name})
         if (root / LOCATE_FILE).is_file():
             data = _read(root / LOCATE_FILE, "vrh-locate/")
-            block["locate"].append({"source": str(root), "model": data["model"], "tasks": data["tasks"],
+            block["locate"].append({"source": shown_path(root), "model": shown_model(data["model"]),
+                                    "tasks": data["tasks"],
                                     "n_docs": data["n_docs"], "clustered_by": data["clustered_by"],
                                     "locator": data["locator"], "query_rows": data["query_rows"],
                                     "rows": data["rows"]})
@@ -71,9 +79,10 @@ def maps_markdown(block: dict[str, Any] | None) -> str:
     out = ["", "## Attention maps over the image and the locator", ""]
     for entry in block["locate"]:
         loc = entry["locator"]
-        out += [f"Locator on {entry['model']} / {', '.join(entry['tasks'])}: {entry['n_docs']} docs, Gaussian sigma "
-                f"{loc['sigma']} cells, threshold {loc['threshold']}; Acc@0.5 in % with 95% intervals clustered by "
-                f"{entry['clustered_by']} (`{entry['source']}`).", "",
+        out += [f"Locator on {md(shown_model(entry['model']))} / {', '.join(md(t) for t in entry['tasks'])}: "
+                f"{entry['n_docs']} docs, Gaussian sigma {md(loc['sigma'])} cells, threshold {md(loc['threshold'])}; "
+                f"Acc@0.5 in % with 95% intervals clustered by {md(entry['clustered_by'])} "
+                f"({md_code(shown_path(entry['source']))}).", "",
                 "| k | answer | top-k located | top-k - answer | random located (draws, each) | top-k - random | "
                 "layer-matched located (draws, each) | top-k - layer-matched |", "|---|---|---|---|---|---|---|---|"]
         for row in entry["rows"]:
@@ -86,7 +95,8 @@ def maps_markdown(block: dict[str, Any] | None) -> str:
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
     for m in block["maps"]:
-        out += [f"**{m['task']} doc {m['doc_id']}** (\"{m['expression']}\" -> `{m['answer']}`; {m['rows']} rows, "
-                f"top-{m['k']}): GT {m['gt_box']}, predicted {m['pred_box']}, located {m['located_box']}", "",
-                f"![attention maps, doc {m['doc_id']}]({m['png']})", ""]
+        out += [f"**{md(m['task'])} doc {md(m['doc_id'])}** (\"{md(m['expression'])}\" -> {md_code(m['answer'])}; "
+                f"{md(m['rows'])} rows, top-{m['k']}): GT {md(m['gt_box'])}, predicted {md(m['pred_box'])}, located "
+                f"{md(m['located_box'])}", "",
+                f"![attention maps, doc {md(m['doc_id'])}]({m['png']})", ""]
     return "\n".join(out)

@@ -2,13 +2,15 @@
 
 The first page says what was found: one sentence per claim (vrh_lmms.report.claims), then how the numbers were
 made, then the tables and plots. Accuracies and drops are shown in percentage points (x100, one decimal); p-values
-with three significant digits.
+with three significant digits. Every name a run gives (model, task, configuration, label, path) goes through
+vrh_lmms.base.escape.md, so it reads as the text it is.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from vrh_lmms.base.escape import md
 from vrh_lmms.base.runfolder.runs import TASK_SOURCE
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.fmt import pct, pct_ci, pval, short
@@ -67,12 +69,12 @@ def doc_set_lines(groups: list[dict]) -> list[str]:
         base = g["baseline"] or (g["configs"][0] if g["configs"] else None)
         clusters = None if base is None else base["accuracy"].get("n_clusters")
         images = f" on {clusters} images" if clusters and clusters != ds["n_docs"] else ""
-        checked = ", ".join(["doc_id", *ds["checked_on"]])
-        line = f"- {short(g['model'])} / {g['task']}: every number uses the same {ds['n_docs']} docs{images}"
+        checked = ", ".join(md(c) for c in ["doc_id", *ds["checked_on"]])
+        line = f"- {md(short(g['model']))} / {md(g['task'])}: every number uses the same {ds['n_docs']} docs{images}"
         if ds.get("discovery_docs_left_out"):
             line += f" (docs 0-{ds['discovery_docs_left_out'] - 1}, which discovery used, left out)"
         if ds["restricted"]:
-            counts = ", ".join(f"{label} {n}" for label, n in ds["per_run"].items())
+            counts = ", ".join(f"{md(label)} {n}" for label, n in ds["per_run"].items())
             line += (f" — **only the docs all runs share (--intersection)**; the samples files hold {counts}")
         out.append(line + f"; runs paired on {checked}.")
     return out
@@ -95,7 +97,7 @@ def summary_section(groups: list[dict]) -> list[str]:
     for g in groups:
         for r in g["summary"]:
             ci = r["topk_drop_ci"] or [None, None]
-            row = [short(g["model"]), g["task"], r["heads_label"] or r["config"], r["mode"],
+            row = [md(short(g["model"])), md(g["task"]), md(r["heads_label"] or r["config"]), md(r["mode"]),
                    pct(r["baseline_acc"]), pct(r["topk_acc"]), pct_ci(r["topk_drop"], *ci), pval(r["p_test"])]
             for kind in kinds:
                 row += [_draws(r.get(kind)), _p_floor(r.get(f"p_{kind}"), r.get(f"p_{kind}_floor"))]
@@ -113,7 +115,8 @@ def configs_section(groups: list[dict]) -> list[str]:
         for c in ([g["baseline"]] if g["baseline"] else []) + g["configs"]:
             a, d, t, m = c["accuracy"], c["drop"], c["test"], c["mcnemar"]
             rows.append([
-                short(g["model"]), g["task"], c["label"], str(a["n"]), pct_ci(a["mean"], a["ci_low"], a["ci_high"]),
+                md(short(g["model"])), md(g["task"]), md(c["label"]), str(a["n"]),
+                pct_ci(a["mean"], a["ci_low"], a["ci_high"]),
                 "—" if d is None else pct_ci(d["drop"], d["ci_low"], d["ci_high"]),
                 "—" if t is None else pval(t["pvalue"]),
                 "—" if t is None else _FAMILY_NAMES[t["family"]],
@@ -131,7 +134,8 @@ def null_section(groups: list[dict]) -> list[str]:
     for g in groups:
         for n in g["null_comparisons"]:
             sd = "n/a" if n["null_sd"] is None else pct(n["null_sd"])
-            rows.append([short(g["model"]), g["task"], n["config"], n["null_kind"].replace("_", "-"),
+            rows.append([md(short(g["model"])), md(g["task"]), md(n["config"]),
+                         md(n["null_kind"].replace("_", "-")),
                          pct(n["observed"]), f"{pct(n['null_mean'])} ± {sd}", str(n["n_null"]),
                          str(n["n_null_ge_observed"]), pval(n["pvalue"]), pval(n["p_floor"]),
                          pval(n["p_holm"]), pval(n["p_bh"])])
@@ -154,7 +158,8 @@ def taxonomy_section(groups: list[dict], kind: str) -> list[str]:
             if t is None:
                 continue
             f, lost = t["fractions"], c["lost_to"]
-            rows.append([short(g["model"]), g["task"], c["label"], str(c["accuracy"]["n"]), pct(f["correct"]),
+            rows.append([md(short(g["model"])), md(g["task"]), md(c["label"]), str(c["accuracy"]["n"]),
+                         pct(f["correct"]),
                          pct(f[wrong]), pct(f["parse_failure"]),
                          "—" if lost is None else str(lost[wrong]),
                          "—" if lost is None else str(lost["parse_failure"])])
@@ -169,7 +174,8 @@ def transfer_section(rows: list[dict]) -> list[str]:
         own, tr = r["own"], r["transferred"]
         own_ci = (own or {}).get("drop_ci") or [None, None]
         tr_ci = tr["drop_ci"] or [None, None]
-        out.append([short(r["model"]), r["task"], r["config_id"], short(r["heads_from"]), pct(r["baseline_acc"]),
+        out.append([md(short(r["model"])), md(r["task"]), md(r["config_id"]), md(short(r["heads_from"])),
+                    pct(r["baseline_acc"]),
                     "n/a" if own is None else pct(own["acc"]), "n/a" if own is None else pct_ci(own["drop"], *own_ci),
                     pct(tr["acc"]), pct_ci(tr["drop"], *tr_ci), pval(tr["p_test"])])
     return _table(header, out)
@@ -180,8 +186,8 @@ def overlap_section(overlap: dict) -> list[str]:
     for k in overlap["k"]:
         mat = overlap["jaccard"][str(k)]
         lines += [f"Top-{k} Jaccard overlap:", ""]
-        lines += _table([""] + overlap["labels"],
-                        [[label] + [f"{v:.2f}" for v in row]
+        lines += _table([""] + [md(label) for label in overlap["labels"]],
+                        [[md(label)] + [f"{v:.2f}" for v in row]
                          for label, row in zip(overlap["labels"], mat, strict=True)])
         lines.append("")
     return lines
@@ -238,7 +244,7 @@ def render(report: dict, extra_sections: list[str] = ()) -> str:
     if report["overlap"]:
         out += ["## Head overlap between heads files", "", *overlap_section(report["overlap"])]
     if report["files"]["plots"]:
-        out += ["## Plots", ""] + [f"![{p}]({p})" for p in report["files"]["plots"]] + [""]
+        out += ["## Plots", ""] + [f"![{md(p)}]({p})" for p in report["files"]["plots"]] + [""]
     if report["warnings"]:
-        out += ["## Warnings", ""] + [f"- {w}" for w in report["warnings"]] + [""]
+        out += ["## Warnings", ""] + [f"- {md(w)}" for w in report["warnings"]] + [""]
     return "\n".join(out)

@@ -26,6 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from vrh_lmms.base.escape import md
+from vrh_lmms.report.fmt import short
+
 CV_BENCH_SOURCES = ("ADE20K", "COCO", "Omni3D")
 
 
@@ -184,9 +187,9 @@ def markdown_section(groups: Sequence[Mapping[str, Any]]) -> list[str]:
             h = c.get("official")
             if not h:
                 continue
-            by = ", ".join(f"{k} {_pct(v)}" for k, v in sorted(h["by"].items()))
-            rows.append(f"| {str(g['model']).rstrip('/').split('/')[-1]} | {g['task']} | {c['label']} | "
-                        f"{h['metric']} | **{_pct(h['value'])}** | {_pct(h['accuracy'])} | {by} |")
+            by = ", ".join(f"{md(k)} {_pct(v)}" for k, v in sorted(h["by"].items()))
+            rows.append(f"| {md(short(str(g['model'])))} | {md(g['task'])} | {md(c['label'])} | "
+                        f"{md(h['metric'])} | **{_pct(h['value'])}** | {_pct(h['accuracy'])} | {by} |")
     if not rows:
         return []
     return ["## Official benchmark metrics (headline)", "",

@@ -14,7 +14,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base.escape import md
+from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.report.analysis import CONTROL_KINDS, CONTROL_NAMES
+from vrh_lmms.report.fmt import short
 
 
 def unavailable_configurations(dirs: list[str | Path]) -> list[dict[str, str]]:
@@ -30,7 +33,7 @@ def unavailable_configurations(dirs: list[str | Path]) -> list[dict[str, str]]:
             continue
         for cfg in data.get("configurations") or []:
             if isinstance(cfg, dict) and cfg.get("status") == "unavailable":
-                out.append({"folder": str(d), "id": str(cfg.get("id")), "reason": str(cfg.get("reason", ""))})
+                out.append({"folder": shown_path(d), "id": str(cfg.get("id")), "reason": str(cfg.get("reason", ""))})
     return out
 
 
@@ -71,30 +74,34 @@ def pools_section(groups: list[dict[str, Any]], unavailable: list[dict[str, str]
         if dead is None:
             continue
         if not dead:
-            lines.append(f"- {g['model']}: every head writes to the residual stream (no o_proj columns all zero), "
+            lines.append(f"- {md(shown_model(g['model']))}: every head "
+                         "writes to the residual stream (no o_proj columns all zero), "
                          "so live and uniform control pools give the same draws.")
             continue
-        listed = ", ".join(dead[:12]) + (", ..." if len(dead) > 12 else "")
-        lines.append(f"- {g['model']}: **{len(dead)} heads write nothing** (o_proj columns all zero: {listed}); "
+        listed = ", ".join(md(h) for h in dead[:12]) + (", ..." if len(dead) > 12 else "")
+        lines.append(f"- {md(shown_model(g['model']))}: **{len(dead)} heads write nothing** "
+                     f"(o_proj columns all zero: {listed}); "
                      "ablating them costs nothing by construction, so a control draw holding them controls for less.")
     table = []
     for g in groups:
         for row in control_dead_shares(g):
             share = "n/a" if row["draws_with_dead"] is None else f"{row['draws_with_dead']} of {row['draws']}"
             mean = "n/a" if row["mean_dead_per_draw"] is None else f"{row['mean_dead_per_draw']:.1f} of {row['k']}"
-            table.append(f"| {g['model'].split('/')[-1]} | {g['task']} | {CONTROL_NAMES[row['kind']]} | {row['k']} | "
-                         f"{', '.join(row['pools'])} | {share} | {mean} |")
+            table.append(f"| {md(short(g['model']))} | {md(g['task'])} | {CONTROL_NAMES[row['kind']]} | {row['k']} | "
+                         f"{', '.join(md(p) for p in row['pools'])} | {share} | {mean} |")
     if table and any(g.get("dead_heads") for g in groups):
         lines += ["", "| Model | Task | Control | k | Pool | Draws holding a dead head | Dead heads per draw (mean) |",
                   "|---|---|---|---|---|---|---|", *table]
-    dead_tops = [f"{c['label']} ({g['task']}): {', '.join(c['dead_heads'])}" for g in groups for c in g["configs"]
+    dead_tops = [f"{md(c['label'])} ({md(g['task'])}): {', '.join(md(h) for h in c['dead_heads'])}"
+                 for g in groups for c in g["configs"]
                  if c["kind"] in ("topk", "explicit") and c.get("dead_heads")]
     if dead_tops:
         lines += ["", "Ranked head sets holding heads that write nothing (the ranking is discovery's; ablating these "
                       "heads costs nothing): " + "; ".join(dead_tops) + "."]
     if unavailable:
         lines += ["", "Configurations that could not be drawn (reported, not padded with dead heads):", ""]
-        lines += [f"- {ids} ({folder}): {reason}" for (folder, reason), ids in grouped_draws(unavailable).items()]
+        lines += [f"- {md(ids)} ({md(shown_path(folder))}): {md(reason)}"
+                  for (folder, reason), ids in grouped_draws(unavailable).items()]
     return lines
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.escape import md
 from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.base.stats.distribution import share_above
 from vrh_lmms.report.head_compare import HeadScores
@@ -61,12 +62,12 @@ def distribution_markdown(block: dict[str, Any], plot_name: str | None = None) -
     for r in block["inputs"]:
         shares = "; ".join(f"{100 * r['above'][k]:.1f}% ({r['count_above'][k]} of {r['heads']}) above {k}"
                            for k in keys)
-        lines.append(f"- {r['label']} ({r['cell']}): {shares}; median score {r['median']:.2g}, highest "
+        lines.append(f"- {md(r['label'])} ({md(r['cell'])}): {shares}; median score {r['median']:.2g}, highest "
                      f"{r['max']:.3g}.")
     lines += ["", "| input | cell | heads | " + " | ".join(f"share above {k}" for k in keys) +
               " | median | 99th percentile | max |", "|---|---|---|" + "---|" * (len(keys) + 3)]
     for r in block["inputs"]:
-        lines.append(f"| {r['label']} | {r['cell']} | {r['heads']} | " +
+        lines.append(f"| {md(r['label'])} | {md(r['cell'])} | {r['heads']} | " +
                      " | ".join(f"{100 * r['above'][k]:.1f}%" for k in keys) +
                      f" | {r['median']:.3g} | {r['quantiles']['0.99']:.3g} | {r['max']:.3g} |")
     live = [r for r in block["inputs"] if r.get("live")]
@@ -75,7 +76,7 @@ def distribution_markdown(block: dict[str, Any], plot_name: str | None = None) -
                   "| input | live heads | " + " | ".join(f"share above {k}" for k in keys) + " |",
                   "|---|---|" + "---|" * len(keys)]
         for r in live:
-            lines.append(f"| {r['label']} | {r['live']['heads']} | " +
+            lines.append(f"| {md(r['label'])} | {r['live']['heads']} | " +
                          " | ".join(f"{100 * r['live']['above'][k]:.1f}%" for k in keys) + " |")
     lines += ["", block["paper"]]
     if any(r["non_positive"] for r in block["inputs"]):

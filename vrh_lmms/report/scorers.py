@@ -12,6 +12,8 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+from vrh_lmms.base.escape import md
+from vrh_lmms.base.paths import shown_model
 from vrh_lmms.report.fmt import pct
 
 PRIMARY = "primary"
@@ -64,7 +66,7 @@ def scorers_markdown(blocks: list[dict]) -> list[str]:
            "cell's top-k and the random draws beside them; in brackets the cluster-adjusted 95% interval (random: the "
            "range over draws).", ""]
     for b in blocks:
-        out += [f"**{b['model']} / {b['task']}** (baseline {pct(b['baseline'])})", "",
+        out += [f"**{md(shown_model(b['model']))} / {md(b['task'])}** (baseline {pct(b['baseline'])})", "",
                 "| Scorer | " + " | ".join(f"k = {k}" for k in b["ks"]) + " |",
                 "|---|" + "---|" * len(b["ks"])]
         for row in b["rows"]:
@@ -72,7 +74,7 @@ def scorers_markdown(blocks: list[dict]) -> list[str]:
             for k in b["ks"]:
                 e = row["by_k"].get(str(k))
                 cells.append("—" if e is None else f"{pct(e['acc'])} [{pct(e['ci'][0])}, {pct(e['ci'][1])}]")
-            out.append(f"| {row['label']} | " + " | ".join(cells) + " |")
+            out.append(f"| {md(row['label'])} | " + " | ".join(cells) + " |")
         out.append("")
     return out
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.paths import shown_model
 
 CONFIG_KINDS = ("baseline", "topk", "scorer_topk", "random", "random_all", "random_outside", "layer_matched",
                 "image_matched", "explicit")
@@ -57,7 +58,9 @@ class RunMeta:
 
 
 def normalize_model(name: str) -> str:
-    return name.strip().rstrip("/")
+    """The model as the report names it: a hub id as it is, a local checkpoint relative to the working folder or
+    under `~` (vrh_lmms.base.paths.shown_model), never by its absolute path."""
+    return shown_model(name.strip().rstrip("/")).rstrip("/")
 
 
 def short_model(name: str) -> str:

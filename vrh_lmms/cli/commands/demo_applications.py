@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic, console
+from vrh_lmms.base.escape import md
 
 FOLDER = "applications"
 SUMMARY = "applications.md"
@@ -77,7 +78,8 @@ def kv_line(result: dict[str, Any]) -> str:
     rows = result["rows"]
     none = rows[0]["accuracy"]
     smallest = min(r["budget"] for r in rows)
-    parts = [f"{r['policy']} {_ci(r['accuracy'])}" for r in rows if r["budget"] == smallest and r["policy"] != "none"]
+    parts = [f"{md(r['policy'])} {_ci(r['accuracy'])}" for r in rows
+             if r["budget"] == smallest and r["policy"] != "none"]
     return (f"**KV cache** ({result['n_docs']} scenes, Acc@0.5 %): keeping {100 * smallest:.1f}% of the image KV, "
             + "; ".join(parts) + f"; no compression {_ci(none)}.")
 

@@ -43,6 +43,7 @@ def k_table(summary: dict[str, Any]):
 def transfer_table(rows: list[dict[str, Any]]):
     """--transfer: per direction and k, the top-k drop with the model's own heads and with the other's."""
     from rich.table import Table
+    from rich.text import Text
 
     def drop(value: float | None, ci) -> str:
         return _pts(value) + ("" if value is None or not ci or ci[0] is None else f" [{_pts(ci[0])}, {_pts(ci[1])}]")
@@ -52,7 +53,7 @@ def transfer_table(rows: list[dict[str, Any]]):
     for name in ("model", "heads from", "k", "own heads", "other's heads"):
         table.add_column(name, no_wrap=True)
     for r in sorted(rows, key=lambda r: (r["model"], r["k"])):
-        table.add_row(Path(r["model"]).name, Path(r["heads_from"]).name, str(r["k"]),
+        table.add_row(Text(Path(r["model"]).name), Text(Path(r["heads_from"]).name), str(r["k"]),  # names: no markup
                       drop(r["own_drop"], r["own_drop_ci"]), drop(r["transferred_drop"], r["transferred_drop_ci"]))
     return table
 

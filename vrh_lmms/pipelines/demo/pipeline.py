@@ -23,8 +23,9 @@ import numpy as np
 
 from vrh_lmms.base import console, owned
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.paths import assets_path
-from vrh_lmms.pipelines.demo.recall import RECALL_DIR
+from vrh_lmms.base.escape import md
+from vrh_lmms.base.paths import assets_path, shown_model
+from vrh_lmms.pipelines.demo.recall import MAPS_PLOT, RECALL_DIR
 from vrh_lmms.pipelines.demo.stages import (  # noqa: F401  (EVAL_START: the demo's scene ids, for its callers)
     EVAL_START,
     TASK,
@@ -173,6 +174,19 @@ def met_at(checks: dict[int, dict[str, bool]]) -> list[int]:
     return [k for k, c in checks.items() if all(c.values())]
 
 
+# The pictures demo_summary.md shows, relative to the demo folder: the only files its part of report.html embeds.
+DEMO_IMAGES = ("kcurve.png", "recall.png", f"{RECALL_DIR}/{MAPS_PLOT}")
+
+
+def write_demo_html(out: Path, model_name: str, markdown: str) -> Path:
+    """report/report.html with the demo's verdict (demo_summary.md, its pictures relative to `out`) in front."""
+    from vrh_lmms.report.html import write_report_html  # the report package loads only where its page is written
+
+    title = f"vrh-lmms demo: {model_name}"
+    return write_report_html(out / "report", before=[(f"# {md(title)}\n\n{markdown}", out, DEMO_IMAGES)],
+                             title=title)
+
+
 def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
     checks = criteria(acc, total_heads)
     met = met_at(checks)
@@ -206,7 +220,7 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
     for k, k_checks in checks.items():
         failed = [name for name, ok in k_checks.items() if not ok]
         row = next(r for r in acc.rows if r["k"] == k)
-        why = f" ({row['layer_matched_unavailable']})" if not row["layer_matched_drops"] and \
+        why = f" ({md(row['layer_matched_unavailable'])})" if not row["layer_matched_drops"] and \
             row.get("layer_matched_unavailable") else ""
         lines.append(f"- k={k}: " + ("all met" if not failed else "not met: " + ", ".join(failed) + why))
     lines += ["", f"Total time {seconds:.0f} s."]
@@ -379,7 +393,8 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
 
         summary["transfer"] = transfer_figures(json.loads((out / "report" / "report.json").read_text()))
         summary["transfer_heads"] = heads_agreement(heads, out / TRANSFER_DIR / "heads.json", ks)
-    (out / "demo_summary.json").write_text(json.dumps(summary, indent=1))
+    shown = summary | {"model": shown_model(summary["model"])}  # the file names no absolute path; the caller keeps it
+    (out / "demo_summary.json").write_text(json.dumps(shown, indent=1))
     markdown = summary_markdown(acc, geometry.total_heads, seconds)
     if intervention_summary is not None:
         markdown += interventions_markdown(intervention_summary)
@@ -391,10 +406,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         markdown += recall_markdown(summary["recall"], "recall.png")
     markdown += "\n![k-curve](kcurve.png)\n"
     (out / "demo_summary.md").write_text(markdown)
-    from vrh_lmms.report.html import write_report_html
-
-    title = f"vrh-lmms demo: {model.name}"
-    write_report_html(out / "report", before=[(f"# {title}\n\n{markdown}", out)], title=title)
+    write_demo_html(out, model.name, markdown)
     if progress:
         from vrh_lmms.pipelines.demo.console_summary import show
 

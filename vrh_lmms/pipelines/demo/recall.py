@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.escape import md, md_code
 from vrh_lmms.base.paths import assets_path
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, scoped_env, sweep_heads
 
@@ -178,14 +179,14 @@ def recall_line(summary: dict[str, Any]) -> str:
     for r in summary["overlap"]:
         live = "" if r.get("overlap_live") is None else \
             f"; {r['overlap_live']} among live heads (chance {r['chance_live']:.2f}, p = {_p(r['p_value_live'])})"
-        names = f" [{', '.join(r['shared'])}]" if r["shared"] else ""
+        names = f" [{', '.join(md(h) for h in r['shared'])}]" if r["shared"] else ""
         parts.append(f"{LABELS[r['a']]} vs {LABELS[r['b']]} {r['overlap']} of {k}{names} (chance {r['chance']:.2f}, "
                      f"p = {_p(r['p_value'])}{live})")
     costs = []
     for task, block in summary["ablation"].items():
         sets = ", ".join(f"{LABELS[s]} {_pts(b['acc'])}" for s, b in block["sets"].items() if b is not None)
-        costs.append(f"{task} {_pts(block['baseline'])} -> {sets}")
-    return (f"Recall heads (top-{k}, `{summary['cell']}` cell for text recall): shared " + "; ".join(parts) +
+        costs.append(f"{md(task)} {_pts(block['baseline'])} -> {sets}")
+    return (f"Recall heads (top-{k}, {md_code(summary['cell'])} cell for text recall): shared " + "; ".join(parts) +
             ". Masked in the VLM: " + "; ".join(costs) + ".")
 
 
@@ -194,12 +195,13 @@ def recall_markdown(summary: dict[str, Any], plot: str | None) -> str:
     lines = ["", "## Recall heads: the text backbone, the VLM's text recall, grounding", "", recall_line(summary), ""]
     dead = summary["backbone_top_dead_in_vlm"]
     if dead:
-        lines += [f"{len(dead)} of the backbone's top-{k} text-recall heads ({', '.join(dead)}) write nothing in the "
+        listed = ", ".join(md(h) for h in dead)
+        lines += [f"{len(dead)} of the backbone's top-{k} text-recall heads ({listed}) write nothing in the "
                   "VLM: its joint training pruned them, so masking them there costs nothing by construction.", ""]
     lines += ["| head set masked (top-%d) | task | accuracy | drop [95%% CI] | random live draws: drops (R) | "
               "empirical p vs random |" % k, "|---|---|---|---|---|---|"]
     for block in summary["ablation"].values():
-        lines.append(f"| none (baseline) | {block['task']} | {_pts(block['baseline'])} | | | |")
+        lines.append(f"| none (baseline) | {md(block['task'])} | {_pts(block['baseline'])} | | | |")
         for s, b in block["sets"].items():
             if b is None:
                 continue
@@ -207,7 +209,7 @@ def recall_markdown(summary: dict[str, Any], plot: str | None) -> str:
                 f" [{_pts(b['drop_ci'][0])}, {_pts(b['drop_ci'][1])}]"
             rnd = "n/a" if not b["random_drops"] else \
                 f"{_pts(min(b['random_drops']))} to {_pts(max(b['random_drops']))} ({len(b['random_drops'])})"
-            lines.append(f"| {LABELS[s]} | {block['task']} | {_pts(b['acc'])} | {_pts(b['drop'])}{ci} | {rnd} | "
+            lines.append(f"| {LABELS[s]} | {md(block['task'])} | {_pts(b['acc'])} | {_pts(b['drop'])}{ci} | {rnd} | "
                          f"{_p(b['p_random'])} |")
     lines += ["", "| pair | top-%d shared (chance, p) | live top-%d shared (chance, p) | Spearman (all / live) |"
               % (k, k), "|---|---|---|---|"]

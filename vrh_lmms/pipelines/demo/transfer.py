@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.escape import md
 from vrh_lmms.base.paths import assets_path
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, discover_heads, sweep_heads
 
@@ -114,7 +115,7 @@ def agreement_markdown(rows: list[dict[str, Any]]) -> str:
 
 def transfer_markdown(rows: list[dict[str, Any]]) -> str:
     def name(model: str) -> str:
-        return Path(model).name
+        return md(Path(model).name)
 
     def drop(value, ci) -> str:
         if value is None:

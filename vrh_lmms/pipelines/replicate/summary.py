@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic
+from vrh_lmms.base.escape import md, md_code, md_url
+from vrh_lmms.base.paths import shown_model
 from vrh_lmms.pipelines.replicate.paper_figures import match_paper_model, paper_row
 from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
 
@@ -86,7 +88,7 @@ def _grounding_verdicts(task: str, group: dict[str, Any], n_heads: int | None, k
     share = f" ({100 * k / n_heads:.0f}% of this model's {n_heads} heads)" if n_heads else ""
     out.append(
         f"**Masking the top-{k} heads{share} {'collapses' if collapse else 'does not collapse'} grounding** on "
-        f"{task}: Acc@0.5 {_pct(row['baseline_acc'])} → {_pct(row['topk_acc'])} (drop CI "
+        f"{md(task)}: Acc@0.5 {_pct(row['baseline_acc'])} → {_pct(row['topk_acc'])} (drop CI "
         f"{_pct(row['topk_drop_ci'][0])} to {_pct(row['topk_drop_ci'][1])}; cluster sign-flip p = "
         f"{row['p_test']:.2g}); random-{k} outside the top-{k}: {_control_text(row, 'random_outside')}, "
         + ("below every draw (empirical p = " if beats else "empirical p against it = ")
@@ -153,7 +155,7 @@ def verdicts(spec: ReplicateSpec, report: dict[str, Any], stages: dict[str, Any]
         ctrl = _control(row, "random_outside")
         worse = ctrl is not None and row["topk_acc"] is not None and ctrl[0] < row["topk_acc"]
         out.append(
-            f"**Cross-task ({vqa_task}): masking the grounding heads {'hurts' if hurt else 'does not hurt'} VQA**: "
+            f"**Cross-task ({md(vqa_task)}): masking the grounding heads {'hurts' if hurt else 'does not hurt'} VQA**: "
             f"{_pct(row['baseline_acc'])} → {_pct(row['topk_acc'])} (sign-flip p = {row['p_test']:.2g}); random-"
             f"{spec.vqa_k} outside: {_control_text(row, 'random_outside')}"
             + (", which hurts more: the drop is not specific to these heads" if worse and hurt else "")
@@ -184,7 +186,7 @@ def scorer_verdicts(report: dict[str, Any], task: str, k: int) -> list[str]:
         return []
     primary = rows[0]
     ranked = sorted(rows, key=lambda r: r["by_k"][k]["acc"])
-    others = ", ".join(f"{r['label']} {_pct(r['by_k'][k]['acc'])}" for r in ranked if r is not primary)
+    others = ", ".join(f"{md(r['label'])} {_pct(r['by_k'][k]['acc'])}" for r in ranked if r is not primary)
     lowest = ranked[0] is primary or ranked[0]["by_k"][k]["acc"] == primary["by_k"][k]["acc"]
     return [f"**Scorers compared at k = {k} (Figs 2/3/8b, Table A8): the primary cell's heads "
             f"{'are' if lowest else 'are not'} the most causal**: masking them leaves "
@@ -201,7 +203,7 @@ def paper_table(spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
     name = match_paper_model(pretrained)
     paper = paper_row(name)
     group = _group(report, spec.grounding_tasks[0], _model(spec))
-    lines = [f"Model: `{pretrained}`; " + (f"the paper's **{name}**." if name else
+    lines = [f"Model: {md_code(shown_model(pretrained))}; " + (f"the paper's **{name}**." if name else
                                           "the paper has no figures for this model: its column shows the paper's "
                                           "Qwen2.5-VL-7B for scale, not as a target."),
              ""]
@@ -212,7 +214,7 @@ def paper_table(spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
     rows = _own_rows(group)
     k = 20 if 20 in rows else max(rows)
     row = rows[k]
-    lines += [f"| {spec.grounding_tasks[0]}, Acc@0.5 % | this run (95% CI) | paper (RefCOCO val) |",
+    lines += [f"| {md(spec.grounding_tasks[0])}, Acc@0.5 % | this run (95% CI) | paper (RefCOCO val) |",
               "|---|---|---|",
               f"| baseline | {_acc_ci(group['baseline']['accuracy'] if group['baseline'] else None)} | "
               f"{paper['base']} |",
@@ -235,7 +237,7 @@ def vqa_table(spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
         if g is None or spec.vqa_k not in _own_rows(g):
             continue
         row = _own_rows(g)[spec.vqa_k]
-        lines.append(f"| {task} | {_acc_ci(g['baseline']['accuracy'] if g['baseline'] else None)} | "
+        lines.append(f"| {md(task)} | {_acc_ci(g['baseline']['accuracy'] if g['baseline'] else None)} | "
                      f"{_control_text(row, 'random_outside')} | "
                      f"{_acc_ci((_topk_config(g, spec.vqa_k) or {}).get('accuracy'))} |")
     return lines
@@ -263,7 +265,7 @@ def figure_lines(out: Path, spec: ReplicateSpec, report: dict[str, Any]) -> list
         if group is not None:
             path = pattern.replace("{m}_{t}", slug(group["model"], group["task"])).replace("{t}", group["task"])
         if (out / path).is_file():
-            lines += [f"**{caption}**", "", f"![{caption}]({path})", ""]
+            lines += [f"**{caption}**", "", f"![{caption}]({md_url(path)})", ""]
     return lines
 
 

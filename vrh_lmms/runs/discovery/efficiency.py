@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.escape import md
 from vrh_lmms.runs.discovery.run import sidecars
 from vrh_lmms.runs.discovery.scoring import LOCALIZATION, RETRIEVAL, aggregate, parse_cell, per_sample_matrix, rank
 
@@ -73,7 +74,7 @@ def sample_efficiency(samples: Sequence[dict[str, np.ndarray]], cell: str, k: in
 
 
 def efficiency_markdown(rows: Sequence[EfficiencyRow], k: int, cell: str) -> str:
-    lines = [f"Top-{k} overlap with the full-sample ranking ({cell}), bootstrap resamples of n samples:", "",
+    lines = [f"Top-{k} overlap with the full-sample ranking ({md(cell)}), bootstrap resamples of n samples:", "",
              "| n | mean overlap | sd | 5% | 95% | identical top-k |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r.n} | {r.mean_overlap:.3f} | {r.sd_overlap:.3f} | {r.q05:.2f} | {r.q95:.2f} | "

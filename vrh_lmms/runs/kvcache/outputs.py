@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.escape import md, md_code
+from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.base.stats.accuracy import accuracy, is_binary
 from vrh_lmms.base.stats.drop import paired_drop
 from vrh_lmms.runs.kvcache.evaluate import RunOutcome
@@ -78,10 +80,12 @@ def _pct(v: float) -> str:
 
 def markdown(data: dict[str, Any], plot_name: str) -> str:
     """The table as Markdown (the curve below it)."""
-    lines = [f"# KV cache: accuracy against image KV kept ({data['model']}, {', '.join(data['tasks'])})", "",
+    tasks = ", ".join(md(t) for t in data["tasks"])
+    heads = shown_path(data["heads_file"]) if data.get("heads_file") else None
+    lines = [f"# KV cache: accuracy against image KV kept ({md(shown_model(data['model']))}, {tasks})", "",
              f"{data['n_docs']} docs on {data['n_clusters']} images; 95% intervals clustered by image; drops are "
-             f"paired against no compression. Mode `{data['mode']}`; sink {data['sink']}, recent {data['recent']}; "
-             f"heads file {data['heads_file']}.", "",
+             f"paired against no compression. Mode {md_code(data['mode'])}; sink {md(data['sink'])}, recent "
+             f"{md(data['recent'])}; heads file {md(heads)}.", "",
              "| policy | budget | image KV kept % | KV bytes kept % | bytes freed by shrinking % | Acc % [95% CI] "
              "| drop vs none, points [95% CI] |",
              "|---|---|---|---|---|---|---|"]
@@ -91,7 +95,7 @@ def markdown(data: dict[str, Any], plot_name: str) -> str:
         kept = _pct(c["kv_bytes_kept"] / full) if full else "-"
         freed = _pct(1 - c["kv_bytes_physical"] / full) if full else "-"
         drop = "-" if d is None else f"{100 * d['drop']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
-        name = row["policy"] + (f" ({len(row['per_seed'])} draws, each {_pct(min(row['per_seed']))}-"
+        name = md(row["policy"]) + (f" ({len(row['per_seed'])} draws, each {_pct(min(row['per_seed']))}-"
                                 f"{_pct(max(row['per_seed']))})" if row.get("per_seed") else "")
         lines.append(f"| {name} | {row['budget']:.3g} | {_pct(c.get('image_kv_kept', 1.0))} | {kept} | {freed} | "
                      f"{_pct(a['mean'])} [{_pct(a['ci_low'])}, {_pct(a['ci_high'])}] | {drop} |")

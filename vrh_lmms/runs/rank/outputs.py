@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic
+from vrh_lmms.base.escape import md
 
 RESULT = "rank.json"
 TABLE = "rank.md"
@@ -42,9 +43,9 @@ def table_rows(block: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    lines = [f"# Ranker: {data['data']}", "",
+    lines = [f"# Ranker: {md(data['data'])}", "",
              f"{data['n_queries']} queries over {data['n_sets']} candidate sets ({data['candidates']} candidates "
-             f"per set); query row: {data['query_row']}; intervals 95%, clustered by candidate set "
+             f"per set); query row: {md(data['query_row'])}; intervals 95%, clustered by candidate set "
              f"(Recall@k: design-effect Wilson; MRR and random-k shares: cluster-robust t). Percent.", ""]
     for scoring in ("calibrated", "raw"):
         title = "null-question calibrated (query minus 'N/A' mass)" if scoring == "calibrated" else "raw mass"
