@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -105,10 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = lambda: _load(COMMANDS[args.command][0]).run(args)  # noqa: E731
     if args.command not in RANK_COMMANDS:
         run = _one_process(args.command, run)
+    output = getattr(args, "output", None)  # named when a failed write does not say which file (a full disk)
     if args.command in QUIET_COMMANDS:
-        code = _guarded(lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS))
+        code = _guarded(lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS), output)
     else:
-        code = _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run())
+        code = _guarded(lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run(), output)
     if code == 0 and args.command in CONFIG_COMMANDS:
         _write_run_file(args, subparser(parser, args.command))
     return code
@@ -151,7 +153,7 @@ def _with_threads(call):
     return call()
 
 
-def _guarded(call) -> int:
+def _guarded(call, output: str | None = None) -> int:
     try:
         return int(call() or 0)
     except VRHError as exc:
@@ -162,6 +164,17 @@ def _guarded(call) -> int:
     except KeyboardInterrupt:
         print("vrh-lmms: interrupted; finished work is kept and a rerun resumes", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRORS:
+            raise
+        where = exc.filename or (f"into {output}" if output else None)
+        print(f"vrh-lmms: error: cannot write{f' {where}' if where else ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+# What the system says when an output cannot be written (a read-only or foreign folder, a full disk or quota): a
+# place the user chose, named in one line; other OS errors keep their traceback (they are bugs to report).
+_WRITE_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
 
 
 if __name__ == "__main__":
