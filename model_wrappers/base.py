@@ -25,9 +25,10 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import get_family
 from vrh_lmms.base.heads import paper, registry
 from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file
-from vrh_lmms.base.heads.spec import HeadSet, check_pool, needs_heads_file, resolve_spec
+from vrh_lmms.base.heads.spec import HeadSet, check_pool, check_spec_form, needs_heads_file, resolve_spec
+from vrh_lmms.base.model_args import check_model_args
 from vrh_lmms.base.pretrained import check_hub_reachable, check_pretrained, named_model_args
-from vrh_lmms.model.ablation import Ablator, RowConfig, load_means, means_path_for
+from vrh_lmms.model.ablation import Ablator, RowConfig, check_method, check_mode, load_means, means_path_for
 from vrh_lmms.model.backbone import dead_heads, locate_decoder
 from vrh_lmms.model.device import default_device, default_device_map
 
@@ -65,6 +66,46 @@ def load_dtype(dtype: torch.dtype | None):
         yield
     finally:
         PreTrainedModel.from_pretrained = classmethod(original)
+
+
+def _as_int(value: Any, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise VRHError(f"model arg {name}={value!r}: expected a whole number") from None
+
+
+def backend_params(cls: type) -> dict[str, inspect.Parameter]:
+    """Parameters the backend constructor chain below VRHMixin in `cls` accepts, with the defaults that apply.
+
+    Follows constructors that pass `**kwargs` on (InternVL3_5 -> InternVL3, test subclasses of a backend)."""
+    mro = cls.__mro__
+    found: dict[str, inspect.Parameter] = {}
+    for klass in mro[mro.index(VRHMixin) + 1:]:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters
+        for name, param in list(params.items())[1:]:  # after `self`
+            if param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                found.setdefault(name, param)
+        if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            break
+    return found
+
+
+def wrapper_params(cls: type) -> set[str]:
+    """Model args that the mixins before VRHMixin in `cls` take themselves (`image_position`): they consume them
+    before VRHMixin's constructor runs, so a check before the model is built must know them too."""
+    mro = cls.__mro__
+    names: set[str] = set()
+    for klass in mro[:mro.index(VRHMixin)]:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        names |= {name for name, p in list(inspect.signature(init).parameters.items())[1:]
+                  if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    return names
 
 
 def _default(params: dict[str, inspect.Parameter], name: str) -> Any:
@@ -141,12 +182,34 @@ class VRHMixin:
                  ablation_method: str = "auto", heads_cell: str | None = None, dtype: str | None = None,
                  box_convention: str | None = None, control_pool: str = "live", heads_source: str | None = None,
                  heads_task: str | None = None, **kwargs) -> None:
+        # Every model arg is checked before the checkpoint is looked at and long before any weight loads.
+        check_model_args(kwargs, backend_params(type(self)), self.vrh_model_id())
         family = get_family(self.vrh_family)
         torch_dtype = self._parse_dtype(dtype)
+        for name, value, check in (("ablation", ablation, check_mode), ("ablation_method", ablation_method,
+                                                                       check_method)):
+            try:
+                check(str(value))
+            except VRHError as exc:
+                raise VRHError(f"model arg {name}={value!r}: {exc}") from None
+        self.vrh_control_pool = check_pool(str(control_pool), where="model arg control_pool=")
+        seed = _as_int(seed, "seed")
+        cross_model = _as_bool(allow_cross_model, "allow_cross_model")
+        spec_text = None if heads is None else str(heads)
+        from_paper = spec_text is not None and spec_text.startswith(paper.PREFIX)
+        check_spec_form(spec_text[len(paper.PREFIX):] if from_paper else spec_text)
+        if from_paper and heads_file:
+            raise VRHError(f"model arg heads={spec_text} takes the paper's published heads; drop heads_file=")
+        self.vrh_heads_file: HeadsFile | None = load_heads_file(heads_file) if heads_file else None
         kwargs = self._choose_device(kwargs)
         given = "pretrained" in kwargs or bool(args)
         pretrained = kwargs.get("pretrained", args[0] if args else _default(self._base_init_params(), "pretrained"))
         check_pretrained(pretrained)
+        if self.vrh_heads_file is None and not from_paper and needs_heads_file(spec_text):
+            # what `vrh-lmms discover` registered for this checkpoint, or the heads the package ships for it
+            found = registry.lookup(str(pretrained), heads_task, evaluated=cli_tasks())
+            self.vrh_heads_file = load_heads_file(found)
+            self.vrh_heads_file.source = "registry"
         _hint_own_tasks()
         check_hub_reachable(pretrained, given=given)
         try:
@@ -160,22 +223,13 @@ class VRHMixin:
         self.vrh_decoder = locate_decoder(model, family)
         # read from the pristine weights, before any ablation folds zeros into o_proj (None: could not be read)
         self.vrh_dead_heads = dead_heads(self.vrh_decoder)
-        self.vrh_control_pool = check_pool(str(control_pool), where="model arg control_pool=")
-        spec_text = None if heads is None else str(heads)
-        self.vrh_heads_file: HeadsFile | None = load_heads_file(heads_file) if heads_file else None
-        if spec_text is not None and spec_text.startswith(paper.PREFIX):  # the paper's published heads
-            if heads_file:
-                raise VRHError(f"model arg heads={spec_text} takes the paper's published heads; drop heads_file=")
+        if from_paper:  # the paper's published heads, for the geometry the loaded model has
             self.vrh_heads_file = paper.paper_heads_file(pretrained, family.name, self.vrh_decoder.geometry,
                                                          heads_source)
             spec_text = spec_text[len(paper.PREFIX):]
-        elif self.vrh_heads_file is None and needs_heads_file(spec_text):  # what `vrh-lmms discover` registered
-            found = registry.lookup(str(pretrained), heads_task, evaluated=cli_tasks())
-            self.vrh_heads_file = load_heads_file(found)
-            self.vrh_heads_file.source = "registry"
         self.vrh_headset: HeadSet = resolve_spec(
             spec_text, self.vrh_decoder.geometry, heads_file=self.vrh_heads_file,
-            seed=int(seed), allow_cross_model=_as_bool(allow_cross_model, "allow_cross_model"), cell=heads_cell,
+            seed=seed, allow_cross_model=cross_model, cell=heads_cell,
             dead=self.vrh_dead_heads or (), pool=self.vrh_control_pool)
         if self.vrh_headset.kind in ("topk", "explicit") and self.vrh_headset.dead:
             logger.warning(f"vrh: {len(self.vrh_headset.dead)} of the {self.vrh_headset.k} heads of "
@@ -190,7 +244,7 @@ class VRHMixin:
             logger.info(f"vrh: ablating {len(self.vrh_headset.heads)} heads ({self.vrh_headset.spec}, "
                         f"{ablation}, {self.vrh_ablator.method})")
         self._vrh_activate_box_convention(box_convention or family.box_convention)
-        publish_record(self.vrh_record())
+        self._vrh_publish()
 
     @classmethod
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
@@ -244,22 +298,15 @@ class VRHMixin:
         return kwargs
 
     def _base_init_params(self) -> dict[str, inspect.Parameter]:
-        """Parameters the backend constructor chain below this mixin accepts, with the defaults that apply.
+        return backend_params(type(self))
 
-        Follows constructors that pass `**kwargs` on (InternVL3_5 -> InternVL3, test subclasses of a backend)."""
-        mro = type(self).__mro__
-        found: dict[str, inspect.Parameter] = {}
-        for cls in mro[mro.index(VRHMixin) + 1:]:
-            init = cls.__dict__.get("__init__")
-            if init is None:
-                continue
-            params = inspect.signature(init).parameters
-            for name, param in params.items():
-                if param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                    found.setdefault(name, param)
-            if not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-                break
-        return found
+    @classmethod
+    def vrh_model_id(cls) -> str:
+        """The `--model` name this class is registered under (its class name when none is)."""
+        from vrh_lmms.model_wrappers.manifests import WRAPPERS
+
+        return next((model_id for model_id, (_, simple, chat) in WRAPPERS.items() if cls.__name__ in (simple, chat)),
+                    cls.__name__)
 
     def _ablation_method(self, requested: str) -> str:
         accelerator = getattr(self, "accelerator", None)
@@ -286,6 +333,13 @@ class VRHMixin:
         params = {k: getattr(self, k) for k in ("min_pixels", "max_pixels") if getattr(self, k, None) is not None}
         context.set_active(name, **params)
 
+    def _vrh_publish(self) -> None:
+        """Offer this model's `vrh` block to the results the lmms-eval CLI saves for it (results_hook), under the
+        names lmms-eval writes into `config.model`: the registered name, or for a model given as an object its
+        config's `_name_or_path` or its class name."""
+        config = getattr(self, "config", None)
+        publish_record(self.vrh_record(), owners=(type(self).__name__, getattr(config, "_name_or_path", None)))
+
     # ------------------------------------------------------------------------------------------ public API
     vrh_keep_loaded: bool = False
 
@@ -306,7 +360,7 @@ class VRHMixin:
         self.vrh_ablator.apply(headset, mode=mode, means=means)
         self.vrh_headset = headset
         self.vrh_mode = mode if headset.heads else "none"
-        publish_record(self.vrh_record())
+        self._vrh_publish()
 
     # ------------------------------------------------------------------------------------------- packing
     _vrh_pack = None  # the PackedGenerate serving a pack of configurations, if any
@@ -340,7 +394,7 @@ class VRHMixin:
         headset, mode = self._vrh_pack_sets[index]
         self.vrh_headset = headset
         self.vrh_mode = mode if headset.heads else "none"
-        publish_record(self.vrh_record())
+        self._vrh_publish()
 
     def vrh_unpack(self) -> None:
         if self._vrh_pack is not None:

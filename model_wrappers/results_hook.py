@@ -1,24 +1,31 @@
 """Put the `vrh` block (which heads were ablated, how) into results JSON written by the plain lmms-eval CLI.
 
 lmms-eval 0.7.3 offers no hook for a model to add to its results (its `get_model_info` call is commented out), so
-when a `vrh_*` model is constructed we wrap `EvaluationTracker.save_results_aggregated` once: it adds the record of
-the most recently configured vrh model to the results dict just before it is written. Nothing changes for runs
-that use no vrh model.
+when a `vrh_*` model is constructed we wrap `EvaluationTracker.save_results_aggregated`, scoped to that run:
+- the wrap adds the record only to results whose `config.model` names the vrh model that published it (its
+  registered name, which the CLI passes, its class name or its checkpoint path: what lmms-eval writes there for a
+  model given as an object), so a plain model's results never get one;
+- the first results saved after it was installed end the run: the original method is put back and the record
+  dropped (lmms-eval saves once per run, after the model is gone), and `uninstall()` does the same at any time.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+from collections.abc import Iterable
 from typing import Any
 
 _RECORD: dict[str, Any] | None = None
-_INSTALLED = False
+_OWNERS: frozenset[str] = frozenset()
+_ORIGINAL: Any = None  # the tracker's own method while the wrap is installed, else None
 
 
-def publish_record(record: dict[str, Any]) -> None:
-    global _RECORD
+def publish_record(record: dict[str, Any], owners: Iterable[str | None] = ()) -> None:
+    """The vrh block for the results of the model named by any of `owners` (besides the vrh model names)."""
+    global _RECORD, _OWNERS
     _RECORD = copy.deepcopy(record)
+    _OWNERS = frozenset(str(o) for o in owners if o)
     _install()
 
 
@@ -26,9 +33,19 @@ def current_record() -> dict[str, Any] | None:
     return copy.deepcopy(_RECORD)
 
 
+def _is_vrh_model(name: Any) -> bool:
+    if not isinstance(name, str):
+        return False
+    if name in _OWNERS:
+        return True
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS
+
+    return name in WRAPPERS
+
+
 def _install() -> None:
-    global _INSTALLED
-    if _INSTALLED:
+    global _ORIGINAL
+    if _ORIGINAL is not None:
         return
     from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 
@@ -36,9 +53,23 @@ def _install() -> None:
 
     @functools.wraps(original)
     def save_results_aggregated(self, results, samples, datetime_str):
-        if _RECORD is not None and isinstance(results, dict):
-            results["vrh"] = copy.deepcopy(_RECORD)
-        return original(self, results, samples, datetime_str)
+        try:
+            config = results.get("config") if isinstance(results, dict) else None
+            if _RECORD is not None and isinstance(config, dict) and _is_vrh_model(config.get("model")):
+                results["vrh"] = copy.deepcopy(_RECORD)
+            return original(self, results, samples, datetime_str)
+        finally:
+            uninstall()
 
+    _ORIGINAL = original
     EvaluationTracker.save_results_aggregated = save_results_aggregated
-    _INSTALLED = True
+
+
+def uninstall() -> None:
+    """Put lmms-eval's own method back and forget the record (nothing to do when no wrap is installed)."""
+    global _ORIGINAL, _RECORD, _OWNERS
+    if _ORIGINAL is not None:
+        from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
+        EvaluationTracker.save_results_aggregated = _ORIGINAL
+    _ORIGINAL, _RECORD, _OWNERS = None, None, frozenset()

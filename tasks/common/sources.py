@@ -23,13 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base.errors import VRHError
+
 SPEC_COLUMN = "vrh_source"
 KINDS = ("hub", "files", "refer", "raw", "synth")
 DATA_SUFFIXES = (".parquet", ".jsonl", ".json", ".csv", ".arrow")
 
 
-class SourceError(ValueError):
-    """A data source is misconfigured; the message names the setting (env var, spec key, file) at fault."""
+class SourceError(VRHError, ValueError):
+    """A data source is misconfigured or empty; the message names the setting (env var, spec key, file) at fault.
+    A VRHError, so the command line shows it as one line (a ValueError still, for callers that catch those)."""
 
 
 @dataclass(frozen=True)

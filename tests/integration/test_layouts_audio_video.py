@@ -12,6 +12,9 @@ import torch
 from vrh_lmms.model.capture.audio import AudioSettings, audio_token_count, tokens_in_seconds
 from vrh_lmms.model.capture.audio_video import chunk_bounds, interleaved_offsets, video_tokens_in_seconds
 
+# float-exact outcomes: CI runs these once more under ATEN_CPU_CAPABILITY=default (docs/contracts.md)
+pytestmark = pytest.mark.exact
+
 torch.set_num_threads(1)
 SR = 16000
 

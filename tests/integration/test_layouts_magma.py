@@ -19,6 +19,9 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import box_key_mask, box_token_indices, image_token_map, lm_input_ids
 
+# float-exact outcomes: CI runs these once more under ATEN_CPU_CAPABILITY=default (docs/contracts.md)
+pytestmark = pytest.mark.exact
+
 torch.set_num_threads(1)
 # Landscape, portrait, panoramas each way (1 x 4 and 4 x 1 crops), 2 x 2, tiny, square, 1 x 3, LLaVA-style sizes.
 SIZES = [(640, 480), (480, 640), (5000, 300), (300, 5000), (2000, 1500), (30, 30), (512, 512), (1025, 511),

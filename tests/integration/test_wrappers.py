@@ -289,7 +289,7 @@ def test_unknown_model_arg_of_own_backend_is_named(tiny_or_skip):
     from vrh_lmms.base.errors import VRHError
 
     ckpt = tiny_or_skip("paligemma")
-    with pytest.raises(VRHError, match="unknown model arg.*max_pixelz"):
+    with pytest.raises(VRHError, match="model arg max_pixelz=3 is not one that vrh_paligemma takes"):
         VRHPaliGemma(pretrained=str(ckpt), max_pixelz=3)
 
 

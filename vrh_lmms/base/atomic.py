@@ -62,6 +62,11 @@ def atomic_file(target: str | Path, suffix: str = "") -> Iterator[Path]:
         yield Path(tmp)
         follow_umask(tmp)
         os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:  # a failed write (a full disk) names no file: name the one being written
+            raise OSError(exc.errno, exc.strerror or str(exc), str(target)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

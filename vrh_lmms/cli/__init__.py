@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 from collections.abc import Sequence
@@ -166,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = lambda: _load(COMMANDS[args.command][0]).run(args)  # noqa: E731
     if args.command not in RANK_COMMANDS:
         run = _one_process(args.command, run)
+    output = getattr(args, "output", None)  # named when a failed write does not say which file (a full disk)
     if args.command in QUIET_COMMANDS:
         session = lambda: _in_session(run, args.verbose, threads=args.command in MODEL_COMMANDS)  # noqa: E731
     else:
@@ -179,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _write_run_file(args, subparser(parser, args.command))
         return code
 
-    return _guarded(lambda: _locked(args, whole_run))
+    return _guarded(lambda: _locked(args, whole_run), output)
 
 
 def _locked(args: argparse.Namespace, call):
@@ -232,7 +234,7 @@ def _with_threads(call):
     return call()
 
 
-def _guarded(call) -> int:
+def _guarded(call, output: str | None = None) -> int:
     try:
         return int(call() or 0)
     except VRHError as exc:
@@ -243,6 +245,17 @@ def _guarded(call) -> int:
     except KeyboardInterrupt:
         print("vrh-lmms: interrupted; finished work is kept and a rerun resumes", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRORS:
+            raise
+        where = exc.filename or (f"into {output}" if output else None)
+        print(f"vrh-lmms: error: cannot write{f' {where}' if where else ''}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+# What the system says when an output cannot be written (a read-only or foreign folder, a full disk or quota): a
+# place the user chose, named in one line; other OS errors keep their traceback (they are bugs to report).
+_WRITE_ERRORS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
 
 
 if __name__ == "__main__":

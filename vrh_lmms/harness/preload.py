@@ -11,6 +11,7 @@ from typing import Any
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import Geometry
+from vrh_lmms.base.model_args import HEAD_ARGS, check_model_args  # noqa: F401  (HEAD_ARGS: callers)
 from vrh_lmms.base.pretrained import (  # noqa: F401  (check_pretrained: callers)
     HUB_EXAMPLE,
     check_pretrained,
@@ -18,9 +19,8 @@ from vrh_lmms.base.pretrained import (  # noqa: F401  (check_pretrained: callers
     named_model_args,
 )
 
-# Model args that choose heads; commands that set the heads themselves (sweep, discover) refuse them.
-HEAD_ARGS = ("heads", "heads_file", "ablation", "seed", "allow_cross_model", "means_file", "heads_cell",
-             "control_pool", "heads_source", "heads_task")
+# HEAD_ARGS: the model args that choose heads (the table: vrh_lmms.base.model_args); commands that set the heads
+# themselves (sweep, discover) refuse them.
 
 
 def vrh_model_names() -> list[str]:
@@ -161,12 +161,17 @@ class ModelPlan:
 
 
 def plan_args(model: str, model_args: str | None) -> ModelPlan:
-    """The checks on `--model` / `--model_args` that import no backend (fast): registered name, args, path."""
+    """The checks on `--model` / `--model_args` that need no weights: registered name, every arg's name (against the
+    vrh table and the backend constructor, so this imports the backend class), path."""
+    from vrh_lmms.model_wrappers.base import backend_params, wrapper_params
+
     check_model_name(model)
     args = named_model_args(parse_model_args(model_args))  # pretrained=vrh-demo: the shipped folder and its settings
+    cls = model_class(model)
+    check_model_args(args, {*backend_params(cls), *wrapper_params(cls)}, model)
     if args.get("pretrained") is not None:
         check_pretrained(args["pretrained"])
-    return ModelPlan(model, args)
+    return ModelPlan(model, args, cls)
 
 
 def plan_geometry(plan: ModelPlan) -> ModelPlan:
@@ -174,7 +179,7 @@ def plan_geometry(plan: ModelPlan) -> ModelPlan:
     geometry its config.json declares; no weights are loaded."""
     from vrh_lmms.base.families import get_family
 
-    plan.cls = model_class(plan.name)
+    plan.cls = plan.cls or model_class(plan.name)
     pretrained = plan.args.get("pretrained", constructor_default(plan.cls, "pretrained"))
     plan.pretrained = None if pretrained is None else str(pretrained)
     check_pretrained(plan.pretrained)

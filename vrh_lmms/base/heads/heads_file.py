@@ -15,6 +15,7 @@ import numpy as np
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.checks import ranking_agrees, score_grid
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef, parse_head
 
 SCHEMA = "vrh-heads/1"
@@ -77,11 +78,8 @@ class HeadsFile:
         if not isinstance(block, dict) or "scores" not in block:
             raise VRHError(f"heads file {self.path or ''} has no image_mass (written by `vrh-lmms discover` since "
                            "the image-matched control exists); rerun discovery")
-        mass = np.asarray(block["scores"], dtype=float)
-        if mass.shape != (self.geometry.layers, self.geometry.heads):
-            raise VRHError(f"heads file {self.path or ''}: field 'image_mass' has shape {mass.shape}, geometry says "
-                           f"{self.geometry.layers} x {self.geometry.heads}")
-        return mass
+        return score_grid(block["scores"], (self.geometry.layers, self.geometry.heads),
+                          f"heads file {self.path or ''}: field 'image_mass.scores'")
 
     def describe(self) -> dict[str, Any]:
         """What a run records about the heads file it used."""
@@ -118,8 +116,10 @@ def load_heads_file(path: str | Path) -> HeadsFile:
     raw = path.read_bytes()
     try:
         data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise VRHError(f"heads file {path} is not valid JSON: {exc}") from None
+    except UnicodeDecodeError:  # a binary file (json.loads reads bytes as UTF-8/16/32 text)
+        raise VRHError(f"heads file {path} is not valid JSON: it is not UTF-8 text (a binary file?)") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise VRHError(f"heads file {path} is not valid JSON: {str(exc)[:200]}") from None
     hf = parse_heads_json(data, where=f"heads file {path}")
     hf.path, hf.sha256 = path, hashlib.sha256(raw).hexdigest()
     return hf
@@ -138,26 +138,48 @@ def parse_heads_json(data: Any, where: str = "heads file") -> HeadsFile:
             raise VRHError(f"{where}: missing field '{key}'")
     if not isinstance(data["model"], dict):
         raise VRHError(f"{where}: field 'model' must be an object with at least 'id'")
+    if not isinstance(data["geometry"], dict):
+        raise VRHError(f"{where}: field 'geometry' must be an object with layers, heads, kv_heads, head_dim")
     geometry = Geometry.from_dict(data["geometry"], where=f"{where}: field 'geometry'")
-    scores = np.asarray(data["scores"], dtype=float)
-    if scores.shape != (geometry.layers, geometry.heads):
-        raise VRHError(f"{where}: field 'scores' has shape {scores.shape}, but geometry says "
-                       f"{geometry.layers} layers x {geometry.heads} heads")
-    if not isinstance(data["ranking"], list):
-        raise VRHError(f"{where}: field 'ranking' must be a list of heads like 'L12H3'")
-    ranking = []
-    for i, tok in enumerate(data["ranking"]):
-        try:
-            head = parse_head(str(tok))
-        except VRHError as exc:
-            raise VRHError(f"{where}: field 'ranking' item {i}: {exc}") from None
-        geometry.check(head, where=f"{where}: field 'ranking' item {i}")
-        ranking.append(head)
-    if len(set(ranking)) != len(ranking):
-        raise VRHError(f"{where}: field 'ranking' lists a head twice")
+    shape = (geometry.layers, geometry.heads)
+    scores = score_grid(data["scores"], shape, f"{where}: field 'scores'")
+    ranking = _ranking(data["ranking"], geometry, f"{where}: field 'ranking'")
+    ranking_agrees(scores, ranking, f"{where}: field 'ranking'")
+    cells = data.get("cells", {})
+    if not isinstance(cells, dict):
+        raise VRHError(f"{where}: field 'cells' must be an object of cell name -> {{scores, ranking}}")
+    for name, cell in cells.items():
+        field_name = f"{where}: field 'cells.{name}"
+        if not isinstance(cell, dict) or not {"scores", "ranking"} <= set(cell):
+            raise VRHError(f"{field_name}' must be an object with 'scores' and 'ranking'")
+        cell_scores = score_grid(cell["scores"], shape, f"{field_name}.scores'")
+        ranking_agrees(cell_scores, _ranking(cell["ranking"], geometry, f"{field_name}.ranking'"),
+                       f"{field_name}.ranking'")
+    for key in ("scoring", "baseline"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise VRHError(f"{where}: field '{key}' must be an object, got {type(data[key]).__name__}")
     known = {"schema", "model", "geometry", "scores", "ranking", "scoring", "cells", "baseline"}
     return HeadsFile(
         model=data["model"], geometry=geometry, scores=scores, ranking=ranking,
-        scoring=data.get("scoring", {}), cells=data.get("cells", {}), baseline=data.get("baseline"),
+        scoring=data.get("scoring") or {}, cells=cells, baseline=data.get("baseline"),
         extra={k: v for k, v in data.items() if k not in known},
     )
+
+
+def _ranking(value: Any, geometry: Geometry, where: str) -> list[HeadRef]:
+    """A list of distinct heads of the geometry, each item named when bad."""
+    if not isinstance(value, list):
+        raise VRHError(f"{where} must be a list of heads like 'L12H3'")
+    ranking = []
+    for i, tok in enumerate(value):
+        if not isinstance(tok, str):
+            raise VRHError(f"{where} item {i} is {tok!r}: expected a head like 'L12H3'")
+        try:
+            head = parse_head(tok)
+        except VRHError as exc:
+            raise VRHError(f"{where} item {i}: {exc}") from None
+        geometry.check(head, where=f"{where} item {i}")
+        ranking.append(head)
+    if len(set(ranking)) != len(ranking):
+        raise VRHError(f"{where} lists a head twice")
+    return ranking

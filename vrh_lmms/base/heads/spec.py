@@ -139,6 +139,34 @@ def needs_heads_file(spec: str | None) -> bool:
     return bool(_TOP.match(text) or _LIKE.match(text) or _IMATCH.match(text) or _OUTSIDE.match(text))
 
 
+def explicit_heads(text: str) -> list[HeadRef]:
+    """`L12H3;L14H0` -> its heads, each bad token or repeated head named."""
+    heads = []
+    for tok in [t for t in re.split(r"[;\s]+", text) if t]:
+        try:
+            heads.append(parse_head(tok))
+        except VRHError:
+            raise VRHError(
+                f"bad head spec token {tok!r} in {text!r}: use none, top<K>, random<K>, random<K>:skip_layer0, "
+                f"like:top<K>, random_outside:top<K>, image_matched:top<K> or heads like L12H3;L14H0"
+            ) from None
+    if len(set(heads)) != len(heads):
+        dup = [str(h) for h, c in Counter(heads).items() if c > 1]
+        raise VRHError(f"head spec {text!r} names {', '.join(dup)} more than once")
+    return heads
+
+
+def check_spec_form(spec: str | None) -> None:
+    """The spec's form alone, before any model or geometry is known (a typo fails before the weights load);
+    `resolve_spec` checks the heads against the model."""
+    text = (spec or "none").strip()
+    if m := _POOL.match(text):
+        text = m.group("spec").strip()
+    if text.lower() in ("none", "") or any(r.match(text) for r in (_TOP, _RANDOM, _LIKE, _OUTSIDE, _IMATCH)):
+        return
+    explicit_heads(text)
+
+
 def check_pool(pool: str, where: str = "control pool") -> str:
     if pool not in CONTROL_POOLS:
         raise VRHError(f"{where} {pool!r}: use one of {', '.join(CONTROL_POOLS)}")
@@ -202,19 +230,7 @@ def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile 
         heads = image_matched_heads(rank, hf.image_mass(), geometry, k, seed, tol, exclude)
         kind, used_seed = "image_matched", seed
     else:
-        tokens = [t for t in re.split(r"[;\s]+", text) if t]
-        heads = []
-        for tok in tokens:
-            try:
-                heads.append(parse_head(tok))
-            except VRHError:
-                raise VRHError(
-                    f"bad head spec token {tok!r} in {text!r}: use none, top<K>, random<K>, random<K>:skip_layer0, "
-                    f"like:top<K>, random_outside:top<K>, image_matched:top<K> or heads like L12H3;L14H0"
-                ) from None
-        if len(set(heads)) != len(heads):
-            dup = [str(h) for h, c in Counter(heads).items() if c > 1]
-            raise VRHError(f"head spec {text!r} names {', '.join(dup)} more than once")
+        heads = explicit_heads(text)
         k, kind, used_seed = len(heads), "explicit", None
     for h in heads:
         geometry.check(h, where=f"head spec {text!r}: head")

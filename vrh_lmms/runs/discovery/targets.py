@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vrh_lmms.base.boxes.geometry import checked_box
 from vrh_lmms.base.errors import VRHError
 
 
@@ -53,14 +54,15 @@ def target_from_doc(doc: dict[str, Any], where: str = "doc") -> Target:
     size = _image_size(doc)
     if size is None:
         raise VRHError(f"{where}: cannot tell the image size (no vrh_image_size/image_size field and no image)")
+    # every box is checked where it is read (short, NaN, no area, outside the image): one line naming the doc
     if "vrh_gt_box" in doc or "gt_box" in doc:
-        box = doc.get("vrh_gt_box", doc.get("gt_box"))
-        x1, y1, x2, y2 = (float(v) for v in box)
+        key = "vrh_gt_box" if "vrh_gt_box" in doc else "gt_box"
+        x1, y1, x2, y2 = checked_box(doc[key], size, f"{where}: field {key!r}")
     elif all(k in doc for k in ("left", "top", "right", "bottom")):
-        x1, y1, x2, y2 = (float(doc[k]) for k in ("left", "top", "right", "bottom"))
-    elif "bbox" in doc and doc["bbox"] is not None and len(doc["bbox"]) == 4:
-        x, y, w, h = (float(v) for v in doc["bbox"])  # COCO / RefCOCO: x, y, w, h pixels
-        x1, y1, x2, y2 = x, y, x + w, y + h
+        x1, y1, x2, y2 = checked_box([doc[k] for k in ("left", "top", "right", "bottom")], size,
+                                     f"{where}: fields left/top/right/bottom")
+    elif "bbox" in doc and doc["bbox"] is not None:  # COCO / RefCOCO: x, y, w, h pixels
+        x1, y1, x2, y2 = checked_box(doc["bbox"], size, f"{where}: field 'bbox' (x, y, w, h)", xywh=True)
     else:
         raise VRHError(f"{where}: no ground-truth box (expected vrh_gt_box [x1,y1,x2,y2], a COCO bbox, or "
                        f"left/top/right/bottom); discovery needs a grounding task")
