@@ -11,6 +11,12 @@ from pathlib import Path
 from vrh_lmms.base import runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.runfile import CONFIG_COMMANDS
+from vrh_lmms.cli.commands.options import DefaultsHelpFormatter
+
+# The first line of `vrh-lmms --help`: what a user does with the tool, and where to start.
+DESCRIPTION = ("Find the retrieval heads of a vision-language model, ablate them against random controls and report "
+               "what they do, as an lmms-eval plugin. New here? Run `vrh-lmms demo` (a few minutes on a CPU, "
+               "no weights, no hub).")
 
 # name -> (module under vrh_lmms.cli.commands, one-line help). Modules expose `configure(parser)` and `run(args) ->
 # int`.
@@ -59,10 +65,10 @@ QUIET_COMMANDS += ("kv-cache",)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vrh-lmms", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argparse.ArgumentParser(prog="vrh-lmms", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
         if only is None or only == name:
             _load(module).configure(p)
             if name in CONFIG_COMMANDS:

@@ -28,3 +28,28 @@ def add_control_options(parser: argparse.ArgumentParser, what: str, preset: bool
                         help="what control draws are drawn from: live (default; heads whose o_proj columns are all "
                              "zero write nothing and are left out) or all (uniform over all heads, the paper's "
                              "definition; the report then states each draw's dead heads)")
+
+
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, so `--help` shows what a run uses when the option is left out.
+
+    Left alone: options without a value (None: the help says what happens then), on/off flags (off unless given)
+    and helps that already show the value (`%(default)s`, or `default: X` / `default X` in their text)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is argparse.SUPPRESS or action.nargs == 0 or not action.option_strings
+                or "%(default)" in text):
+            return text
+        shown = default_text(default)
+        if f"default: {shown}" in text or f"default {shown}" in text:
+            return text
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+
+def default_text(default: object) -> str:
+    """How --help writes a default: lists as `a b c` (as they are typed), the rest as str()."""
+    if isinstance(default, (list, tuple)):
+        return " ".join(map(str, default)) if default else "none"
+    return str(default).replace("%", "%%")
