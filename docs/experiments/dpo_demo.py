@@ -1,4 +1,4 @@
-"""Issue 28: tables of the DPO experiment on the demo model (protocol: docs/experiments/dpo_demo.md) from the folders
+"""Tables of the DPO experiment on the demo model (protocol: docs/experiments/dpo_demo.md) from the folders
 that docs/experiments/dpo_demo.sh writes. Acc@0.5 before and after DPO on the 300 evaluation scenes, paired by doc:
 difference with the report's interval (Tango, clusters = images) and exact McNemar p.
 

@@ -1,4 +1,4 @@
-"""Issue 33, item 4: the shipped demo model was trained on JPEG quality-85 re-encoded scenes (the simple backend's
+"""The shipped demo model was trained on JPEG quality-85 re-encoded scenes (the simple backend's
 path), but `vrh_qwen25` evaluates it through the chat backend, which feeds the scene's own pixels. This measures what
 that difference does: the same held-out scenes, the same model, inputs built both ways, answers compared.
 
@@ -21,7 +21,7 @@ from vrh_lmms.pipelines.demo import probe
 
 
 def jpeg_decoded_image(scene, spec) -> np.ndarray:
-    """The pre-issue-33 training path: JPEG q85 data URL, then qwen_vl_utils' fetch_image with min = max pixels."""
+    """The earlier training path: JPEG q85 data URL, then qwen_vl_utils' fetch_image with min = max pixels."""
     from lmms_eval.models.model_utils.media_encoder import encode_image_to_data_url
     from qwen_vl_utils.vision_process import fetch_image
 

@@ -1,4 +1,4 @@
-"""Issue 30 part 3: tables of the ranking-loss experiment on the demo model (protocol:
+"""Tables of the ranking-loss experiment on the demo model (protocol:
 docs/experiments/rank_train_demo.md) from the folders docs/experiments/rank_train_demo.sh writes.
 
 Ranker: Recall@1 of each head set before and after, paired by query (after - before, cluster-robust t interval over

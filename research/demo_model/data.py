@@ -11,7 +11,7 @@ evaluation feeds (tests/acceptance/test_demo_input_path.py compares both, bit fo
 in the expression's words, and pixel values are the processor's affine rescale + normalise + patchify of the fetched
 image (checked against the processor by `FastEncoder.check`).
 
-Until issue 33 the trainer followed the *simple* backend instead (a JPEG quality-85 data URL): the shipped demo model
+Until 2026-12-03 the trainer followed the *simple* backend instead (a JPEG quality-85 data URL): the shipped demo model
 was trained on those pixels; its model card states the difference and its measured effect.
 """
 

@@ -199,6 +199,7 @@ def test_null_comparison_and_corrections_in_three_families(report):
         assert comp["null_drops"] == pytest.approx(null)
         assert comp["null_mean"] == pytest.approx(np.mean(null))
         assert comp["null_sd"] == pytest.approx(np.std(null, ddof=1))
+        assert comp["null_se"] == pytest.approx(np.std(null, ddof=1) / np.sqrt(len(null)))
         assert comp["pvalue"] == pytest.approx((1 + sum(x >= observed for x in null)) / (1 + len(null)))
         assert comp["p_floor"] == pytest.approx(1 / 4) and comp["family"] == "claims_vs_controls"
     kinds = {(n["config"], n["null_kind"]) for n in group["null_comparisons"]}
@@ -223,6 +224,11 @@ def test_summary_and_taxonomy(sweep, report):
     drops = [_config(rep, f"random4_s{s}")["drop"]["drop"] for s in range(3)]
     assert row["random"]["drop_mean"] == pytest.approx(np.mean(drops))
     assert row["random"]["drop_sd"] == pytest.approx(np.std(drops, ddof=1))
+    se = np.std(drops, ddof=1) / np.sqrt(len(drops))
+    assert row["random"]["drop_se"] == pytest.approx(se)
+    # report.md prints the mean ± SE (the demo summary's statistic), labelled so in its header
+    md = (report[0] / "report.md").read_text()
+    assert f"{100 * np.mean(drops):.1f} ± {100 * se:.1f} (R=3)" in md and "Random draws: drop (mean ± SE)" in md
     assert "acc_mean" not in row["random"]  # a summary row holds the draws' drops, not their accuracies
     assert row["layer_matched"]["n"] == 3 and row["p_random_floor"] == pytest.approx(0.25)
     base = _read(sweep / "configs/baseline" / f"samples_{TASK}.jsonl")
@@ -303,7 +309,7 @@ def test_image_matched_draws_are_controls_beside_random_ones(tmp_path):
     assert "of 3 random draws" in claim["sentence"] and "of 4 image-matched draws" in claim["sentence"]
     md = (out / "report.md").read_text()
     header = next(line for line in md.splitlines() if line.startswith("| Model | Task | Heads |"))
-    assert "Image-matched draws: drop (mean ± sd)" in header and "p vs image-matched" in header
+    assert "Image-matched draws: drop (mean ± SE)" in header and "p vs image-matched" in header
     summary_row = next(line for line in md.splitlines() if line.startswith("| Tiny-VLM-2B | vrh_refcoco_val | top4"))
     assert summary_row.count("(R=") == 2 and "(R=4)" in summary_row and "(floor 0.2)" in summary_row
 
@@ -403,12 +409,13 @@ def test_html_page_holds_the_markdown_with_plots_embedded(html_report):
 def test_html_page_renders_in_chromium(html_report, tmp_path):
     """The page in a real browser: a screenshot of the top of the page with text and tables on it, and every plot
     decoded at its natural size and laid out on the page."""
-    from support.chromium import SKIP_REASON, find_chromium, ink, render
+    from support.chromium import SKIP_REASON, assert_fits_the_page, find_chromium, ink, render
 
     if not find_chromium():
         pytest.skip(SKIP_REASON)
     out, rep = html_report
     rendering = render(out / "report.html", tmp_path)
+    assert_fits_the_page(rendering)
     size, inked, colours = ink(rendering.screenshot)
     assert size == (1280, 2000)
     assert inked > 0.02 and colours > 20, (inked, colours)

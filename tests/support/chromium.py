@@ -40,6 +40,11 @@ window.addEventListener("load", () => {
   const pre = document.createElement("pre");
   pre.id = "vrh-check";
   pre.textContent = JSON.stringify(imgs);
+  const page = document.createElement("pre");  // measured before the records are added (they are long lines)
+  page.id = "vrh-page";
+  page.textContent = JSON.stringify({scroll_width: document.documentElement.scrollWidth,
+    inner_width: window.innerWidth});
+  document.body.appendChild(page);
   document.body.appendChild(pre);
 });
 </script>"""
@@ -53,6 +58,7 @@ def find_chromium() -> str | None:
 class Rendering:
     screenshot: Path
     images: list[dict]
+    page: dict  # scroll_width (the laid-out page, wider than the window where something overflows), inner_width
 
 
 def _run(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
@@ -74,10 +80,21 @@ def render(page: Path, work: Path, width: int = 1280, height: int = 2000) -> Ren
     probed.write_text(text.replace("</body>", PROBE + "\n</body>"), encoding="utf-8")
     proc = _run(binary, work / "profile-dom", f"--window-size={width},{height}", "--dump-dom", probed.as_uri())
     found = re.search(r'<pre id="vrh-check">(.*?)</pre>', proc.stdout, re.S)
-    assert found, f"the probe did not run: {proc.stderr[-2000:]}"
+    page = re.search(r'<pre id="vrh-page">(.*?)</pre>', proc.stdout, re.S)
+    assert found and page, f"the probe did not run: {proc.stderr[-2000:]}"
     import html
 
-    return Rendering(shot, json.loads(html.unescape(found.group(1))))
+    return Rendering(shot, json.loads(html.unescape(found.group(1))), json.loads(html.unescape(page.group(1))))
+
+
+def assert_fits_the_page(rendering: Rendering, max_natural: int = 2400, min_scale: float = 0.5) -> None:
+    """Nothing wider than the window (no sideways scrolling), and every picture readable at page width: at most
+    `max_natural` px wide and shown at no less than `min_scale` of its own size (a 3,800 px plot squeezed into a
+    1,200 px column is shown at a third)."""
+    assert rendering.page["scroll_width"] <= rendering.page["inner_width"], rendering.page
+    for img in rendering.images:
+        assert img["width"] <= max_natural, img
+        assert img["shown"] >= min_scale * min(img["width"], rendering.page["inner_width"]), img
 
 
 def ink(screenshot: Path) -> tuple[tuple[int, int], float, int]:

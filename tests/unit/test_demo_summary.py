@@ -36,14 +36,56 @@ def test_a_mean_drop_of_exactly_ten_points_is_met_as_printed():
     assert checks["live random-k mean drop <= 10 points"] and checks["parse failures <= 5%"]
     assert checks["baseline >= 80%"]
     md = summary_markdown(acc, 32, 1.0)
-    assert "| +10.0% ± 10.0 (3) |" in md and "- k=2: all met" in md  # SE of 0, 0, 30 points: 10.0
+    assert "| 10.0 ± 10.0 (3) |" in md and "- k=2: all met" in md  # SE of 0, 0, 30 points: 10.0
     assert md.startswith("**Design targets met at k = 2** (of 32 heads)")
     worse = Acceptance(0.8, 100, [_row(random_drops=[0.10, 0.10, 0.101])])
-    assert "| +10.0% (3) |" in summary_markdown(worse, 32, 1.0)  # rows without an SE print none
+    assert "| 10.0 (3) |" in summary_markdown(worse, 32, 1.0)  # rows without an SE print none
     assert not criteria(worse, 32)[2]["live random-k mean drop <= 10 points"]
     worse_md = summary_markdown(worse, 32, 1.0)
-    assert "not met: live random-k mean drop <= 10 points" in worse_md
-    assert worse_md.startswith("**Design targets not met at any k <= 10% of the 32 heads**")
+    assert "not met: live random-k mean drop <= 10 points (10.0 points)" in worse_md
+    assert worse_md.startswith("**Design targets not met at any k <= 10% of the 32 heads**: not met: live random-k "
+                               "mean drop <= 10 points (k=2: 10.0 points)")
+
+
+def test_the_verdict_names_each_missed_criterion_with_what_it_saw():
+    """Not met: the first line (the console's verdict) names every criterion missed at some k with its value at each
+    such k (the console prints it above its table, whose rows count the misses); a met criterion is not named."""
+    from vrh_lmms.pipelines.demo.console_summary import targets_cell
+
+    rows = [_row(k=2, random_drops=[0.2, 0.3, 0.194]), _row(k=3, layer_matched_drops=[], topk_parse_failure=0.1),
+            _row(k=9)]
+    rows[1]["layer_matched_mean_drop"] = None
+    acc = Acceptance(0.88, 100, rows)
+    checks = criteria(acc, total_heads=32)
+    verdict = summary_markdown(acc, 32, 1.0).splitlines()[0]
+    assert verdict == ("**Design targets not met at any k <= 10% of the 32 heads**: not met: "
+                       "live random-k mean drop <= 10 points (k=2: 23.1 points); "
+                       "live layer-matched mean drop <= 10 points (k=3: unavailable); "
+                       "parse failures <= 5% (k=3: 10.0%)")
+    assert targets_cell(checks[2]) == "1 missed" and targets_cell(checks[3]) == "2 missed"
+    assert targets_cell({name: True for name in checks[2]}) == "met"
+    assert targets_cell(None) == "n/a (> 10%)"
+    assert "baseline" not in verdict.partition("not met:")[2] and "top-k" not in verdict
+
+
+def test_drops_are_points_and_the_spread_is_the_same_se_as_the_reports(tmp_path):
+    """Drops in points (no `%` after a drop, `+66.0%` was the old form) and one ± statistic: the demo summary and
+    report.md print the same mean ± SE for the same control draws, each labelled `± SE`."""
+    root = _sweep(tmp_path)
+    acc = acceptance_figures(root, [2], n_resamples=200)
+    md = summary_markdown(acc, 32, 1.0)
+    build_report([root], tmp_path / "report", ReportSettings(n_resamples=200, plots=False))
+    report_md = (tmp_path / "report" / "report.md").read_text()
+    (row,) = acc.rows
+    drops = np.array(row["random_drops"])
+    shown = f"{100 * drops.mean():.1f} ± {100 * drops.std(ddof=1) / np.sqrt(drops.size):.1f}"
+    assert f"| {shown} (3) |" in md and f"| {shown} (R=3) |" in report_md
+    assert "mean drop ± SE (R)" in md and "Random draws: drop (mean ± SE)" in report_md
+    lo, hi = row["topk_drop_ci"]
+    assert f"| {100 * row['topk_drop']:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] |" in md
+    table = [line for line in md.splitlines() if line.startswith("| 2 (")]
+    cells = table[0].split("|")[3:7]  # the drop columns: top-k and the three controls
+    assert cells and not any("%" in c for c in cells), cells
 
 
 def test_targets_are_met_at_the_ks_whose_every_check_holds():
@@ -57,7 +99,8 @@ def test_targets_are_met_at_the_ks_whose_every_check_holds():
     assert met_at(criteria(Acceptance(0.79, 100, rows), total_heads=32)) == []
 
 
-def test_acceptance_figures_use_the_reports_interval(tmp_path):
+def _sweep(tmp_path):
+    """A demo-shaped sweep folder: baseline, top2 and three random and layer-matched draws of k = 2."""
     rng = np.random.default_rng(0)
     docs = make_docs(rng, n_images=60, sizes=(1, 3))
     writer = LineWriter(docs, task=TASK)
@@ -71,6 +114,11 @@ def test_acceptance_figures_use_the_reports_interval(tmp_path):
             other = base & (rng.random(len(docs)) < 0.95)
             writer.write(root, f"{kind}2_s{s}", vrh_block(f"{kind}2_s{s}", kind, 2, s, heads_model=None),
                          statuses_from(other, rng, 0.0))
+    return root
+
+
+def test_acceptance_figures_use_the_reports_interval(tmp_path):
+    root = _sweep(tmp_path)
     acc = acceptance_figures(root, [2], n_resamples=200)
     report = build_report([root], tmp_path / "report", ReportSettings(n_resamples=200, plots=False))
     reported = next(c for c in report["groups"][0]["configs"] if c["label"] == "top2")["drop"]

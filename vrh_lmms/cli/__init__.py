@@ -13,7 +13,7 @@ from pathlib import Path
 from vrh_lmms.base import runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.runfile import CONFIG_COMMANDS
-from vrh_lmms.cli.commands.options import add_wait_option
+from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     for command in TABLE:
         name = command.name
-        p = sub.add_parser(name, help=command.help, description=command.help)
+        p = sub.add_parser(name, help=command.help, description=command.help,
+                           formatter_class=DefaultsHelpFormatter)
         if only is None or only == name:
             _load(command.module).configure(p)
             if name in CONFIG_COMMANDS:

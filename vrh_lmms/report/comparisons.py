@@ -13,6 +13,7 @@ empirical nulls get a family of their own because their p-values have a floor of
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import sem
 
 from vrh_lmms.base.stats import adjust_pvalues, topk_vs_random
 from vrh_lmms.report.analysis import CONTROL_KINDS
@@ -69,8 +70,8 @@ def add_null_comparisons(group: dict) -> None:
 
 
 def _drop_spread(configs: list[dict]) -> dict | None:
-    """Drops of a set of control draws: R, mean, sd (ddof=1), min, max. Accuracies are left out on purpose: a
-    summary row shows drops only, so no accuracy stands beside a drop column."""
+    """Drops of a set of control draws: R, mean, sd (ddof=1), the mean's standard error, min, max. Accuracies are
+    left out on purpose: a summary row shows drops only, so no accuracy stands beside a drop column."""
     drops = [c["drop"]["drop"] for c in configs if c["drop"] is not None]
     if not configs:
         return None
@@ -79,6 +80,7 @@ def _drop_spread(configs: list[dict]) -> dict | None:
         "n": len(configs),
         "drop_mean": float(np.mean(drops)) if drops else None,
         "drop_sd": float(np.std(drops, ddof=1)) if len(drops) > 1 else None,
+        "drop_se": float(sem(drops)) if len(drops) > 1 else None,
         "drop_min": float(np.min(drops)) if drops else None,
         "drop_max": float(np.max(drops)) if drops else None,
     }

@@ -20,3 +20,8 @@ def pval(p: float | None) -> str:
 
 def short(model: str) -> str:
     return model.rstrip("/").split("/")[-1]
+
+
+def pct_opt_ci(x: float | None, ci) -> str:
+    """`pct_ci` where an interval was computed, the value alone where it was not (`ci` None or [None, None])."""
+    return pct(x) if x is None or not ci or ci[0] is None else pct_ci(x, *ci)

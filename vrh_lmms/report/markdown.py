@@ -26,11 +26,11 @@ def _table(header: list[str], rows: Iterable[list[str]]) -> list[str]:
 
 
 def _draws(block: dict | None) -> str:
-    """Drops of control draws as mean ± sd (R = number of draws); never their accuracies."""
+    """Drops of control draws as mean ± SE, the standard error of the mean (R = number of draws), as the demo's
+    summary gives them; never their accuracies."""
     if block is None:
         return "n/a"
-    sd = "n/a" if block["drop_sd"] is None else pct(block["drop_sd"])
-    return f"{pct(block['drop_mean'])} ± {sd} (R={block['n']})"
+    return f"{pct(block['drop_mean'])} ± {pct(block.get('drop_se'))} (R={block['n']})"
 
 
 def _p_floor(p: float | None, floor: float | None) -> str:
@@ -92,7 +92,7 @@ def summary_section(groups: list[dict]) -> list[str]:
     kinds = [k for k in _CONTROL_COLUMNS if k not in _OPTIONAL_COLUMNS or any(r.get(k) for r in summaries)]
     header = ["Model", "Task", "Heads", "Mode", "Baseline", "Top-k acc", "Top-k drop [CI]", "Sign-flip p"]
     for kind in kinds:
-        header += [f"{_CONTROL_COLUMNS[kind]} draws: drop (mean ± sd)", f"p vs {kind.replace('_', '-')}"]
+        header += [f"{_CONTROL_COLUMNS[kind]} draws: drop (mean ± SE)", f"p vs {kind.replace('_', '-')}"]
     rows = []
     for g in groups:
         for r in g["summary"]:
@@ -128,15 +128,15 @@ def configs_section(groups: list[dict]) -> list[str]:
 
 
 def null_section(groups: list[dict]) -> list[str]:
-    header = ["Model", "Task", "Config", "Controls", "Top-k drop", "Draws' drop (mean ± sd)", "R",
+    header = ["Model", "Task", "Config", "Controls", "Top-k drop", "Draws' drop (mean ± SE; SD)", "R",
               "#draws ≥ top-k", "p (empirical)", "floor 1/(R+1)", "Holm", "BH"]
     rows = []
     for g in groups:
         for n in g["null_comparisons"]:
-            sd = "n/a" if n["null_sd"] is None else pct(n["null_sd"])
+            spread = f"{pct(n['null_mean'])} ± {pct(n.get('null_se'))}; SD {pct(n['null_sd'])}"
             rows.append([md(short(g["model"])), md(g["task"]), md(n["config"]),
                          md(n["null_kind"].replace("_", "-")),
-                         pct(n["observed"]), f"{pct(n['null_mean'])} ± {sd}", str(n["n_null"]),
+                         pct(n["observed"]), spread, str(n["n_null"]),
                          str(n["n_null_ge_observed"]), pval(n["pvalue"]), pval(n["p_floor"]),
                          pval(n["p_holm"]), pval(n["p_bh"])])
     if not rows:

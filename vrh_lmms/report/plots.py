@@ -26,12 +26,44 @@ def slug(*parts: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "plot"
 
 
+# Sized for a page: a report shows each PNG at its width up to about 1,200 px, so a figure never grows past
+# MAX_WIDTH_IN inches at DPI (1,536 px); a bar chart with more bars than fit wraps onto more rows of panels.
+DPI = 120
+MAX_WIDTH_IN = 12.8
+BAR_IN = 0.45  # width per bar (its rotated label fits)
+BARS_PER_ROW = int((MAX_WIDTH_IN - 2) / BAR_IN)
+
+
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)
     return path
+
+
+def legend_outside(fig, where: str = "lower center", ncols: int = 1) -> None:
+    """One legend for the figure, outside every axes (`outside lower center`: under the plot), so it never covers a
+    data point; the figure must use the constrained layout, which makes room for it."""
+    handles, labels = [], []
+    for ax in fig.axes:
+        for h, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            if label not in labels:
+                handles.append(h)
+                labels.append(label)
+    if handles:
+        fig.legend(handles, labels, loc=f"outside {where}", ncols=ncols, fontsize=7, frameon=False)
+
+
+def _bar_panels(n: int, height: float = 4.0):
+    """A figure for n bars: one row of panels while they fit MAX_WIDTH_IN, else rows of BARS_PER_ROW bars sharing
+    the y axis. Returns the figure and, per panel, its axes and the slice of bars it shows."""
+    rows = max(1, -(-n // BARS_PER_ROW))
+    per_row = -(-n // rows)  # balanced rows: 65 bars are 22 + 22 + 21, not 26 + 26 + 13
+    fig, axes = plt.subplots(rows, 1, figsize=(max(4, BAR_IN * per_row + 2), height * rows), sharey=True,
+                             squeeze=False, layout="constrained")
+    return fig, [(ax, slice(i * per_row, min(n, (i + 1) * per_row))) for i, ax in enumerate(axes[:, 0])]
 
 
 def _by_k(configs: list[dict], kind: str, mode: str) -> dict[int, list[dict]]:
@@ -49,18 +81,20 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
     tops = _by_k(configs, "topk", mode)
     if not tops:
         return None
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6, 4.8), layout="constrained")
     base = group["baseline"]
     if base is not None:
         acc = base["accuracy"]
-        ax.axhline(acc["mean"], color=_COLORS["baseline"], ls="--", label="baseline")
-        ax.axhspan(acc["ci_low"], acc["ci_high"], color=_COLORS["baseline"], alpha=0.12)
+        ax.axhline(100 * acc["mean"], color=_COLORS["baseline"], ls="--", label="baseline")
+        ax.axhspan(100 * acc["ci_low"], 100 * acc["ci_high"], color=_COLORS["baseline"], alpha=0.12)
     ks = list(tops)
     top = [tops[k][0]["accuracy"] for k in ks]
     names = {(tops[k][0]["heads_label"] or "").partition(" ")[2] for k in ks}
     name = "top-k " + names.pop() if len(names) == 1 and "" not in names else "top-k"
-    ax.plot(ks, [a["mean"] for a in top], "o-", color=_COLORS["topk"], label=f"{name} (cluster-adjusted Wilson CI)")
-    ax.fill_between(ks, [a["ci_low"] for a in top], [a["ci_high"] for a in top], color=_COLORS["topk"], alpha=0.2)
+    ax.plot(ks, [100 * a["mean"] for a in top], "o-", color=_COLORS["topk"],
+            label=f"{name} (cluster-adjusted Wilson CI)")
+    ax.fill_between(ks, [100 * a["ci_low"] for a in top], [100 * a["ci_high"] for a in top], color=_COLORS["topk"],
+                    alpha=0.2)
     for kind, name in (("random", "random-k"), ("random_all", "uniform random-k (all heads)"),
                        ("random_outside", "random-k outside the top-k"),
                        ("layer_matched", "layer-matched random-k"), ("image_matched", "image-matched")):
@@ -68,7 +102,7 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
         if not pools:
             continue
         xs = list(pools)
-        accs = [np.array([c["accuracy"]["mean"] for c in pools[k]]) for k in xs]
+        accs = [100 * np.array([c["accuracy"]["mean"] for c in pools[k]]) for k in xs]
         means = np.array([a.mean() for a in accs])
         lows, highs = np.array([a.min() for a in accs]), np.array([a.max() for a in accs])
         # identical draws (e.g. five at 0.87) average to a hair off their min and max: clip the rounding
@@ -78,9 +112,9 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
             ax.fill_between(xs, lows, highs, color=_COLORS[kind], alpha=0.15)
     ax.set_xticks(sorted({c["k"] for c in configs if c["k"] is not None and c["heads_source"] is None}))
     ax.set_xlabel("k (heads masked)")
-    ax.set_ylabel(group["metric"])
+    ax.set_ylabel(f"{group['metric']} (%)")
     ax.set_title(f"{group['model'].split('/')[-1]} / {group['task']} ({mode})", fontsize=9)
-    ax.legend(fontsize=7)
+    legend_outside(fig)
     return _save(fig, path)
 
 
@@ -89,17 +123,20 @@ def drop_plot(group: dict, path: Path) -> Path | None:
     rows = [c for c in group["configs"] if c["drop"] is not None]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(rows) + 2), 4))
-    x = np.arange(len(rows))
-    drops = np.array([c["drop"]["drop"] for c in rows])
-    err = np.array([[d - c["drop"]["ci_low"] for d, c in zip(drops, rows, strict=True)],
-                    [c["drop"]["ci_high"] - d for d, c in zip(drops, rows, strict=True)]])
-    ax.bar(x, drops, color=[_COLORS.get(c["kind"], "0.5") for c in rows])
-    ax.errorbar(x, drops, yerr=np.clip(err, 0, None), fmt="none", ecolor="k", capsize=3, lw=1)
-    ax.axhline(0, color="k", lw=0.6)
-    ax.set_xticks(x, [c["label"] for c in rows], rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel(f"drop in {group['metric']} vs baseline")
-    ax.set_title(f"{group['model'].split('/')[-1]} / {group['task']}", fontsize=9)
+    fig, panels = _bar_panels(len(rows))
+    for ax, part in panels:
+        shown = rows[part]
+        x = np.arange(len(shown))
+        drops = np.array([100 * c["drop"]["drop"] for c in shown])
+        err = np.array([[d - 100 * c["drop"]["ci_low"] for d, c in zip(drops, shown, strict=True)],
+                        [100 * c["drop"]["ci_high"] - d for d, c in zip(drops, shown, strict=True)]])
+        ax.bar(x, drops, color=[_COLORS.get(c["kind"], "0.5") for c in shown])
+        ax.errorbar(x, drops, yerr=np.clip(err, 0, None), fmt="none", ecolor="k", capsize=3, lw=1)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xticks(x, [c["label"] for c in shown], rotation=60, ha="right", fontsize=7)
+        ax.set_xlim(-0.6, len(shown) - 0.4)
+        ax.set_ylabel(f"drop in {group['metric']} (points)")
+    panels[0][0].set_title(f"{group['model'].split('/')[-1]} / {group['task']}", fontsize=9)
     return _save(fig, path)
 
 
@@ -110,19 +147,22 @@ def taxonomy_plot(group: dict, path: Path) -> Path | None:
     if not rows:
         return None
     statuses = list(rows[0]["taxonomy"]["fractions"])
-    fig, ax = plt.subplots(figsize=(max(4, 0.45 * len(rows) + 2), 4))
-    x = np.arange(len(rows))
-    bottom = np.zeros(len(rows))
-    for status in statuses:
-        vals = np.array([r["taxonomy"]["fractions"][status] for r in rows])
-        ax.bar(x, vals, bottom=bottom, color=_STATUS_COLORS.get(status, "0.5"), label=status.replace("_", " "))
-        bottom += vals
-    ax.set_xticks(x, ["baseline" if r["kind"] == "baseline" else r["label"] for r in rows],
-                  rotation=60, ha="right", fontsize=7)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("fraction of samples")
-    ax.set_title(f"{group['model'].split('/')[-1]} / {group['task']}", fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig, panels = _bar_panels(len(rows))
+    for ax, part in panels:
+        shown = rows[part]
+        x = np.arange(len(shown))
+        bottom = np.zeros(len(shown))
+        for status in statuses:
+            vals = np.array([100 * r["taxonomy"]["fractions"][status] for r in shown])
+            ax.bar(x, vals, bottom=bottom, color=_STATUS_COLORS.get(status, "0.5"), label=status.replace("_", " "))
+            bottom += vals
+        ax.set_xticks(x, ["baseline" if r["kind"] == "baseline" else r["label"] for r in shown],
+                      rotation=60, ha="right", fontsize=7)
+        ax.set_xlim(-0.6, len(shown) - 0.4)
+        ax.set_ylim(0, 100)
+        ax.set_ylabel("samples (%)")
+    panels[0][0].set_title(f"{group['model'].split('/')[-1]} / {group['task']}", fontsize=9)
+    legend_outside(fig, "upper right", ncols=1)
     return _save(fig, path)
 
 

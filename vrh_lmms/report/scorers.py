@@ -90,25 +90,26 @@ def scorers_plot(block: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    from vrh_lmms.report.plots import legend_outside
+
+    fig, ax = plt.subplots(figsize=(6.5, 5), layout="constrained")
     if block["baseline"] is not None:
-        ax.axhline(block["baseline"], color="0.3", ls=":", label="baseline")
+        ax.axhline(100 * block["baseline"], color="0.3", ls=":", label="baseline")
     for row in block["rows"]:
         ks = [k for k in block["ks"] if str(k) in row["by_k"]]
-        accs = [row["by_k"][str(k)]["acc"] for k in ks]
+        accs = [100 * row["by_k"][str(k)]["acc"] for k in ks]  # percent, as the tables
         if row["cell"] is None:
             ax.plot(ks, accs, "--", color="tab:blue", label=row["label"])
-            ax.fill_between(ks, [row["by_k"][str(k)]["ci"][0] for k in ks], [row["by_k"][str(k)]["ci"][1] for k in ks],
-                            color="tab:blue", alpha=0.15)
+            ax.fill_between(ks, [100 * row["by_k"][str(k)]["ci"][0] for k in ks],
+                            [100 * row["by_k"][str(k)]["ci"][1] for k in ks], color="tab:blue", alpha=0.15)
         else:
             ax.plot(ks, accs, "o-", lw=2.2 if "[primary]" in row["label"] else 1.3, label=row["label"])
     ax.set_xlabel("k (heads masked)")
-    ax.set_ylabel("accuracy")
-    ax.set_ylim(0, 1)
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
     ax.set_xticks(block["ks"])
     ax.set_title(f"Scorers compared: {block['model'].rsplit('/', 1)[-1]} / {block['task']}", fontsize=10)
-    ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
+    legend_outside(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -46,7 +46,7 @@ class RunMeta:
 
     @property
     def heads_tasks(self) -> tuple[str, ...]:
-        """The task(s) the heads file's discovery ran on (recorded since issue 29; () for older runs)."""
+        """The task(s) the heads file's discovery ran on (recorded since the cross-ablation runs; () for older runs)."""
         task = (self.heads_file or {}).get("task") if self.kind != "baseline" else None
         return tuple(t for t in task.split(",") if t) if isinstance(task, str) else ()
 

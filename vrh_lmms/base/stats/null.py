@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
+from scipy.stats import sem
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class NullComparison:
     n_null: int
     null_mean: float
     null_sd: float
+    null_se: float  # the standard error of null_mean: the ± a report prints beside it
     null_min: float
     null_max: float
     n_null_ge_observed: int
@@ -44,6 +46,7 @@ def topk_vs_random(observed_drop: float, null_drops: Sequence[float]) -> NullCom
         n_null=n,
         null_mean=float(null.mean()),
         null_sd=float(null.std(ddof=1)) if n > 1 else float("nan"),
+        null_se=float(sem(null)) if n > 1 else float("nan"),
         null_min=float(null.min()),
         null_max=float(null.max()),
         n_null_ge_observed=n_ge,

@@ -35,7 +35,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="ranking-loss training queries with --applications (default 100; 0 skips training)")
     parser.add_argument("--no-recall", dest="recall", action="store_false",
                         help="skip the recall step (the text backbone's and the VLM's text-recall heads against the "
-                             "grounding heads: overlap and cross-ablation; about a minute)")
+                             "grounding heads: overlap and cross-ablation; about 50 s)")
     parser.add_argument("--force", action="store_true",
                         help="replace an earlier demo run in --output (a folder holding anything else is refused)")
 

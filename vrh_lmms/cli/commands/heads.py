@@ -23,9 +23,15 @@ def run(args: argparse.Namespace) -> int:
         hs = resolve_spec(args.spec, g, heads_file=hf, seed=args.seed, cell=args.cell)
         print(";".join(hs.names) or "none")
         return 0
+    # the title names the ranking shown below it: the --cell asked for (and the cell a preset stands for), else the
+    # file's primary cell
+    primary = f"{hf.scoring.get('query')},{hf.scoring.get('key')},{hf.scoring.get('aggregate')}"
+    shown = primary if not args.cell else hf.cell_name(args.cell)
+    if args.cell and args.cell != shown:
+        shown = f"{args.cell} (cell {shown})"
     print(f"model {hf.model.get('id')} ({hf.model.get('family')}): {g.layers} layers x {g.heads} heads "
-          f"(kv {g.kv_heads}, head_dim {g.head_dim}); scoring {hf.scoring.get('query')},{hf.scoring.get('key')},"
-          f"{hf.scoring.get('aggregate')} on {hf.scoring.get('task')} (n={hf.scoring.get('n_samples')})")
+          f"(kv {g.kv_heads}, head_dim {g.head_dim}); scoring {shown} on {hf.scoring.get('task')} "
+          f"(n={hf.scoring.get('n_samples')})")
     import numpy as np
 
     ranking = hf.cell_ranking(args.cell) if args.cell else hf.ranking

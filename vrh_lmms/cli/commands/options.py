@@ -35,3 +35,26 @@ def add_wait_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="if another vrh-lmms run holds the output, wait for it to end (default: refuse, naming "
                              "it)")
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's help ends with its default, so `--help` shows what a run uses when the option is left out.
+
+    Left alone: options without a value (None: the help says what happens then), on/off flags (off unless given)
+    and helps that already show the value (`%(default)s`, or `default: X` / `default X` in their text)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (default is None or default is argparse.SUPPRESS or action.nargs == 0 or not action.option_strings
+                or "%(default)" in text):
+            return text
+        shown = default_text(default)
+        if f"default: {shown}" in text or f"default {shown}" in text:
+            return text
+        return f"{text} (default: {shown})" if text else f"default: {shown}"
+
+
+def default_text(default: object) -> str:
+    """How --help writes a default: lists as `a b c` (as they are typed), the rest as str()."""
+    if isinstance(default, (list, tuple)):
+        return " ".join(map(str, default)) if default else "none"
+    return str(default).replace("%", "%%")

@@ -9,34 +9,37 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import console
-
-
-def _pts(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:+.1f}"
+from vrh_lmms.report.fmt import pct, pct_ci, pct_opt_ci
 
 
 def _control(row: dict[str, Any], kind: str) -> str:
     se = row.get(f"{kind}_mean_drop_se")
-    return _pts(row.get(f"{kind}_mean_drop")) + ("" if se is None else f" ± {100 * se:.1f}")
+    return pct(row.get(f"{kind}_mean_drop")) + ("" if se is None else f" ± {pct(se)}")
+
+
+def targets_cell(checks: dict[str, bool] | None) -> str:
+    """`met`, or how many criteria this k misses: the verdict printed above the table names them with what each
+    saw at each k (a cell naming them wraps the table over many lines on an 80-column terminal)."""
+    if checks is None:
+        return "n/a (> 10%)"
+    failed = sum(not ok for ok in checks.values())
+    return "met" if not failed else f"{failed} missed"
 
 
 def k_table(summary: dict[str, Any]):
-    """Per k: top-k drop [CI] beside the controls' mean drops (points), and whether the design targets hold."""
+    """Per k: top-k drop [CI] beside the controls' mean drops ± SE (points), and whether the design targets hold."""
     from rich.table import Table
 
     total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
     criteria = summary["criteria"]
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for name, justify in (("k", "left"), ("top-k drop [95% CI]", "right"), ("random-k", "right"),
-                          ("layer-matched", "right"), ("targets", "left")):
+    for name, justify in (("k", "left"), ("top-k drop [95% CI]", "right"), ("random-k ± SE", "right"),
+                          ("layer-matched ± SE", "right"), ("targets", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     for r in summary["acceptance"]["rows"]:
         lo, hi = r["topk_drop_ci"]
-        checks = criteria.get(str(r["k"]))
-        met = "n/a (> 10%)" if checks is None else ("met" if all(checks.values()) else
-                                          f"{sum(not ok for ok in checks.values())} not met")
-        table.add_row(f"{r['k']} ({r['k'] / total:.0%})", f"{_pts(r['topk_drop'])} [{_pts(lo)}, {_pts(hi)}]",
-                      _control(r, "random"), _control(r, "layer_matched"), met)
+        table.add_row(f"{r['k']} ({r['k'] / total:.0%})", pct_ci(r["topk_drop"], lo, hi),
+                      _control(r, "random"), _control(r, "layer_matched"), targets_cell(criteria.get(str(r["k"]))))
     return table
 
 
@@ -45,16 +48,14 @@ def transfer_table(rows: list[dict[str, Any]]):
     from rich.table import Table
     from rich.text import Text
 
-    def drop(value: float | None, ci) -> str:
-        return _pts(value) + ("" if value is None or not ci or ci[0] is None else f" [{_pts(ci[0])}, {_pts(ci[1])}]")
-
     table = Table(box=None, padding=(0, 1), header_style="bold",
                   title="Transfer: top-k heads ablated in the other model (drops in points)", title_justify="left")
     for name in ("model", "heads from", "k", "own heads", "other's heads"):
         table.add_column(name, no_wrap=True)
     for r in sorted(rows, key=lambda r: (r["model"], r["k"])):
         table.add_row(Text(Path(r["model"]).name), Text(Path(r["heads_from"]).name), str(r["k"]),  # names: no markup
-                      drop(r["own_drop"], r["own_drop_ci"]), drop(r["transferred_drop"], r["transferred_drop_ci"]))
+                      pct_opt_ci(r["own_drop"], r["own_drop_ci"]),
+                      pct_opt_ci(r["transferred_drop"], r["transferred_drop_ci"]))
     return table
 
 

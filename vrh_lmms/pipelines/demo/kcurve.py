@@ -17,9 +17,11 @@ def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from vrh_lmms.report.plots import DPI, legend_outside
+
     rows = result["rows"]
     ks = [r["k"] for r in rows]
-    fig, ax = plt.subplots(figsize=(6, 3.6))
+    fig, ax = plt.subplots(figsize=(6, 4.4), layout="constrained")
     ax.plot(ks, [r["top_drop"] for r in rows], "o-", color="C3", label="top-k (scorer)")
     if rows and "oracle_drop" in rows[0]:
         ax.plot(ks, [r["oracle_drop"] for r in rows], "s--", color="C1", label="oracle-k (single-head effect)")
@@ -39,7 +41,6 @@ def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
     ax.set_xlabel(f"k (heads ablated, of {total})")
     ax.set_ylabel("accuracy drop (points)")
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    legend_outside(fig)  # under the axes: inside, it covered the top-k point at k = 9
+    fig.savefig(path, dpi=DPI)
     plt.close(fig)

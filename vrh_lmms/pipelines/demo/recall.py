@@ -20,6 +20,7 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md, md_code
 from vrh_lmms.base.paths import assets_path
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, scoped_env, sweep_heads
+from vrh_lmms.report.fmt import pct
 
 RECALL_DIR = "recall"
 BACKBONE = "demo_backbone"  # under vrh_lmms/assets/
@@ -164,10 +165,6 @@ def recall_summary(out: Path, grounding_heads: Path, report: dict[str, Any], k: 
             "heads_files": {s: str(p) for s, p in files.items()}}
 
 
-def _pts(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}"
-
-
 def _p(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2g}"
 
@@ -184,8 +181,8 @@ def recall_line(summary: dict[str, Any]) -> str:
                      f"p = {_p(r['p_value'])}{live})")
     costs = []
     for task, block in summary["ablation"].items():
-        sets = ", ".join(f"{LABELS[s]} {_pts(b['acc'])}" for s, b in block["sets"].items() if b is not None)
-        costs.append(f"{md(task)} {_pts(block['baseline'])} -> {sets}")
+        sets = ", ".join(f"{LABELS[s]} {pct(b['acc'])}" for s, b in block["sets"].items() if b is not None)
+        costs.append(f"{md(task)} {pct(block['baseline'])} -> {sets}")
     return (f"Recall heads (top-{k}, {md_code(summary['cell'])} cell for text recall): shared " + "; ".join(parts) +
             ". Masked in the VLM: " + "; ".join(costs) + ".")
 
@@ -201,15 +198,15 @@ def recall_markdown(summary: dict[str, Any], plot: str | None) -> str:
     lines += ["| head set masked (top-%d) | task | accuracy | drop [95%% CI] | random live draws: drops (R) | "
               "empirical p vs random |" % k, "|---|---|---|---|---|---|"]
     for block in summary["ablation"].values():
-        lines.append(f"| none (baseline) | {md(block['task'])} | {_pts(block['baseline'])} | | | |")
+        lines.append(f"| none (baseline) | {md(block['task'])} | {pct(block['baseline'])} | | | |")
         for s, b in block["sets"].items():
             if b is None:
                 continue
             ci = "" if not b["drop_ci"] or b["drop_ci"][0] is None else \
-                f" [{_pts(b['drop_ci'][0])}, {_pts(b['drop_ci'][1])}]"
+                f" [{pct(b['drop_ci'][0])}, {pct(b['drop_ci'][1])}]"
             rnd = "n/a" if not b["random_drops"] else \
-                f"{_pts(min(b['random_drops']))} to {_pts(max(b['random_drops']))} ({len(b['random_drops'])})"
-            lines.append(f"| {LABELS[s]} | {md(block['task'])} | {_pts(b['acc'])} | {_pts(b['drop'])}{ci} | {rnd} | "
+                f"{pct(min(b['random_drops']))} to {pct(max(b['random_drops']))} ({len(b['random_drops'])})"
+            lines.append(f"| {LABELS[s]} | {md(block['task'])} | {pct(b['acc'])} | {pct(b['drop'])}{ci} | {rnd} | "
                          f"{_p(b['p_random'])} |")
     lines += ["", "| pair | top-%d shared (chance, p) | live top-%d shared (chance, p) | Spearman (all / live) |"
               % (k, k), "|---|---|---|---|"]
@@ -257,7 +254,7 @@ def plot_recall(summary: dict[str, Any], path: Path) -> Path:
         if rnd:
             ax.axhspan(100 * min(rnd), 100 * max(rnd), color="grey", alpha=0.2, zorder=0)
         ax.set_xticks(x, [LABELS[s].replace(" ", "\n", 1) for s in names], fontsize=8)
-        ax.set_title(f"{block['task']} (baseline {_pts(block['baseline'])})", fontsize=9)
+        ax.set_title(f"{block['task']} (baseline {pct(block['baseline'])})", fontsize=9)
         ax.set_ylabel(f"drop when the top-{summary['k']} are masked (points)", fontsize=8)
         ax.axhline(0, color="black", lw=0.5)
     fig.suptitle("Which heads recall what: text backbone vs VLM (grey band: the range of "

@@ -17,6 +17,7 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
 from vrh_lmms.base.paths import assets_path
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, discover_heads, sweep_heads
+from vrh_lmms.report.fmt import pct_opt_ci
 
 TRANSFER_DIR = "transfer"  # the second-VLM step's folder in a demo run
 SECOND_MODEL = "demo_model_b"  # the shipped second VLM, under vrh_lmms/assets/
@@ -117,17 +118,13 @@ def transfer_markdown(rows: list[dict[str, Any]]) -> str:
     def name(model: str) -> str:
         return md(Path(model).name)
 
-    def drop(value, ci) -> str:
-        if value is None:
-            return "n/a"
-        return f"{value:+.1%}" + ("" if not ci or ci[0] is None else f" [{ci[0]:+.1%}, {ci[1]:+.1%}]")
-
     lines = ["", "Transfer between the two VLMs of one text backbone (each model's top-k ablated in the other; "
                  "report/report.md, \"Cross-model transfer of heads\"):", "",
-             "| model | heads from | k | baseline | own top-k drop [CI] | transferred top-k drop [CI] |",
+             "| model | heads from | k | baseline | own top-k drop, points [CI] | "
+             "transferred top-k drop, points [CI] |",
              "|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r["model"], r["k"])):
         lines.append(f"| {name(r['model'])} | {name(r['heads_from'])} | {r['k']} | {r['baseline_acc']:.1%} | "
-                     f"{drop(r['own_drop'], r['own_drop_ci'])} | "
-                     f"{drop(r['transferred_drop'], r['transferred_drop_ci'])} |")
+                     f"{pct_opt_ci(r['own_drop'], r['own_drop_ci'])} | "
+                     f"{pct_opt_ci(r['transferred_drop'], r['transferred_drop_ci'])} |")
     return "\n".join(lines) + "\n"

@@ -1,4 +1,4 @@
-"""Retrieval heads as a ranker (issue 30 part 2; "Can Retrieval Heads See Images?", heads as a page ranker).
+"""Retrieval heads as a ranker ("Can Retrieval Heads See Images?", heads as a page ranker).
 
 Layers, lowest first: `spans` (input_ids -> each candidate image's token positions, pure), `scoring` (per-head
 attention mass per candidate -> candidate scores, null-question calibrated, pure), `metrics` (scores -> Recall@k and

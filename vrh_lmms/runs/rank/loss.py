@@ -1,4 +1,4 @@
-"""The ranking objective on retrieval-head attention (issue 30 part 3; "A Broader Look into MLLM's Retrieval Heads"
+"""The ranking objective on retrieval-head attention ("A Broader Look into MLLM's Retrieval Heads"
 trains the retrieval heads' attention with a ranking objective; its summary states no formula, so this is ours).
 
 Per query: the chosen heads' attention row from the ranker's query row (the last prompt token,

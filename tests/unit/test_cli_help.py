@@ -1,0 +1,70 @@
+"""`vrh-lmms --help` and every subcommand's `--help`: a user's first line, and each option's default shown."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from vrh_lmms import cli
+from vrh_lmms.cli.commands.options import default_text
+
+
+def _options_with_defaults(parser: argparse.ArgumentParser):
+    """Options that take a value and have one when left out (on/off flags are off unless given: not listed)."""
+    for action in parser._actions:
+        if (action.option_strings and action.nargs != 0 and action.default is not None
+                and action.default is not argparse.SUPPRESS):
+            yield action
+
+
+@pytest.fixture(scope="module")
+def parser() -> argparse.ArgumentParser:
+    return cli.build_parser()
+
+
+def test_every_option_with_a_default_shows_it(parser):
+    missing, seen = [], 0
+    for name in cli.COMMANDS:
+        sub = cli.subparser(parser, name)
+        formatter = sub._get_formatter()
+        for action in _options_with_defaults(sub):
+            seen += 1
+            shown = formatter._expand_help(action)  # the help text exactly as --help prints it
+            if default_text(action.default).replace("%%", "%") not in shown:
+                missing.append(f"{name} {action.option_strings[0]}: {shown!r}")
+    assert seen > 100  # the walk reached the subcommands' options
+    assert not missing, "\n".join(missing)
+
+
+def test_demo_help_shows_its_sizes(parser, capsys):
+    with pytest.raises(SystemExit):
+        parser.parse_args(["demo", "--help"])
+    text = re.sub(r"\s+", " ", capsys.readouterr().out)
+    from vrh_lmms.pipelines.demo.stages import DemoSettings
+
+    d = DemoSettings()
+    for option, value in (("--n-discovery", d.n_discovery), ("--n-eval", d.n_eval),
+                          ("--random-seeds", d.random_seeds)):
+        assert re.search(rf"{option} \S+ [^()]*\(default: {value}\)", text), option
+
+
+def test_top_level_help_opens_with_a_users_line(parser):
+    first = parser.format_help().split("\n\n")[1]
+    assert "vrh-lmms demo" in first and "retrieval heads" in first
+    assert '`vrh-lmms` command line' not in first and "imported only when used" not in first
+
+
+
+def test_no_recall_time_in_help_matches_readme():
+    """The recall step's cost is stated once in words: --help and the README give the same figure."""
+    from pathlib import Path
+
+    help_text = " ".join(a.help for a in cli.subparser(cli.build_parser("demo"), "demo")._actions
+                         if "--no-recall" in a.option_strings)
+    readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
+    said = re.search(r"about (\d+ s|a minute|\d+ min\w*)", help_text)
+    assert said, help_text
+    near = [m.group(0) for m in re.finditer(r"--no-recall[^\n]*(?:\n[^\n]+){0,2}", readme)]
+    assert near and all(said.group(0) in re.sub(r"\s+", " ", n) for n in near if "about" in n), near
