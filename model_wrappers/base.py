@@ -30,6 +30,7 @@ from vrh_lmms.base.model_args import check_model_args
 from vrh_lmms.base.pretrained import check_hub_reachable, check_pretrained, named_model_args
 from vrh_lmms.model.ablation import Ablator, RowConfig, check_method, check_mode, load_means, means_path_for
 from vrh_lmms.model.backbone import dead_heads, locate_decoder
+from vrh_lmms.model.decoding import check_decode
 from vrh_lmms.model.device import default_device, default_device_map
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
@@ -181,10 +182,11 @@ class VRHMixin:
                  seed: int = 0, allow_cross_model: Any = False, means_file: str | None = None,
                  ablation_method: str = "auto", heads_cell: str | None = None, dtype: str | None = None,
                  box_convention: str | None = None, control_pool: str = "live", heads_source: str | None = None,
-                 heads_task: str | None = None, **kwargs) -> None:
+                 heads_task: str | None = None, decode: str | None = None, **kwargs) -> None:
         # Every model arg is checked before the checkpoint is looked at and long before any weight loads.
         check_model_args(kwargs, backend_params(type(self)), self.vrh_model_id())
         family = get_family(self.vrh_family)
+        self.vrh_decode = check_decode(decode)  # packed generate's cache (vrh_lmms.model.decoding), checked before loading
         torch_dtype = self._parse_dtype(dtype)
         for name, value, check in (("ablation", ablation, check_mode), ("ablation_method", ablation_method,
                                                                        check_method)):
@@ -381,7 +383,8 @@ class VRHMixin:
         self.vrh_ablator.restore()
         configs = [RowConfig(tuple(hs.heads), mode if hs.heads else "zero") for hs, mode in zip(headsets, modes)]
         pack = PackedGenerate(self.model, self.vrh_decoder, configs, means=means,
-                              method=self.vrh_ablator.requested_method)
+                              method=self.vrh_ablator.requested_method,
+                              decode=getattr(self, "vrh_decode", None) or "auto")
         pack.install()
         self._vrh_pack, self._vrh_pack_sets = pack, list(zip(headsets, modes))
         self.vrh_serve(0)

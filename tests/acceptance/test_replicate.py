@@ -46,6 +46,11 @@ def test_every_stage_writes_its_artefact_and_the_summary_leads_with_verdicts(rep
     assert "the paper has no figures for this model" in text and "| top-5 VRHs |" in text
     sweep = json.loads((out / "sweeps" / "grounding" / "sweep.json").read_text())
     kinds = {c["kind"] for c in sweep["configurations"]}
+    # the plan printed before the run counted what the grounding sweep then generated
+    docs = len((out / "sweeps" / "grounding" / "configs" / "baseline" / "samples_vrh_synth_grounding.jsonl")
+               .read_text().splitlines())
+    assert manifest["plan"]["generations"]["grounding"] == len(sweep["configurations"]) * docs == 23 * 24
+    assert manifest["plan"]["seconds_per_generation"] > 0
     assert kinds == {"baseline", "topk", "random", "random_outside", "scorer_topk"}
     # Figs 2/3/8b and Table A8: every other scoring cell's top-k, compared in the report and the summary
     cells = {c["cell"] for c in sweep["configurations"] if c["kind"] == "scorer_topk"}

@@ -140,3 +140,55 @@ def test_other_families_mask_and_shrink(family, tiny_checkpoints):
     assert torch.equal(masked.sequences, shrunk.sequences)
     for a, b in zip(masked.logits, shrunk.logits):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("which", ["retrieval", "uniform"])
+@pytest.mark.parametrize("n", [1, 3])  # 3: images of three sizes and left padding: rows keep different counts
+def test_compact_cache_answers_like_masking_and_compress(qwen, which, n):
+    """Mode compact (every dropping layer gathered into padded per-layer buffers at prefill) gives the tokens of
+    mode mask (and of mode compress, which refuses unequal rows), logits within float rounding (atol 1e-5); with
+    nothing dropped it is bit-identical to the intact model."""
+    model, processor = qwen
+    g = locate_decoder(model).geometry
+    batch = processor_inputs(processor, n=n, image_sizes=[112, 168, 84][:n])
+    ranking = [HeadRef(0, h) for h in range(g.heads)] + [HeadRef(1, h) for h in range(g.heads)]
+    # retrieval at 0.25: layer 0's groups differ (some keep the image), layer 1 keeps none; uniform: all alike
+    policy = retrieval_policy(ranking, g, 0.25) if which == "retrieval" else uniform_policy(g, 0.25)
+    runs = {}
+    for mode in ("mask", "compact") + (("compress",) if n == 1 else ()):
+        with kv_compressed(model, policy, mode) as comp:
+            runs[mode] = (_generate(model, batch), comp)
+    masked, (compact, comp) = runs["mask"][0], runs["compact"]
+    assert sorted(comp.compacted) == [0, 1]
+    if n > 1:
+        keep = ~comp.drop[:, 1, 0] & batch["attention_mask"].bool()
+        assert len(set(keep.sum(-1).tolist())) == n, "the rows keep different numbers of keys"
+    for other in [masked] + ([runs["compress"][0]] if n == 1 else []):
+        assert torch.equal(other.sequences, compact.sequences)
+        for a, b in zip(other.logits, compact.logits):
+            torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    stats = comp.stats[0]
+    assert stats["cache_bytes_after"] < stats["cache_bytes_before"]
+    plain = _generate(model, batch)
+    with kv_compressed(model, no_policy(g), "compact") as comp:
+        same = _generate(model, batch)
+    assert not comp.compacted and torch.equal(same.sequences, plain.sequences)
+    assert all(torch.equal(a, b) for a, b in zip(same.logits, plain.logits))
+    assert not installed_rows_hooks()
+
+
+@pytest.mark.parametrize("family", ["paligemma", "internvl"])
+def test_compact_other_families(family, tiny_checkpoints):
+    """Other layouts: compact answers like masking; Gemma's sliding-window layers stay masked (not compacted)."""
+    model, processor = load_tiny(tiny_checkpoints(family))
+    batch = processor_inputs(processor, n=2)
+    g = locate_decoder(model).geometry
+    runs = {}
+    for mode in ("mask", "compact"):
+        with kv_compressed(model, uniform_policy(g, 0.25), mode) as comp:
+            runs[mode] = (_generate(model, batch), comp)
+    (masked, _), (compact, comp) = runs["mask"], runs["compact"]
+    assert len(comp.compacted) == (1 if family == "paligemma" else g.layers)
+    assert torch.equal(masked.sequences, compact.sequences)
+    for a, b in zip(masked.logits, compact.logits):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

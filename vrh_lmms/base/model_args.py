@@ -35,6 +35,7 @@ _ARGS = (
     ModelArg("control_pool", "what controls draw from: live or all", True),
     ModelArg("heads_source", "benchmark of the paper's published heads (heads=paper:...)", True),
     ModelArg("heads_task", "task whose registered heads file top<K> uses without heads_file=", True),
+    ModelArg("decode", "packed generate's KV cache: auto (static on CUDA), static or dynamic"),
 )
 VRH_MODEL_ARGS: dict[str, ModelArg] = {a.name: a for a in _ARGS}
 HEAD_ARGS: tuple[str, ...] = tuple(a.name for a in _ARGS if a.chooses_heads)

@@ -14,6 +14,8 @@ discovery's interceptor does) while a pack of configurations is being served:
 - When the pass of a later configuration makes the same call, the stored answer is returned without running the
   model. A call that cannot be packed exactly (sampling, beam search, a model whose `generate` or vision path
   transformers does not own) runs for the served configuration alone, so answers never depend on the pack.
+- Every run decodes as `decode` says (vrh_lmms.model.decoding: a static cache, with CUDA graphs on CUDA, or the dynamic
+  cache); the answers are the same tokens either way.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from torch import nn
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.ablation import RowAblator, RowConfig
 from vrh_lmms.model.backbone import Decoder
+from vrh_lmms.model.decoding import DEFAULT as DEFAULT_DECODE
+from vrh_lmms.model.decoding import Decoding
 
 # generate kwargs under which one call's rows cannot be split into independent per-configuration answers
 _UNPACKABLE_KWARGS = ("assistant_model", "streamer", "stopping_criteria", "stop_strings", "prefix_allowed_tokens_fn",
@@ -115,7 +119,7 @@ class PackedGenerate:
     """Serves configuration `current` of a pack; see the module docstring. Use as a context manager."""
 
     def __init__(self, model: nn.Module, decoder: Decoder, configs: Sequence[RowConfig],
-                 means: torch.Tensor | None = None, method: str = "auto") -> None:
+                 means: torch.Tensor | None = None, method: str = "auto", decode: str = DEFAULT_DECODE) -> None:
         reason = packing_unsupported(model)
         if reason is not None and len(configs) > 1:
             raise VRHError(f"cannot pack configurations: {reason}; use --pack 1")
@@ -126,6 +130,7 @@ class PackedGenerate:
         self.stats = PackStats()
         self._stored: list[dict[str, torch.Tensor]] = [{} for _ in range(self.n)]
         self._original = None
+        self.decoding = Decoding(model, decode)
 
     @property
     def method(self) -> str:
@@ -183,7 +188,7 @@ class PackedGenerate:
             return False
         if self._generation_value(kwargs, "return_dict_in_generate"):
             return False
-        return self._generation_value(kwargs, "cache_implementation") in (None, "dynamic")
+        return self._generation_value(kwargs, "cache_implementation") in (None, "dynamic", "static")
 
     def _generate(self, *args, **kwargs):
         key = fingerprint(args, kwargs)
@@ -194,8 +199,22 @@ class PackedGenerate:
         if not self._packable(args, kwargs):
             self.stats.solo_calls += 1
             self.rows.solo(self.current)
-            return self._original(*args, **kwargs)
+            return self._decode(args, kwargs)
         return self._run_packed(key, kwargs)
+
+    def _decode(self, args: tuple, kwargs: dict[str, Any]):
+        """The original generate with this pack's decode mode; a static run the family refuses (an error raised
+        by transformers or torch.compile) is said once and runs again with the dynamic cache."""
+        call = self.decoding.kwargs(kwargs)
+        if call is kwargs:
+            return self._original(*args, **kwargs)
+        try:
+            return self._original(*args, **call)
+        except (RuntimeError, TypeError, ValueError, NotImplementedError) as exc:
+            if isinstance(exc, (torch.OutOfMemoryError, VRHError)):
+                raise
+            self.decoding.fall_back(f"static cache failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
+            return self._original(*args, **kwargs)
 
     def _run_packed(self, key: str, kwargs: dict[str, Any]) -> torch.Tensor:
         pending = list(range(self.current, self.n))
@@ -210,7 +229,7 @@ class PackedGenerate:
         self.model._expand_inputs_for_generation = expand_k
         self.rows.set_rows([c for _ in range(batch) for c in pending])
         try:
-            out = self._original(**kwargs)
+            out = self._decode((), kwargs)
         finally:
             self.model.__dict__.pop("_expand_inputs_for_generation", None)
             self.rows.solo(self.current)

@@ -1,6 +1,7 @@
 """Statistics on paired per-sample outcomes that stay valid when samples share an image: cluster-adjusted accuracy
 CIs, the drop with a cluster-aware score interval (and a BCa cluster bootstrap), the cluster sign-flip test (with the
-exact McNemar test beside it), top-k vs random-k empirical nulls, multiplicity corrections and head-set overlap.
+exact McNemar test beside it), top-k vs random-k empirical nulls, drops measured on an image subsample of the docs,
+multiplicity corrections and head-set overlap.
 
 Pure numpy/scipy/statsmodels on arrays; nothing here reads files or knows about lmms-eval.
 """
@@ -23,6 +24,7 @@ from vrh_lmms.base.stats.overlap import (
     topk_overlap,
 )
 from vrh_lmms.base.stats.signflip import SignFlipResult, sign_flip_test
+from vrh_lmms.base.stats.subsample import SubsampleDrop, image_subsample, subsample_drop
 from vrh_lmms.base.stats.tango import tango_interval
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "McNemarResult",
     "NullComparison",
     "SignFlipResult",
+    "SubsampleDrop",
     "TopkOverlap",
     "accuracy",
     "adjust_pvalues",
@@ -45,6 +48,7 @@ __all__ = [
     "exact_mcnemar",
     "holm",
     "hypergeom_tail",
+    "image_subsample",
     "is_binary",
     "jaccard",
     "paired_bootstrap_drop",
@@ -52,6 +56,7 @@ __all__ = [
     "score_spearman",
     "share_above",
     "sign_flip_test",
+    "subsample_drop",
     "tango_interval",
     "topk_jaccard_matrix",
     "topk_overlap",

@@ -34,9 +34,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--budgets", default="1,0.75,0.5,0.25,0.1",
                         help="shares of image KV kept, comma-separated (default 1,0.75,0.5,0.25,0.1)")
     parser.add_argument("--random-seeds", type=int, default=3, help="random-head draws per budget (default 3)")
-    parser.add_argument("--mode", default="mask", choices=("mask", "compress"),
+    parser.add_argument("--mode", default="mask", choices=("mask", "compress", "compact"),
                         help="mask: exact masking of the dropped keys (default); compress: also remove them from "
-                             "the cache of layers whose groups all drop the same keys")
+                             "the cache of layers whose groups all drop the same keys; compact: gather every "
+                             "layer's kept keys into per-layer buffers after prefill (any batch size, no per-step "
+                             "mask building)")
     parser.add_argument("--sink", type=int, default=SINK, help=f"first positions always kept (default {SINK})")
     parser.add_argument("--recent", type=int, default=RECENT,
                         help=f"last prompt positions always kept (default {RECENT})")

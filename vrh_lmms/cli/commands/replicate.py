@@ -45,6 +45,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "paper (default: all of fig2, fig3, fig8b, a8), one of those, a '+'-separated list of "
                              "cells, or none")
     parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--calibrate-docs", type=int, default=4,
+                        help="docs timed before the run to estimate its time in the printed plan (default 4; 0: "
+                             "print the generations only)")
     parser.add_argument("--output", required=True, help="replication folder (resumed if it holds the same run)")
     parser.add_argument("--force", action="store_true", help="replace a replication with other settings")
 
@@ -76,7 +79,9 @@ def run(args: argparse.Namespace) -> int:
     from vrh_lmms.pipelines.replicate.run import run_replicate
 
     spec = spec_from_args(args)
-    summary = run_replicate(spec, args.output, force=args.force)
+    if args.calibrate_docs < 0:
+        raise VRHError(f"--calibrate-docs must be >= 0, got {args.calibrate_docs}")
+    summary = run_replicate(spec, args.output, force=args.force, calibrate_docs=args.calibrate_docs)
     out = summary.parent
     console.print_summary(console.files_table("Replication done", [
         (summary, "what was found, and this run beside the paper"),

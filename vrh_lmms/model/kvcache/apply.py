@@ -16,8 +16,15 @@ intact model's; every later token sees the compressed cache.
   gathered to the keys kept. Other layers, and sliding-window cache layers (Gemma's), are masked as in ``mask``;
   a sliding-window layer's keys are the last ones of the sequence, and the mask follows their absolute positions.
 
-Image positions come from the prefill's input_ids (the config's image token id); batches whose rows keep different
-numbers of keys in a shrunk layer are refused (run batch size 1).
+* mode ``compact``: right after prefill, every layer that drops something (and is a plain dynamic cache layer)
+  has each (row, KV group)'s kept prompt keys gathered into one buffer per layer, padded to the layer's largest kept
+  count (prompt padding counts as dropped), with room for the answer; decode appends in place. The few padded slots
+  are hidden by a mask made once at prefill, so a decode step does no Python-side mask building and no host sync:
+  it slices that mask and the buffers. Rows of a batch may keep different counts. Same tokens as ``mask`` (logits
+  within float rounding: fewer terms in the softmax sums).
+
+Image positions come from the prefill's input_ids (the config's image token id); in mode ``compress``, batches whose
+rows keep different numbers of keys in a shrunk layer are refused (run batch size 1, or mode ``compact``).
 """
 
 from __future__ import annotations
@@ -37,7 +44,8 @@ from vrh_lmms.model.interventions.rows import is_causal_call, visible
 from vrh_lmms.model.interventions.uniform import image_token_ids
 from vrh_lmms.model.kvcache.policy import KVPolicy, dropped, image_kept_fraction, kv_bytes, shared_drop
 
-MODES = ("mask", "compress")
+MODES = ("mask", "compress", "compact")
+COMPACT_ROOM = 64  # answer positions a compact layer's buffers grow by at a time
 
 
 class _Shrunk(DynamicLayer):
@@ -47,6 +55,40 @@ class _Shrunk(DynamicLayer):
 
     def get_seq_length(self) -> int:
         return super().get_seq_length() + self.removed
+
+
+class _Compact(DynamicLayer):
+    """A layer whose kept prompt keys were compacted into buffers with room for the answer: `update` writes the
+    new keys in place (growing by COMPACT_ROOM positions when full) and returns views of the filled part; it
+    reports the logical length, so the model's masks and positions stay those of the full sequence."""
+
+    removed: int = 0
+    filled: int = 0
+
+    def compact(self, keys: torch.Tensor, values: torch.Tensor, removed: int) -> None:
+        self._kbuf, self._vbuf = self._room(keys), self._room(values)
+        self.filled, self.removed = keys.shape[-2], removed
+        self._views()
+
+    @staticmethod
+    def _room(t: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t, t.new_zeros(*t.shape[:-2], COMPACT_ROOM, t.shape[-1])], dim=-2)
+
+    def _views(self) -> None:
+        self.keys, self.values = self._kbuf[..., :self.filled, :], self._vbuf[..., :self.filled, :]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        n = key_states.shape[-2]
+        while self.filled + n > self._kbuf.shape[-2]:
+            self._kbuf, self._vbuf = self._room(self._kbuf), self._room(self._vbuf)
+        self._kbuf[..., self.filled:self.filled + n, :] = key_states
+        self._vbuf[..., self.filled:self.filled + n, :] = value_states
+        self.filled += n
+        self._views()
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.filled + self.removed
 
 
 def _cache_of(kwargs: dict, output) -> object | None:
@@ -70,6 +112,8 @@ class KVCompression:
         self.drop: torch.Tensor | None = None  # (batch, layers, kv_heads, prompt) bool, for the current sequence
         self.prompt_len = 0
         self.shrunk: dict[int, torch.Tensor] = {}  # layer -> (batch, kept) positions still in the cache
+        # mode compact: layer -> (prompt keys kept after compaction, (batch, heads, 1, kept + room) bool: real slot)
+        self.compacted: dict[int, tuple[int, torch.Tensor]] = {}
         self._seen: dict[int, int] = {}  # layer -> positions cached so far in this sequence (decode calls)
         self._freed = 0  # bytes the shrinking of this prefill's cache should free
         self.stats: list[dict] = []  # per prefill: dropped slots, bytes before / after shrinking
@@ -98,7 +142,11 @@ class KVCompression:
         self._image = image
         self.prompt_len = ids.shape[1]
         self.drop = torch.from_numpy(np.stack([dropped(self.policy, row, self.prompt_len) for row in image]))
-        self.shrunk, self._seen = {}, {}
+        self.shrunk, self._seen, self.compacted = {}, {}, {}
+        self._padding = None
+        mask = kwargs.get("attention_mask")
+        if isinstance(mask, torch.Tensor) and mask.dim() == 2 and mask.shape == ids.shape:
+            self._padding = ~mask.bool().cpu()  # (batch, prompt): left padding, dropped by compaction
         return None
 
     def _after(self, module, args, kwargs, output):
@@ -110,6 +158,8 @@ class KVCompression:
         self._freed = 0
         if self.mode == "compress" and cache is not None:
             self._shrink(cache)
+        if self.mode == "compact" and cache is not None:
+            self._compact(cache)
         self.stats.append(self._measure(cache, before))
         return None
 
@@ -128,7 +178,7 @@ class KVCompression:
                 "kv_bytes_physical": sum(kv_bytes(dr, p, d, item, physical_only=True) for dr in drops),
                 "cache_bytes_before": before, "cache_bytes_claimed": before - self._freed,
                 "cache_bytes_after": _cache_bytes(cache),
-                "shrunk_layers": sorted(self.shrunk)}
+                "shrunk_layers": sorted(self.shrunk), "compacted_layers": sorted(self.compacted)}
 
     @torch.no_grad()
     def _shrink(self, cache) -> None:
@@ -157,11 +207,64 @@ class KVCompression:
             lay.removed = self.prompt_len - pos.shape[1]
             self.shrunk[int(layer)] = pos
 
+    @torch.no_grad()
+    def _compact(self, cache) -> None:
+        """Gather each (row, group)'s kept prompt keys of every dropping layer into padded per-layer buffers."""
+        pad = self._padding if self._padding is not None else torch.zeros(self.drop.shape[0], self.prompt_len,
+                                                                           dtype=torch.bool)
+        for layer in range(self.drop.shape[1]):
+            drop = self.drop[:, layer]  # (batch, groups, prompt)
+            lay = cache.layers[layer]
+            if not bool(drop.any()) or type(lay) is not DynamicLayer or lay.keys is None:
+                continue  # nothing dropped here, or a sliding-window (or other) layer: masked as in mode mask
+            if lay.keys.shape[-2] != self.prompt_len:
+                raise VRHError(f"KV compaction: layer {layer} caches {lay.keys.shape[-2]} positions after a prefill "
+                               f"of {self.prompt_len}; only dynamic caches compact")
+            keep = ~drop & ~pad[:, None, :]
+            kept = int(keep.sum(-1).max())
+            # kept positions first (in order), then any position as filler: stable sort of "not kept"
+            order = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices[..., :kept]
+            real = torch.arange(kept)[None, None, :] < keep.sum(-1, keepdim=True)  # (batch, groups, kept)
+            b, h, _, d = lay.keys.shape
+            index = order.to(lay.keys.device)[..., None].expand(b, h, kept, d)
+            keys, values = torch.gather(lay.keys, 2, index), torch.gather(lay.values, 2, index)
+            self._freed += 2 * lay.keys.element_size() * b * h * d * (self.prompt_len - kept)
+            lay.__class__ = _Compact
+            lay.compact(keys, values, self.prompt_len - kept)
+            slots = torch.ones(b, h, kept + COMPACT_ROOM, dtype=torch.bool)
+            slots[..., :kept] = real
+            self.compacted[layer] = (kept, slots.repeat_interleave(self.rep, dim=1)[:, :, None, :]
+                                     .to(lay.keys.device))
+
+    def _compact_mask(self, layer, query, key, attention_mask, base):
+        """A compacted layer's decode mask: the slots made at prefill for the prompt's kept keys (and the room after
+        them), and the model's own mask for the answer's keys; slices and one concatenation, no host sync."""
+        kept, slots = self.compacted[layer]
+        b, heads, q_len, kv_len = *query.shape[:3], key.shape[2]
+        if q_len != 1:
+            raise VRHError(f"KV compaction decodes one token per step; a call brought {q_len} (use mode mask)")
+        if kv_len > slots.shape[-1]:  # the buffers grew past the room made at prefill
+            slots = torch.cat([slots, slots.new_ones(*slots.shape[:-1], kv_len - slots.shape[-1] + COMPACT_ROOM)], -1)
+            self.compacted[layer] = (kept, slots)
+        allowed = slots[..., :kv_len]
+        if attention_mask is not None:
+            tail = attention_mask[..., self.prompt_len:self.prompt_len + kv_len - kept]
+            tail = tail if tail.dtype == torch.bool else tail > torch.finfo(tail.dtype).min / 2
+            allowed = torch.cat([allowed[..., :kept].expand(b, heads, q_len, kept),
+                                 tail.expand(b, heads, q_len, kv_len - kept)], dim=-1)
+        if base == "sdpa" and (attention_mask is None or attention_mask.dtype == torch.bool):
+            return allowed
+        dtype = attention_mask.dtype if attention_mask is not None else query.dtype
+        return torch.where(allowed, torch.zeros((), dtype=dtype, device=query.device),
+                           torch.tensor(torch.finfo(dtype).min, dtype=dtype, device=query.device))
+
     # ------------------------------------------------------------------------------------------ attention edit
     def edit_mask(self, layer, module, query, key, attention_mask, kwargs, base):
         b, _, q_len, kv_len = *query.shape[:3], key.shape[2]
         if self.drop is None or q_len == kv_len:  # prefill (or a plain forward): every key visible
             return attention_mask
+        if layer in self.compacted:
+            return self._compact_mask(layer, query, key, attention_mask, base)
         if layer in self.shrunk:  # keys gone from the cache: gather the logical mask to the keys kept
             if attention_mask is None:
                 return None

@@ -89,13 +89,12 @@ def _sweep(ctx: Context, which: str, tasks: list[str], heads: Path, ks: list[int
            controls: bool = True, cells: list[str] = ()) -> Path:
     """A packed sweep of the top-k of `heads` at `ks`, with random and random-outside draws unless `controls` is
     False (transfer: the model's own sweep already holds its controls, on the same docs)."""
-    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.pipelines.replicate.budget import sweep_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
     spec = ctx.spec
     paper = SWEEP_PRESETS["paper"]
-    configs = plan_configurations(ks, spec.random_seeds if controls else 0, False, ["zero"], random=controls,
-                                  controls=paper["controls"] if controls else [], cells=cells)
+    configs = sweep_configurations(spec, ks, controls=controls, cells=cells)
     lm = ctx.lm(which)
     lm.batch_size_per_gpu = spec.batch_size
     args = spec.model_args if which == "model" else spec.partner_model_args
@@ -284,8 +283,29 @@ def _read_manifest(out: Path, spec: ReplicateSpec, force: bool) -> dict[str, Any
     return old
 
 
-def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, progress: bool = True) -> Path:
-    """Run every stage not yet finished; returns the summary (replicate.md)."""
+def print_plan(ctx: Context, calibrate_docs: int) -> dict[str, Any]:
+    """Print the generations each stage will run and, after timing `calibrate_docs` generations on the first
+    grounding task (0: no calibration), the time they take at that rate; returns the plan for the manifest."""
+    from vrh_lmms.pipelines.replicate.budget import calibrate, count_docs, plan_generations, plan_text
+
+    spec = ctx.spec
+    tasks = list(dict.fromkeys(spec.grounding_tasks + spec.vqa_tasks))
+    skip = {} if spec.scenes else {spec.detection_task: spec.n_detect}  # real tasks leave discovery's docs out
+    with ctx.docs("eval"):
+        docs = count_docs(spec.model, tasks, spec.limit, skip)
+        rate = (calibrate(ctx.lm(), spec.grounding_tasks[0], calibrate_docs, spec.gen_kwargs, spec.model)
+                if calibrate_docs > 0 else None)
+    planned = plan_generations(spec, docs)
+    console.note(plan_text(planned, rate))
+    return {"seconds_per_generation": rate, "docs": docs,
+            "generations": {p.stage: p.generations for p in planned}}
+
+
+def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, progress: bool = True,
+                  calibrate_docs: int = 4) -> Path:
+    """Run every stage not yet finished, after printing the plan (vrh_lmms.pipelines.replicate.budget); returns the
+    summary
+    (replicate.md)."""
     spec.check()
     out = Path(output)
     manifest = _read_manifest(out, spec, force)
@@ -293,6 +313,8 @@ def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, 
     console.log_to(out / console.LOG_NAME)
     ctx = Context(spec, out, progress)
     plan = stages(spec)
+    if any(manifest["stages"].get(name, {}).get("status") != "done" for name, _, _ in plan):
+        manifest["plan"] = print_plan(ctx, calibrate_docs)
     for i, (name, what, fn) in enumerate(plan, 1):
         if manifest["stages"].get(name, {}).get("status") == "done":
             console.step(f"[{i}/{len(plan)}] {name}: done before, kept")

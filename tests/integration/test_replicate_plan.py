@@ -1,0 +1,47 @@
+"""`vrh-lmms replicate` prints its plan before it starts: the generations of each stage (counted from lmms-eval's own
+task objects and the sweep's own configuration plan) and, after a short calibration on the loaded model, their
+time. Checked on the demo model's protocol at small settings against counts made by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from vrh_lmms.pipelines.replicate.budget import StagePlan, plan_text
+from vrh_lmms.pipelines.replicate.plan import demo_spec
+from vrh_lmms.pipelines.replicate.run import Context, print_plan
+
+N_CELLS = 6  # the paper's other scoring cells masked beside the primary one (fig2 + fig3 + fig8b + a8)
+
+
+def test_plan_counts_and_calibration_on_the_demo(tmp_path, capsys):
+    spec = demo_spec(random_seeds=2, n_detect=16, n_eval=24)
+    spec.ks = [1, 5]
+    spec.vqa_k = 5
+    ctx = Context(spec, tmp_path / "run", progress=False)
+    plan = print_plan(ctx, calibrate_docs=2)
+    assert plan["docs"]["vrh_synth_grounding"] == 24
+    # baseline + per k: top-k, 2 random, 2 random-outside, 6 other cells' top-k
+    grounding = (1 + 2 * (1 + 2 + 2 + N_CELLS)) * 24
+    vqa = (1 + (1 + 2 + 2)) * plan["docs"]["vrh_synth_vqa"]
+    assert plan["generations"] == {"discovery": 16, "grounding": grounding, "vqa": vqa, "maps": len(spec.map_docs)}
+    assert plan["seconds_per_generation"] > 0
+    err = capsys.readouterr().err
+    assert f"{'grounding':<10} {grounding:>10,} (23 configurations x 24 docs" in err
+    total = 16 + grounding + vqa + len(spec.map_docs)
+    controls = 2 * (2 + 2) * 24 + 4 * plan["docs"]["vrh_synth_vqa"]
+    assert f"{'total':<10} {total:>10,}" in err and f"control draws: {controls:,}" in err
+
+
+def test_plan_text_durations():
+    text = plan_text([StagePlan("grounding", 136, 8611, 100), StagePlan("discovery", 0, 0, 0, 200)], 0.05)
+    assert "1,171,096 (136 configurations x 8611 docs, ~16.3 h)" in text
+    assert "200 (200 docs, ~10 s)" in text and "control draws: 861,100 (74%)" in text
+    assert "calibrated" not in plan_text([StagePlan("maps", 0, 0, 0, 4)], None)
+
+
+@pytest.mark.parametrize("bad", ["-1"])
+def test_calibrate_docs_refused_when_negative(bad, capsys):
+    from vrh_lmms.cli import main
+
+    assert main(["replicate", "--demo", "--calibrate-docs", bad, "--output", "/nonexistent/x"]) == 2
+    assert "--calibrate-docs must be >= 0" in capsys.readouterr().err

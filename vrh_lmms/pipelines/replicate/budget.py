@@ -1,0 +1,140 @@
+"""What a replication will cost before it starts: generations per stage, and the time they take at a rate measured
+on this model (a short calibration: a few generations timed through lmms-eval first).
+
+On a real model the grounding sweep alone is ~136 configurations per grounding set (baseline; per k the top-k, the
+random and random-outside draws and the other scoring cells' top-k), so the plan says where the generations go
+before the hours are spent. Control draws are most of them; vrh_lmms.base.stats.subsample gives the intervals of a
+control drop measured on a fixed random subset of docs, and benchmarks/sim_control_docs.py the precision it keeps.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """Generations of one stage: `configurations` x `docs` (+ `extra`: discovery's or the maps' docs)."""
+
+    stage: str
+    configurations: int
+    docs: int
+    controls: int  # of the configurations, control draws (random, random-outside)
+    extra: int = 0
+
+    @property
+    def generations(self) -> int:
+        return self.configurations * self.docs + self.extra
+
+
+def sweep_configurations(spec: ReplicateSpec, ks: list[int], controls: bool = True, cells: list[str] = ()):
+    """The configurations of one of the replication's sweeps (the paper's controls unless `controls` is False)."""
+    from vrh_lmms.runs.protocol import SWEEP_PRESETS
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+
+    paper = SWEEP_PRESETS["paper"]
+    return plan_configurations(ks, spec.random_seeds if controls else 0, False, ["zero"], random=controls,
+                               controls=paper["controls"] if controls else [], cells=cells)
+
+
+def planned_cells(spec: ReplicateSpec) -> list[str]:
+    """The scoring cells the grounding sweep will also mask, before the heads file exists (its primary cell is the
+    discovery preset's)."""
+    if not spec.compare_cells:
+        return []
+    from vrh_lmms.runs.discovery.scoring import parse_cells
+    from vrh_lmms.runs.protocol import DISCOVER_PRESETS, scorer_cells
+
+    return scorer_cells(spec.compare_cells, parse_cells(DISCOVER_PRESETS["paper"]["scoring"])[0])
+
+
+def _controls(configs) -> int:
+    return sum(1 for c in configs if c.seed is not None)  # seeded draws: the random and random-outside controls
+
+
+def _stage(name: str, configs, docs: int, extra: int = 0) -> StagePlan:
+    return StagePlan(name, len(configs), docs, _controls(configs), extra)
+
+
+def plan_generations(spec: ReplicateSpec, docs: dict[str, int]) -> list[StagePlan]:
+    """Per generating stage, its configurations and docs; `docs`: evaluation docs per task (discovery's left out)."""
+    def n(tasks: list[str]) -> int:
+        return sum(docs[t] for t in tasks)
+
+    out = [StagePlan("discovery", 0, 0, 0, spec.n_detect),
+           _stage("grounding", sweep_configurations(spec, spec.ks, cells=planned_cells(spec)),
+                  n(spec.grounding_tasks))]
+    if spec.vqa_tasks:
+        out.append(_stage("vqa", sweep_configurations(spec, [spec.vqa_k]), n(spec.vqa_tasks)))
+    if spec.map_docs:
+        out.append(StagePlan("maps", 0, 0, 0, len(spec.map_docs)))
+    if spec.partner_model_args:
+        first = spec.grounding_tasks[:1]
+        bare = sweep_configurations(spec, spec.ks, controls=False)
+        own = sweep_configurations(spec, spec.ks)
+        out.append(StagePlan("transfer", 2 * len(bare) + len(own), n(first),
+                             _controls(own), spec.n_detect))
+    return out
+
+
+def count_docs(model: str, tasks: list[str], limit: int | None = None, skip: dict[str, int] | None = None
+               ) -> dict[str, int]:
+    """Docs each task (or each task of a group, summed) evaluates: lmms-eval's own task objects, less the `skip`
+    leading docs (discovery's), at most `limit`."""
+    from lmms_eval.tasks import get_task_dict
+
+    from vrh_lmms.harness import lmms
+
+    tm = lmms.task_manager(model, tasks=tasks)
+    out = {}
+    for task in tasks:
+        total = 0
+        stack = [get_task_dict([task], tm)]
+        while stack:
+            for name, value in stack.pop().items():
+                if isinstance(value, dict):
+                    stack.append(value)
+                elif hasattr(value, "eval_docs"):
+                    left = max(0, len(value.eval_docs) - int((skip or {}).get(str(name), 0)))
+                    total += left if limit is None else min(limit, left)
+        out[task] = total
+    return out
+
+
+def calibrate(lm, task: str, n_docs: int, gen_kwargs: str | None, model: str) -> float:
+    """Seconds per generation of `n_docs` docs of `task` through lmms-eval (unpacked, the model as loaded; the first
+    call's set-up included, so an upper bound for packed sweeps)."""
+    from vrh_lmms.harness import lmms
+
+    tm = lmms.task_manager(model, tasks=[task])
+    start = time.perf_counter()
+    lmms.evaluate(lm, [task], tm, limit=n_docs, gen_kwargs=gen_kwargs)
+    return (time.perf_counter() - start) / max(1, n_docs)
+
+
+def plan_text(stages: list[StagePlan], seconds_per_generation: float | None) -> str:
+    """The plan as printed before a replication starts."""
+    total = sum(s.generations for s in stages)
+    controls = sum(s.controls * s.docs for s in stages)
+    lines = ["plan: generations per stage" + (f" (calibrated: {seconds_per_generation:.3g} s per generation, "
+                                              "unpacked; packed sweeps are faster)" if seconds_per_generation else "")]
+    for s in stages:
+        what = (f"{s.configurations} configurations x {s.docs} docs" if s.configurations else "") + (
+            f"{' + ' if s.configurations else ''}{s.extra} docs" if s.extra else "")
+        est = f", ~{_duration(s.generations * seconds_per_generation)}" if seconds_per_generation else ""
+        lines.append(f"  {s.stage:<10} {s.generations:>10,} ({what}{est})")
+    est = f", ~{_duration(total * seconds_per_generation)} at the calibrated rate" if seconds_per_generation else ""
+    lines.append(f"  {'total':<10} {total:>10,}{est}; control draws: {controls:,} "
+                 f"({100 * controls / max(total, 1):.0f}%)")
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
