@@ -186,7 +186,8 @@ class VRHMixin:
         # Every model arg is checked before the checkpoint is looked at and long before any weight loads.
         check_model_args(kwargs, backend_params(type(self)), self.vrh_model_id())
         family = get_family(self.vrh_family)
-        self.vrh_decode = check_decode(decode)  # packed generate's cache (vrh_lmms.model.decoding), checked before loading
+        # packed generate's cache (vrh_lmms.model.decoding), checked before loading
+        self.vrh_decode = check_decode(decode)
         torch_dtype = self._parse_dtype(dtype)
         for name, value, check in (("ablation", ablation, check_mode), ("ablation_method", ablation_method,
                                                                        check_method)):
