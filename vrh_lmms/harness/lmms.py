@@ -46,6 +46,27 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
     return TaskManager("WARNING", include_path=paths, model_name=model_name)
 
 
+def count_docs(tm, tasks: list[str], limit: int | None = None, skip: dict[str, int] | None = None
+               ) -> dict[str, int]:
+    """Docs each task (or each task of a group, summed) evaluates: lmms-eval's own task objects, less the `skip`
+    leading docs (discovery's), at most `limit`."""
+    from lmms_eval.tasks import get_task_dict
+
+    out = {}
+    for task in tasks:
+        total = 0
+        stack = [get_task_dict([task], tm)]
+        while stack:
+            for name, value in stack.pop().items():
+                if isinstance(value, dict):
+                    stack.append(value)
+                elif hasattr(value, "eval_docs"):
+                    left = max(0, len(value.eval_docs) - int((skip or {}).get(str(name), 0)))
+                    total += left if limit is None else min(limit, left)
+        out[task] = total
+    return out
+
+
 def _missing_tasks(missing: list[str]) -> VRHError:
     return VRHError(f"task(s) not found: {', '.join(missing)} (plugin tasks are named vrh_*; "
                     f"`lmms-eval --tasks list --include_path \"$(vrh-lmms tasks-path)\"` lists them)")

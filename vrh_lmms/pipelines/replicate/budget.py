@@ -82,26 +82,11 @@ def plan_generations(spec: ReplicateSpec, docs: dict[str, int]) -> list[StagePla
 
 def count_docs(model: str, tasks: list[str], limit: int | None = None, skip: dict[str, int] | None = None
                ) -> dict[str, int]:
-    """Docs each task (or each task of a group, summed) evaluates: lmms-eval's own task objects, less the `skip`
-    leading docs (discovery's), at most `limit`."""
-    from lmms_eval.tasks import get_task_dict
-
+    """Docs each task (or each task of a group, summed) evaluates, less the `skip` leading docs (discovery's), at
+    most `limit`: counted on lmms-eval's own task objects (vrh_lmms.harness.lmms.count_docs)."""
     from vrh_lmms.harness import lmms
 
-    tm = lmms.task_manager(model, tasks=tasks)
-    out = {}
-    for task in tasks:
-        total = 0
-        stack = [get_task_dict([task], tm)]
-        while stack:
-            for name, value in stack.pop().items():
-                if isinstance(value, dict):
-                    stack.append(value)
-                elif hasattr(value, "eval_docs"):
-                    left = max(0, len(value.eval_docs) - int((skip or {}).get(str(name), 0)))
-                    total += left if limit is None else min(limit, left)
-        out[task] = total
-    return out
+    return lmms.count_docs(lmms.task_manager(model, tasks=tasks), tasks, limit, skip)
 
 
 def calibrate(lm, task: str, n_docs: int, gen_kwargs: str | None, model: str) -> float:
