@@ -23,7 +23,7 @@ for _ in tqdm(range(3), desc="Model Responding"):
 
 
 def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
-    code = (f"from pathlib import Path\nfrom vrh_lmms import console\nout = Path({str(tmp_path)!r})\n"
+    code = (f"from pathlib import Path\nfrom vrh_lmms.base import console\nout = Path({str(tmp_path)!r})\n"
             f"def noise():\n{textwrap.indent(NOISE, '    ')}\n{textwrap.dedent(body)}")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
 
