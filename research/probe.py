@@ -2,8 +2,7 @@
 
 The evaluation itself (backend-identical inputs, greedy Acc@0.5, ablation) is the package's
 (`research.demo_model.evaluation`, `research.demo_model.model_heads`). Head scores are the attention mass that the
-query
-positions emitting the answer tokens put on the image tokens inside the ground-truth box, averaged over samples.
+query positions emitting the answer tokens put on the image tokens inside the ground-truth box, averaged over samples.
 
     python -m research.probe CHECKPOINT [--n 200] [--k 2,4,6] [--draws 5] [--json OUT]
 """

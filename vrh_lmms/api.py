@@ -1,24 +1,23 @@
 """The Python API for notebooks: `load`, `discover`, `ablate`, `evaluate` (docs/api.md).
 
 Each call is the command line's own code: `load` builds the `vrh_*` lmms-eval model
-(`vrh_lmms.harness.lmms.build_model`),
-`discover` runs `vrh-lmms discover`'s `run_discovery`, `ablate` is `vrh_lmms.model.ablation.ablated` on the model's
-decoder, `evaluate` is lmms-eval's simple_evaluate through `vrh_lmms.harness.lmms.evaluate` with the head set applied as
-a
-sweep applies it, its run folder written as a sweep writes one, and `Result.drop_vs` pairs two runs and computes the
-drop with the reports' statistics (`vrh_lmms.report.pairing`, `vrh_lmms.base.stats.paired_drop`).
+(`vrh_lmms.harness.lmms.build_model`), `discover` runs `vrh-lmms discover`'s `run_discovery`, `ablate` is
+`vrh_lmms.model.ablation.ablated` on the model's decoder, `evaluate` is lmms-eval's simple_evaluate through
+`vrh_lmms.harness.lmms.evaluate` with the head set applied as a sweep applies it, its run folder written as a sweep
+writes one, and `Result.drop_vs` pairs two runs and computes the drop with the reports' statistics
+(`vrh_lmms.report.pairing`, `vrh_lmms.base.stats.paired_drop`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import HeadRef, parse_head
 from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file
@@ -116,7 +115,7 @@ def discover(model: Model, task: str, limit: int | None = 200, output: str | Pat
     (primary=, cells=, key_tokens=, gen_kwargs=, ...). `output`: the heads file (default: a new temporary folder)."""
     from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
 
-    out = Path(output) if output else Path(tempfile.mkdtemp(prefix="vrh-discover-")) / "heads.json"
+    out = Path(output) if output else atomic.scratch_dir("vrh-discover-") / "heads.json"
     spec = DiscoverySpec(model=model.name, model_args=model.model_args, tasks=[task], output=str(out),
                          limit=limit, **options)
     path = run_discovery(spec, lm=model.lm)
@@ -188,7 +187,7 @@ def evaluate(model: Model, task: str, heads: Heads = None, limit: int | None = N
     lmms.check_tasks(tm, [task])
     headset, before = model.headset(heads), lm.vrh_headset
     before_mode = lm.vrh_mode if before.heads else "zero"
-    out = Path(output) if output else Path(tempfile.mkdtemp(prefix="vrh-evaluate-")) / "run"
+    out = Path(output) if output else atomic.scratch_dir("vrh-evaluate-") / "run"
     batch = lm.batch_size_per_gpu
     lm.vrh_apply(headset, mode=mode)
     try:

@@ -1,6 +1,5 @@
 """Video layout (vrh_lmms.model.capture.video) against the real pipeline: lmms-eval 0.7.3's qwen2_5_vl backends (simple
-and
-chat) reading real mp4 files through qwen_vl_utils and the checkpoint's processor.
+and chat) reading real mp4 files through qwen_vl_utils and the checkpoint's processor.
 
 Geometry: Qwen2.5-VL-7B-Instruct's preprocessor_config.json (patch 14, merge 2, temporal_patch_size 2, min_pixels
 3136, max_pixels 12845056) with the tiny tokenizer; the backends then pass their own pixel limits (lmms-eval's

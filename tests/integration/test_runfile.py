@@ -1,6 +1,5 @@
 """A run as a file (vrh_lmms.base.runfile): `--config run.yaml` is the run of the flags it stands for, every finished
-run
-writes its run file, and that file reruns the run."""
+run writes its run file, and that file reruns the run."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """The two layers that keep a run's names data in reports: `vrh_lmms.base.escape.md` (markdown that reads back as the
-very
-text, checked by rendering it with Python-Markdown, the renderer of report.html) and the HTML renderer's sanitising
+very text, checked by rendering it with Python-Markdown, the renderer of report.html) and the HTML renderer's sanitising
 (raw HTML shown as text, links out of the report folder dropped, only the report's own PNGs embedded), checked on
 markdown that was never escaped, as an older report.md or a hand-edited one would hold."""
 

@@ -3,8 +3,7 @@
 A record owns the family's lmms-eval wrapper ids (`Wrapper`), its box convention (vrh_lmms.base.boxes), its image-token
 layout builder (vrh_lmms.model.capture.tilings), where its language decoder sits (the decoder locator:
 vrh_lmms.model.backbone.locate_decoder) and its tiny-checkpoint factory (vrh_lmms.model.tiny). Every other table is a
-live view
-of `FAMILIES`: `model_wrappers.manifests.WRAPPERS`, `boxes.known.CONVENTIONS`, `capture.tilings.BUILDERS`,
+live view of `FAMILIES`: `model_wrappers.manifests.WRAPPERS`, `boxes.known.CONVENTIONS`, `capture.tilings.BUILDERS`,
 `tiny.registry.TINY_FACTORIES`. So adding a model is one `register(Family(...))` plus its wrapper module
 (docs/adding-a-model.md).
 

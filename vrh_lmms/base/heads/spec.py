@@ -16,8 +16,7 @@ Forms (lists use `;` because lmms-eval splits model_args on commas):
   L12H3;L14H0            explicit heads
 
 Control pools. A head whose o_proj columns are all zero writes nothing (`vrh_lmms.model.backbone.dead_heads`); ablating
-it
-costs nothing by construction, so a control draw holding it controls for nothing. Controls (random, layer-matched,
+it costs nothing by construction, so a control draw holding it controls for nothing. Controls (random, layer-matched,
 image-matched) draw from the live heads by default (`pool="live"`); `pool="all"` draws uniformly over all heads
 (the paper's definition) and records how many drawn heads are dead. A `@all` or `@live` suffix on a control spec
 (random5@all) sets its pool whatever the run's default. On a model without dead heads both pools give the same draws.

@@ -1,7 +1,6 @@
 """The demo's steps on one model, shared by `vrh-lmms demo` (vrh_lmms.pipelines.demo.pipeline) and its second-VLM step
 (vrh_lmms.pipelines.demo.transfer): the settings, the model arguments that feed a demo model as it was trained, and
-discovery
-and the controlled sweep on the demo's held-out scene sets.
+discovery and the controlled sweep on the demo's held-out scene sets.
 """
 
 from __future__ import annotations

@@ -304,8 +304,7 @@ def print_plan(ctx: Context, calibrate_docs: int) -> dict[str, Any]:
 def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, progress: bool = True,
                   calibrate_docs: int = 4) -> Path:
     """Run every stage not yet finished, after printing the plan (vrh_lmms.pipelines.replicate.budget); returns the
-    summary
-    (replicate.md)."""
+    summary (replicate.md)."""
     spec.check()
     out = Path(output)
     manifest = _read_manifest(out, spec, force)

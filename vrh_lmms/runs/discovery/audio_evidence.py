@@ -5,8 +5,7 @@
 end exactly; `"query"`: the question's words, the `in` query rows). Positions come from the exact inputs the backend
 built: each clip's `<|audio_bos|>` block in `input_ids`, its valid mel frames in `feature_attention_mask`, and the
 layout of vrh_lmms.model.capture.audio; a video's audio track (use_audio_in_video) is a clip too, in content order,
-placed
-in its interleaved block through vrh_lmms.model.capture.audio_video. The media key set is every audio token.
+placed in its interleaved block through vrh_lmms.model.capture.audio_video. The media key set is every audio token.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Per-query attention mass -> ranks and metrics of each head set: top-k of the heads file, all live heads, and
 random-k draws (one per seed) from the live heads (vrh_lmms.base.heads.spec; dead heads write nothing, so their
-attention
-cannot be what the model reads).
+attention cannot be what the model reads).
 
 Per head set and scoring ("calibrated": query minus null-query mass; "raw": the query mass alone): Recall@1,
 Recall@5 and MRR (vrh_lmms.runs.rank.metrics). A random-k row is the mean over draws of each query's outcome (a share,

@@ -10,8 +10,7 @@ the loss approach 0 when the heads put their candidate attention on the gold one
 
 Differentiable attention: the rows are rebuilt from the layer's own (rotary-embedded) queries and keys inside the
 registered attention function of vrh_lmms.model.capture.attention (an `attn_rows` observer on the chosen layers only),
-so
-the forward keeps sdpa for every layer's output and only the chosen heads' one row is recomputed eagerly, in float32
+so the forward keeps sdpa for every layer's output and only the chosen heads' one row is recomputed eagerly, in float32
 or the model's dtype when wider (float64 in the gradient test). The gradient reaches the chosen heads' q_proj rows
 and their layer's k_proj, and everything below that layer; nothing above it.
 """

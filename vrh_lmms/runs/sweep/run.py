@@ -8,8 +8,7 @@ write is always refused.
 
 Configurations run in packs (`pack`, default automatic): the first lmms-eval pass of a pack generates every answer
 of the pack in shared batches, the passes of the others replay them (vrh_lmms.model.packing). Each configuration still
-has
-its own evaluator pass, so the files are those of an unpacked sweep. Uniform-attention ablations (`uniform`,
+has its own evaluator pass, so the files are those of an unpacked sweep. Uniform-attention ablations (`uniform`,
 `uniform_image`) edit attention, not o_proj rows, so they always run alone (`unpackable_reason`).
 """
 
@@ -51,8 +50,7 @@ class SweepSpec:
     pack: int | None = None  # configurations per pack; None = automatic. Not part of the identity: same files.
     control_pool: str = "live"  # what control draws come from (vrh_lmms.base.heads.spec.CONTROL_POOLS)
     # leave out the docs the heads file was found on (vrh_lmms.runs.sweep.exclusion): "off", "on" (refused where
-    # discovery
-    # used none of the tasks) or "auto" (the paper preset: wherever it used one)
+    # discovery used none of the tasks) or "auto" (the paper preset: wherever it used one)
     exclude_discovery_docs: str = "off"
     extra: dict[str, Any] = field(default_factory=dict)
 
