@@ -61,3 +61,17 @@ def test_a_vrh_model_whose_results_were_not_saved_leaves_no_block(evaluate):
     plain = evaluate("qwen2_5_vl", "", "plain")
     assert "vrh" not in plain
     assert EvaluationTracker.save_results_aggregated is own and results_hook.current_record() is None
+
+
+def test_a_model_built_for_our_own_runs_leaves_no_wrap(tiny_qwen25, vrh_env):
+    """Sweeps, discovery and the Python API build their model through vrh_lmms.harness.lmms.build_model and write
+    their own results: nothing of lmms-eval's stays patched once the model is built."""
+    from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
+    from vrh_lmms.harness import lmms
+
+    own = EvaluationTracker.save_results_aggregated
+    lm = lmms.build_model("vrh_qwen25", f"pretrained={tiny_qwen25},device=cpu,device_map=cpu,heads=L0H1,"
+                                        f"dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}")
+    assert lm.vrh_headset.names == ["L0H1"]
+    assert EvaluationTracker.save_results_aggregated is own

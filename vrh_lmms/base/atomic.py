@@ -92,6 +92,13 @@ def staging_dir(target: str | Path) -> Path:
     return Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
 
 
+def scratch_dir(prefix: str) -> Path:
+    """A new folder under the system's temporary folder (for outputs a caller did not name), with umask modes."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    follow_umask(folder)
+    return folder
+
+
 def publish_dir(staging: str | Path, target: str | Path) -> Path:
     """Give a finished staging folder umask modes and rename it to `target` (which must not exist)."""
     follow_umask_tree(staging)

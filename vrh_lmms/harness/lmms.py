@@ -27,6 +27,11 @@ def build_model(model: str, model_args: str, batch_size: int = 1, extra_args: di
     args["batch_size"] = batch_size
     lm = cls.create_from_arg_string(model_args or "", args)
     lm.vrh_keep_loaded = True  # one load serves every configuration
+    # Our runs write their results with the model's record themselves (`write_run`): the tracker wrap that puts it
+    # into plain lmms-eval CLI runs' files is not needed here, and would outlive the run (nothing saves through it).
+    from vrh_lmms.model_wrappers import results_hook
+
+    results_hook.uninstall()
     return lm
 
 
