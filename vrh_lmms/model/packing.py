@@ -21,7 +21,8 @@ discovery's interceptor does) while a pack of configurations is being served:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,9 @@ from vrh_lmms.model.backbone import Decoder
 from vrh_lmms.model.decoding import DEFAULT as DEFAULT_DECODE
 from vrh_lmms.model.decoding import Decoding
 
+# inputs that recorded calls (`PackedGenerate.collect`) may hold before they are run: ~280 docs of a 7B VLM's
+# 640x480 pixels, a few thousand of the demo model's
+COLLECT_BYTES = 2 << 30
 # generate kwargs under which one call's rows cannot be split into independent per-configuration answers
 _UNPACKABLE_KWARGS = ("assistant_model", "streamer", "stopping_criteria", "stop_strings", "prefix_allowed_tokens_fn",
                       "logits_processor", "negative_prompt_ids", "custom_generate", "synced_gpus")
@@ -56,17 +60,39 @@ def packing_unsupported(model: nn.Module) -> str | None:
     return None
 
 
-def fingerprint(args: tuple, kwargs: dict[str, Any]) -> str:
-    """Exact identity of a generate call: every tensor's dtype, shape and bytes, every other value's repr."""
+def _tensor_digest(value: torch.Tensor) -> bytes:
+    t = value.detach().cpu().contiguous()
+    h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
+    if t.numel():
+        h.update(memoryview(t.view(-1).view(torch.uint8).numpy()))
+    return h.digest()
+
+
+def fingerprint(args: tuple, kwargs: dict[str, Any], known: dict[int, tuple] | None = None) -> str:
+    """Exact identity of a call (generate's, a processor's): every tensor's, array's and image's dtype or mode,
+    shape and bytes, every other value's repr. `known` keeps each tensor's digest with a weak reference to it and its
+    version counter (which any in-place change bumps), so a call made again with the very same tensors hashes no
+    bytes."""
+    import numpy as np
+    from PIL import Image
+
     h = hashlib.sha256()  # hardware-accelerated on most CPUs: ~1 GB/s, a few ms per batch of images
 
     def feed(name: str, value: Any) -> None:
         h.update(name.encode())
         if isinstance(value, torch.Tensor):
-            t = value.detach().cpu().contiguous()
-            h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-            if t.numel():
-                h.update(memoryview(t.view(-1).view(torch.uint8).numpy()))
+            entry = known.get(id(value)) if known is not None else None
+            if entry is None or entry[0]() is not value or entry[1] != value._version:
+                entry = (weakref.ref(value), value._version, _tensor_digest(value))
+                if known is not None:
+                    known[id(value)] = entry
+            h.update(entry[2])
+        elif isinstance(value, np.ndarray):
+            h.update(f"{value.dtype}{value.shape}".encode())
+            h.update(np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, Image.Image):
+            h.update(f"{value.mode}{value.size}".encode())
+            h.update(value.tobytes())
         elif isinstance(value, dict):
             for k in sorted(value, key=str):
                 feed(f"{name}.{k}", value[k])
@@ -129,6 +155,8 @@ class PackedGenerate:
         self.current = 0
         self.stats = PackStats()
         self._stored: list[dict[str, torch.Tensor]] = [{} for _ in range(self.n)]
+        self._collected: dict[str, dict[str, Any]] | None = None  # calls recorded by `collect`
+        self._digests: dict[int, tuple] = {}  # input tensors' digests (`fingerprint`), kept while the pack is served
         self._original = None
         self.decoding = Decoding(model, decode)
 
@@ -159,6 +187,7 @@ class PackedGenerate:
         self.model.__dict__.pop("generate", None)
         self.model.__dict__.pop("_expand_inputs_for_generation", None)
         self.rows.uninstall()
+        self._digests.clear()
         for stored in self._stored:
             stored.clear()
 
@@ -191,16 +220,24 @@ class PackedGenerate:
         return self._generation_value(kwargs, "cache_implementation") in (None, "dynamic", "static")
 
     def _generate(self, *args, **kwargs):
-        key = fingerprint(args, kwargs)
+        key = fingerprint(args, kwargs, self._digests)
         stored = self._stored[self.current].pop(key, None)
         if stored is not None:
             self.stats.replayed += 1
             return stored
+        if self._collected is not None and isinstance(kwargs.get("input_ids"), torch.Tensor):
+            if self._packable(args, kwargs) and key not in self._collected:
+                self._collected[key] = kwargs
+                self._collected_bytes += _tensor_bytes(kwargs)
+                if self._collected_bytes > self._collect_budget:  # inputs held in memory: run what is there
+                    self._run_collected()
+            return kwargs["input_ids"].clone()  # no new tokens: this pass only learns which calls the docs make
         if not self._packable(args, kwargs):
             self.stats.solo_calls += 1
             self.rows.solo(self.current)
             return self._decode(args, kwargs)
-        return self._run_packed(key, kwargs)
+        self._run_rows([(key, kwargs)])
+        return self._stored[self.current].pop(key)
 
     def _decode(self, args: tuple, kwargs: dict[str, Any]):
         """The original generate with this pack's decode mode; a static run the family refuses (an error raised
@@ -216,9 +253,54 @@ class PackedGenerate:
             self.decoding.fall_back(f"static cache failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]})")
             return self._original(*args, **kwargs)
 
-    def _run_packed(self, key: str, kwargs: dict[str, Any]) -> torch.Tensor:
+    # ------------------------------------------------------------------------------- docs x configurations
+    def collect(self, rows_for: Callable[[int], int], budget_bytes: int | None = None) -> None:
+        """Until `generate_collected`, record the packable calls instead of running them (each is answered with its
+        prompt and no new tokens; the pass that makes them is a dry run whose answers are thrown away). Whenever the
+        recorded calls' tensors exceed `budget_bytes` (default COLLECT_BYTES), they are run (`_run_collected`) and
+        recording goes on."""
+        self._collected, self._collected_bytes = {}, 0
+        self._rows_for, self._collect_budget = rows_for, COLLECT_BYTES if budget_bytes is None else budget_bytes
+
+    def generate_collected(self) -> None:
+        """Run the calls recorded since `collect` and stop recording."""
+        self._run_collected()
+        self._collected = None
+
+    def _run_collected(self) -> None:
+        """Run the recorded calls for every configuration still to be served, several calls' rows in one generate
+        where their inputs can be stacked without padding (`merge_signature`: same prompt length, same shapes
+        but the first), at most `rows_for(prompt + new tokens)` batch rows (calls x rows x configurations) per
+        generate. Later passes get their answers back by fingerprint; each is what a batch of only its own rows
+        would have returned."""
+        calls, self._collected, self._collected_bytes = list((self._collected or {}).items()), {}, 0
+        rows_for = self._rows_for
+        k = self.n - self.current
+        groups: dict[Any, list[tuple[str, dict[str, Any]]]] = {}
+        for key, kwargs in calls:
+            groups.setdefault(merge_signature(kwargs) or key, []).append((key, kwargs))
+        for members in groups.values():
+            first = members[0][1]
+            new_tokens = self._generation_value(first, "max_new_tokens") or 0
+            max_rows = rows_for(int(first["input_ids"].shape[1]) + int(new_tokens))
+            chunk: list[tuple[str, dict[str, Any]]] = []
+            rows = 0
+            for key, kwargs in members:
+                batch = int(kwargs["input_ids"].shape[0])
+                if chunk and (rows + batch) * k > max_rows:
+                    self._run_rows(chunk)
+                    chunk, rows = [], 0
+                chunk.append((key, kwargs))
+                rows += batch
+            if chunk:
+                self._run_rows(chunk)
+
+    def _run_rows(self, calls: list[tuple[str, dict[str, Any]]]) -> None:
+        """One generate for `calls` (stacked) x every configuration still to be served; each configuration's rows of
+        each call are stored under the call's fingerprint, cut to the length the call alone would have returned."""
         pending = list(range(self.current, self.n))
         k = len(pending)
+        kwargs = stack_calls([kw for _, kw in calls])
         input_ids = kwargs["input_ids"]
         batch, prompt = input_ids.shape
         expand = type(self.model)._expand_inputs_for_generation
@@ -239,15 +321,52 @@ class PackedGenerate:
         self.stats.packed_calls += 1
         self.stats.rows.append(batch * k)
         eos = _token_ids(self._generation_value(kwargs, "eos_token_id"))
-        answer = None
-        for j, config in enumerate(pending):
-            rows = out[j::k]
-            cut = rows[:, :prompt + alone_length(rows[:, prompt:], eos)].clone()
-            if config == self.current:
-                answer = cut
-            else:
-                self._stored[config][key] = cut
-        return answer
+        start = 0
+        for key, call in calls:
+            size = int(call["input_ids"].shape[0])
+            block = out[start * k:(start + size) * k]
+            start += size
+            for j, config in enumerate(pending):
+                rows = block[j::k]
+                self._stored[config][key] = rows[:, :prompt + alone_length(rows[:, prompt:], eos)].clone()
+
+
+# tensors listed per image (or video) in batch order rather than per row: stacked calls concatenate them as well
+_ITEM_MAJOR = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
+
+
+def _tensor_bytes(kwargs: dict[str, Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in kwargs.values() if isinstance(v, torch.Tensor))
+
+
+def merge_signature(kwargs: dict[str, Any]) -> tuple | None:
+    """What must be equal for generate calls to be run as one by stacking their inputs along the first dimension:
+    every value but the tensors, each tensor's dtype, device and shape after its first dimension (which must be
+    the batch, or an item dimension of `_ITEM_MAJOR`). None: this call is run alone."""
+    input_ids = kwargs.get("input_ids")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        return None
+    batch = input_ids.shape[0]
+    parts = []
+    for name in sorted(kwargs):
+        value = kwargs[name]
+        if isinstance(value, torch.Tensor):
+            if value.dim() == 0 or (value.shape[0] != batch and name not in _ITEM_MAJOR):
+                return None
+            parts.append((name, str(value.dtype), str(value.device), tuple(value.shape[1:])))
+        elif isinstance(value, (str, int, float, bool, type(None))):
+            parts.append((name, repr(value)))
+        else:
+            return None
+    return tuple(parts)
+
+
+def stack_calls(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """The kwargs of calls with equal `merge_signature`, as one call: tensors concatenated along dimension 0."""
+    if len(calls) == 1:
+        return calls[0]
+    return {name: torch.cat([c[name] for c in calls]) if isinstance(value, torch.Tensor) else value
+            for name, value in calls[0].items()}
 
 
 # ------------------------------------------------------------------------------------------------ exactness checks

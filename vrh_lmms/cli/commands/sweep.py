@@ -7,6 +7,7 @@ import argparse
 from vrh_lmms.base import console
 from vrh_lmms.cli.commands.options import add_control_options, add_model_options
 from vrh_lmms.runs.protocol import SWEEP_PRESETS, resolve, scorer_cells
+from vrh_lmms.runs.sweep.engine import ENGINES
 from vrh_lmms.runs.sweep.plan import parse_int_list, parse_pack, plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
@@ -35,6 +36,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pack", default="auto",
                         help="configurations evaluated side by side in one batch (default auto: up to 100 batch "
                              "rows on CPU, 32 on CUDA; 1 = one configuration at a time). Same files either way")
+    parser.add_argument("--engine", default="fast", choices=ENGINES,
+                        help="fast (default): each task and each pack's model inputs built once for all "
+                             "configurations; lmms: everything rebuilt per configuration, as a plain lmms-eval run "
+                             "does (the reference). Same files either way (docs/sweeps.md)")
     parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--allow-cross-model", action="store_true",
@@ -87,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,
                      pack=parse_pack(args.pack), control_pool=opts["control_pool"],
-                     exclude_discovery_docs=opts["exclude_discovery_docs"],
+                     exclude_discovery_docs=opts["exclude_discovery_docs"], engine=args.engine,
                      extra={"preset": args.preset} if args.preset else {})
     console.step(f"sweep: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)
     out = run_sweep(spec, args.output, force=args.force)

@@ -9,21 +9,25 @@ write is always refused.
 Configurations run in packs (`pack`, default automatic): the first lmms-eval pass of a pack generates every answer
 of the pack in shared batches, the passes of the others replay them (vrh_lmms.model.packing). Each configuration still
 has its own evaluator pass, so the files are those of an unpacked sweep. Uniform-attention ablations (`uniform`,
-`uniform_image`) edit attention, not o_proj rows, so they always run alone (`unpackable_reason`).
+`uniform_image`) edit attention, not o_proj rows, so they always run alone (`unpackable_reason`). With the default
+engine `fast` (vrh_lmms.runs.sweep.engine) the task, the docs' images and the processor's outputs are built once, and
+a pack's answers are generated before its passes, several docs per generate; `lmms` rebuilds them per configuration.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.runs.sweep import checks
+from vrh_lmms.runs.sweep import checks, engine
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
 from vrh_lmms.runs.sweep.plan import Configuration, pack_groups, status_of, unpackable_reason
 
@@ -32,7 +36,10 @@ MANIFEST = checks.MANIFEST
 # configuration, the demo model's generation kept getting cheaper up to ~100 rows (benchmarks/RESULTS.md); CUDA: the
 # range benchmarks/gpu/bench_pack_7b.py measures, and at most half the free memory for the rows' KV caches.
 AUTO_PACK_ROWS = {"cuda": 32, "cpu": 100}
-KV_TOKENS_PER_ROW = 4096  # prompt + answer length assumed when sizing KV caches
+KV_TOKENS_PER_ROW = 4096
+# the fast engine's rows per generate on CPU (docs x configurations): on the demo model (21 configurations, batch 1,
+# 2 cores) 42 rows ran 15-20% faster than 21 or 84 (benchmarks/RESULTS.md)
+STACKED_ROWS_CPU = 48  # prompt + answer length assumed when sizing KV caches
 
 
 @dataclass
@@ -52,6 +59,9 @@ class SweepSpec:
     # leave out the docs the heads file was found on (vrh_lmms.runs.sweep.exclusion): "off", "on" (refused where
     # discovery used none of the tasks) or "auto" (the paper preset: wherever it used one)
     exclude_discovery_docs: str = "off"
+    # how configurations are evaluated (vrh_lmms.runs.sweep.engine): "fast" builds the task and the pack's model inputs
+    # once, "lmms" rebuilds them per configuration as a plain lmms-eval run does. Not part of the identity: same files.
+    engine: str = "fast"
     extra: dict[str, Any] = field(default_factory=dict)
 
     def identity(self, heads_sha: str | None) -> dict[str, Any]:
@@ -82,6 +92,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     from vrh_lmms.harness import distributed, lmms
 
     out = Path(output)
+    fast = engine.check_engine(spec.engine) == "fast"
     distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
     identity, hf, means, tm = ready.identity, ready.heads_file, ready.means, ready.task_manager
@@ -144,17 +155,25 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         bar.update(1)
 
     try:
-        for group in pack_groups(todo, pack):
-            headsets = [headset_of(cfg) for cfg in group]
-            if len(group) == 1:
-                lm.vrh_apply(headsets[0], mode=group[0].mode if headsets[0].heads else "zero", means=means)
-                evaluate_and_write(group[0])
-                continue
-            lm.vrh_pack(headsets, [cfg.mode for cfg in group], means=means)
-            for i, cfg in enumerate(group):
-                lm.vrh_serve(i)
-                evaluate_and_write(cfg)
-            lm.vrh_unpack()
+        with engine.task_dict_once() if fast else contextlib.nullcontext(), \
+                engine.rows_once(lm) if fast else contextlib.nullcontext(), \
+                engine.unwrap_once(lm) if fast else contextlib.nullcontext():
+            for group in pack_groups(todo, pack):
+                headsets = [headset_of(cfg) for cfg in group]
+                if len(group) == 1:
+                    lm.vrh_apply(headsets[0], mode=group[0].mode if headsets[0].heads else "zero", means=means)
+                    evaluate_and_write(group[0])
+                    continue
+                served = lm.vrh_pack(headsets, [cfg.mode for cfg in group], means=means)
+                with engine.inputs_once(lm) if fast else contextlib.nullcontext():
+                    if fast:  # every answer of the pack first, several docs' rows per generate
+                        engine.generate_ahead(served, lambda: lmms.evaluate(
+                            lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
+                            offsets=offsets), rows_limit(lm))
+                    for i, cfg in enumerate(group):
+                        lm.vrh_serve(i)
+                        evaluate_and_write(cfg)
+                lm.vrh_unpack()
     finally:
         bar.close()
         from vrh_lmms.base.heads.spec import HeadSet
@@ -216,6 +235,21 @@ def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:
         per_row = kv_bytes_per_token(lm.vrh_decoder.geometry, model.dtype) * KV_TOKENS_PER_ROW
         rows = min(rows, int(0.5 * free // per_row))
     return max(1, min(n_todo, rows // max(1, batch_size)))
+
+
+def rows_limit(lm) -> Callable[[int], int]:
+    """How many batch rows (docs x configurations) one generate of the fast engine may carry, for rows of `tokens`
+    tokens (prompt + answer): on CPU STACKED_ROWS_CPU; on CUDA as many as half the free memory holds, each row's KV
+    cache counted twice (the prefill's activations are of its size)."""
+    model = getattr(lm, "model", None)
+    device = getattr(model, "device", None)
+    if getattr(device, "type", "cpu") != "cuda":
+        return lambda tokens: STACKED_ROWS_CPU
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    per_token = kv_bytes_per_token(lm.vrh_decoder.geometry, model.dtype)
+    return lambda tokens: max(1, int(0.5 * free // (2 * per_token * max(1, tokens))))
 
 
 def kv_bytes_per_token(geometry, dtype) -> int:

@@ -1,0 +1,146 @@
+"""The fast sweep engine writes the files of the reference engine (`--engine lmms`, a plain lmms-eval evaluator pass
+per configuration): on a tiny Qwen2.5-VL (float32, CPU, left-padded batches of 2) and on every task family we ship
+(grounding, VQA, a text needle, several images per doc), every results.json field (times and dates aside) and every
+samples line are equal, while the fast engine built each task once and reused the processor's outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.harness import lmms
+from vrh_lmms.model import packing
+from vrh_lmms.runs.sweep import engine
+from vrh_lmms.runs.sweep.plan import plan_configurations
+from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
+
+QWEN_PIXELS = 28 * 28 * 16
+# task -> (data environment variable, its value, max_new_tokens): one task per family of tasks we ship
+TASKS = {
+    "vrh_synth_grounding": ("VRH_SYNTH_CONFIG", {"n": 4, "seed": 3}, 10),
+    "vrh_synth_vqa": ("VRH_SYNTH_CONFIG", {"n": 8, "seed": 5}, 6),
+    "vrh_synth_text_needle": ("VRH_NEEDLE_CONFIG", {"n": 4, "seed": 1, "pairs": 4}, 6),
+    "vrh_synth_haystack": ("VRH_HAYSTACK_CONFIG", {"n": 3, "seed": 2, "n_images": 2, "sizes": [56]}, 8),
+}
+# differ between any two runs: top-level times and dates, the throughput block's timings
+TIMES = ("date", "start_time", "end_time", "total_evaluation_time_seconds")
+THROUGHPUT_TIMES = ("avg_speed", "total_elapsed_time")
+
+
+def run_files(folder: Path) -> tuple[dict, dict[str, list[str]]]:
+    """results.json without its times, and every samples file's lines (as written)."""
+    results = json.loads((folder / "results.json").read_text())
+    for key in TIMES:
+        results.pop(key, None)
+    for key in THROUGHPUT_TIMES:
+        results.get("throughput", {}).pop(key, None)
+    samples = {p.name: p.read_text().splitlines() for p in sorted(folder.glob("samples_*.jsonl"))}
+    return results, samples
+
+
+@pytest.mark.parametrize("task,window", [(t, None) for t in sorted(TASKS)] + [("vrh_synth_grounding", 1)])
+def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_env, tmp_path):
+    """`window`: the bytes of inputs recorded calls may hold before they run (1: each runs as it is recorded)."""
+    if window is not None:
+        vrh_env.setattr(packing, "COLLECT_BYTES", window)
+    variable, value, max_new = TASKS[task]
+    vrh_env.setenv(variable, json.dumps(value))
+    ckpt = tiny_or_skip("qwen2_5_vl")
+    model_args = f"pretrained={ckpt},dtype=float32,min_pixels={QWEN_PIXELS},max_pixels={QWEN_PIXELS}"
+    lm = lmms.build_model("vrh_qwen25", model_args, batch_size=2)
+    g = lm.vrh_decoder.geometry
+    scores = np.random.default_rng(2).random((g.layers, g.heads))
+    heads = tmp_path / "heads.json"
+    save_heads_file(HeadsFile({"id": str(ckpt), "family": "qwen2_5_vl"}, g, scores, ranking_from_scores(scores)),
+                    heads)
+    configs = plan_configurations([2], 2, False, ["zero"])  # baseline, top2, random2_s0, random2_s1: one pack
+
+    def sweep(name: str) -> Path:
+        spec = SweepSpec("vrh_qwen25", model_args, [task], str(heads), configs, batch_size=2,
+                         gen_kwargs=f"max_new_tokens={max_new}", engine=name)
+        return run_sweep(spec, tmp_path / name, lm=lm, progress=False)
+
+    reference = sweep("lmms")
+    built, kept = [], []
+    from lmms_eval import evaluator
+
+    original_get, original_memo = evaluator.get_task_dict, engine.InputsOnce.__call__
+
+    def counting_get(*args, **kwargs):
+        built.append(args[0])
+        return original_get(*args, **kwargs)
+
+    def counting_memo(self, *args, **kwargs):
+        out = original_memo(self, *args, **kwargs)
+        kept.append(self.hits)
+        return out
+
+    packs = []
+    original_pack = lm.vrh_pack
+
+    def keeping_pack(*args, **kwargs):
+        packs.append(original_pack(*args, **kwargs))
+        return packs[-1]
+
+    evaluator.get_task_dict = counting_get
+    engine.InputsOnce.__call__ = counting_memo
+    lm.vrh_pack = keeping_pack
+    try:
+        fast = sweep("fast")
+    finally:
+        evaluator.get_task_dict, engine.InputsOnce.__call__ = original_get, original_memo
+        del lm.vrh_pack
+    rows = packs[0].stats.rows
+    if window is None:
+        assert max(rows) > 2 * len(configs), "several calls' rows stacked in one generate"
+    else:
+        assert max(rows) == 2 * len(configs) and len(rows) == 2, "each call run on its own as it is recorded"
+    assert len(built) == 1, "the fast engine builds the task once for all four configurations"
+    assert kept and kept[-1] >= 3 * (len(kept) // 4), "the three later passes of the pack reuse the inputs"
+    for cfg in configs:
+        want, got = run_files(reference / "configs" / cfg.id), run_files(fast / "configs" / cfg.id)
+        assert sorted(want[0]) == sorted(got[0]), cfg.id
+        for key in want[0]:
+            assert got[0][key] == want[0][key], (cfg.id, key)
+        assert got[1] == want[1], cfg.id
+    answers = {cfg.id: [json.loads(line)["resps"] for line in run_files(fast / "configs" / cfg.id)[1][
+        f"samples_{task}.jsonl"]] for cfg in configs}
+    assert len({json.dumps(a) for a in answers.values()}) > 1 or task == "vrh_synth_text_needle", \
+        "the head sets must change some answers"
+
+
+def test_unknown_engine_is_one_line_before_the_model_loads(tmp_path):
+    spec = SweepSpec("vrh_qwen25", "pretrained=/nonexistent", ["vrh_synth_grounding"], None,
+                     plan_configurations([1], 0, False, ["zero"]), engine="turbo")
+    with pytest.raises(VRHError, match="--engine 'turbo': use fast or lmms"):
+        run_sweep(spec, tmp_path / "out", progress=False)
+
+
+def test_inputs_once_hands_back_equal_calls_only():
+    from PIL import Image
+
+    calls = []
+
+    class Processor:
+        tokenizer = "tok"
+
+        def __call__(self, text, images=None):
+            calls.append(text)
+            return {"ids": torch.tensor([ord(c) for c in text]), "n": len(images or [])}
+
+    memo = engine.InputsOnce(Processor())
+    red, blue = Image.new("RGB", (4, 4), "red"), Image.new("RGB", (4, 4), "blue")
+    first = memo(["a"], images=[red])
+    assert memo(["a"], images=[red.copy()]) is first  # same content, another object: kept
+    assert memo(["a"], images=[blue]) is not first  # same text and size, other pixels: run again
+    assert memo(["b"], images=[red]) is not first
+    assert calls == [["a"], ["a"], ["b"]] and memo.tokenizer == "tok" and (memo.hits, memo.misses) == (1, 3)
+    small = engine.InputsOnce(Processor(), budget=0)  # nothing fits: every call runs the processor
+    small(["a"]), small(["a"])
+    assert small.hits == 0

@@ -1,0 +1,231 @@
+"""The sweep's evaluation engines: `fast` (the default) and `lmms` (the reference), which write identical files.
+
+Both evaluate each configuration with lmms-eval's own evaluator (`simple_evaluate`: the task's prompts, its
+`process_results` and aggregation, lmms-eval's sample records), so every file is lmms-eval's by construction. `lmms`
+rebuilds everything per configuration, as a plain `lmms-eval` run would. `fast` does the work that does not depend on
+the head set once per sweep instead of once per configuration:
+
+- the task dict (dataset load, `process_docs`, YAML) is built by the first evaluator pass and handed to the others
+  (`task_dict_once`, which also asks git for lmms-eval's version once); each pass still configures the tasks and
+  rebuilds its requests from the docs, so prompts and doc ids are the same;
+- the answers of a pack are generated before its evaluator passes (`generate_ahead`): a dry pass records the model
+  calls the docs make, which then run for all the pack's configurations, several calls' rows stacked in one
+  generate where their prompts are of equal length (no padding, so each answer is the one its own batch would
+  give; rows per generate: `rows_limit` in vrh_lmms.runs.sweep.run); each configuration's pass gets its answers back;
+- the docs the backend reads are decoded once (`rows_once`: the dataset's image column is decoded on every read);
+- the processor's output for a batch of docs (tokenising, resizing, normalising and patching the images) is kept
+  from the first pass of a pack and handed back, keyed by the full content of the call (`InputsOnce`);
+- the backend's `accelerator.unwrap_model`, asked on every `lm.model`, answers once (`unwrap_once`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from vrh_lmms.base.errors import VRHError
+
+ENGINES = ("fast", "lmms")
+DEFAULT_ENGINE = "fast"
+# largest total size of processor outputs kept for one pack; beyond it later calls run the processor again (each
+# doc's pixels are ~7 MB on a 7B VLM at 640x480, so a RefCOCO split does not fit; the demo's 100 scenes do)
+INPUTS_BUDGET_BYTES = 4 << 30
+# decoded docs kept per task split (their images decoded: ~1 MB each at 640x480); later docs are decoded per pass
+DOC_ROWS = 2048
+
+
+def check_engine(name: str) -> str:
+    if name not in ENGINES:
+        raise VRHError(f"--engine {name!r}: use {' or '.join(ENGINES)}")
+    return name
+
+
+@contextmanager
+def task_dict_once() -> Iterator[None]:
+    """While active, lmms-eval's evaluator builds a task dict for the same task names and manager only once.
+
+    Every evaluator pass still configures the tasks (generation kwargs, few-shot seed) and rebuilds its requests
+    from the docs, which is all a second `get_task_dict` would have changed."""
+    from lmms_eval import evaluator
+
+    original = evaluator.get_task_dict
+    built: dict[tuple, Any] = {}
+
+    def once(task_name_list, task_manager=None, task_type="simple"):
+        names = [task_name_list] if isinstance(task_name_list, str) else list(task_name_list)
+        if not all(isinstance(n, str) for n in names):
+            return original(task_name_list, task_manager, task_type)
+        key = (tuple(names), id(task_manager), task_type)
+        if key not in built:
+            built[key] = original(task_name_list, task_manager, task_type)
+        return built[key]
+
+    git_hash, version = evaluator.get_git_commit_hash, evaluator.get_lmms_eval_version_string
+    evaluator.get_task_dict = once
+    # asked of git (subprocesses) on every pass; the same answer all sweep long
+    evaluator.get_git_commit_hash = functools.cache(git_hash)
+    evaluator.get_lmms_eval_version_string = functools.cache(version)
+    try:
+        yield
+    finally:
+        evaluator.get_task_dict = original
+        evaluator.get_git_commit_hash, evaluator.get_lmms_eval_version_string = git_hash, version
+
+
+@contextmanager
+def unwrap_once(lm: Any) -> Iterator[None]:
+    """While active, the backend's `accelerator.unwrap_model` (asked on every access of `lm.model`, ~2 ms each for
+    its package probes) answers from the first call for the same model object and arguments."""
+    accelerator = getattr(lm, "accelerator", None)
+    unwrap = getattr(accelerator, "unwrap_model", None)
+    if unwrap is None or "unwrap_model" in vars(accelerator):
+        yield
+        return
+    known: dict[tuple, Any] = {}
+
+    def once(model, *args, **kwargs):
+        key = (id(model), args, tuple(sorted(kwargs.items())))
+        if key not in known:
+            known[key] = (model, unwrap(model, *args, **kwargs))
+        return known[key][1]
+
+    accelerator.unwrap_model = once
+    try:
+        yield
+    finally:
+        vars(accelerator).pop("unwrap_model", None)
+
+
+def _size(value: Any) -> int:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict) or hasattr(value, "data") and isinstance(getattr(value, "data"), dict):
+        items = value.values() if isinstance(value, dict) else value.data.values()
+        return sum(_size(v) for v in items)
+    if isinstance(value, (list, tuple)):
+        return sum(_size(v) for v in value)
+    return 0
+
+
+class InputsOnce:
+    """Stands in for a backend's `processor`: the first call with some content runs the processor, a later call
+    with exactly the same content (texts, images, every argument) gets the same output back. Everything else
+    (tokenizer, batch_decode, chat templates) is the processor's own."""
+
+    def __init__(self, processor: Any, budget: int = INPUTS_BUDGET_BYTES) -> None:
+        self.__dict__.update(_processor=processor, _kept={}, _budget=budget, _used=0, hits=0, misses=0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._processor, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._processor, name, value)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from vrh_lmms.model.packing import fingerprint  # torch-heavy: imported when a sweep runs, not by the CLI parser
+
+        key = fingerprint(args, kwargs)  # exact content: texts, images, every argument
+        if key in self._kept:
+            self.__dict__["hits"] += 1
+            return self._kept[key]
+        self.__dict__["misses"] += 1
+        out = self._processor(*args, **kwargs)
+        size = _size(out)
+        if self._used + size <= self._budget:
+            self._kept[key] = out
+            self.__dict__["_used"] = self._used + size
+        return out
+
+
+def generate_ahead(pack: Any, dry_pass: Callable[[], Any], rows_for: Callable[[int], int]) -> None:
+    """Make every answer of a pack before its evaluator passes: `dry_pass` (an evaluator pass whose results are
+    dropped) records the generate calls the docs make, which then run for all the pack's configurations, several
+    calls per generate (vrh_lmms.model.packing `PackedGenerate.collect`), in windows of bounded memory. The passes that
+    follow replay them."""
+    pack.collect(rows_for)
+    dry_pass()
+    pack.generate_collected()
+
+
+class _Rows:
+    """One split of a task's dataset, as the backend reads it (`rows[doc_id]`): each row decoded once (images
+    included), at most `limit` rows kept; everything else is the dataset's own."""
+
+    def __init__(self, split: Any, limit: int) -> None:
+        self.__dict__.update(_split=split, _kept={}, _limit=limit)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._split, name)
+
+    def __len__(self) -> int:
+        return len(self._split)
+
+    def __iter__(self):
+        return iter(self._split)
+
+    def __getitem__(self, index: Any) -> Any:
+        if not isinstance(index, int):
+            return self._split[index]
+        if index not in self._kept:
+            if len(self._kept) >= self._limit:
+                return self._split[index]
+            self._kept[index] = self._split[index]
+        return self._kept[index]
+
+
+class _TaskRows(dict):
+    """Stands in for a backend's `task_dict` (task -> its dataset's splits, which lmms-eval's evaluator fills on
+    every pass): the backend's reads of a doc decode it once per sweep rather than once per configuration."""
+
+    def __init__(self, original: dict, limit: int) -> None:
+        super().__init__()
+        self._limit = limit
+        self._wrapped: dict[int, tuple[Any, dict[str, _Rows]]] = {}
+        for key, value in original.items():
+            self[key] = value
+
+    def __setitem__(self, task: Any, splits: Any) -> None:
+        if not hasattr(splits, "keys"):  # not a dataset's splits: as it is
+            super().__setitem__(task, splits)
+            return
+        kept = self._wrapped.get(id(splits))
+        if kept is None or kept[0] is not splits:  # the same dataset object on every pass: one cache per split
+            kept = self._wrapped[id(splits)] = (splits, {name: _Rows(splits[name], self._limit) for name in splits})
+        super().__setitem__(task, kept[1])
+
+
+@contextmanager
+def rows_once(lm: Any, limit: int = DOC_ROWS) -> Iterator[None]:
+    """While active, the docs the backend reads (`lm.task_dict[task][split][doc_id]`) are decoded once."""
+    original = getattr(lm, "task_dict", None)
+    if not isinstance(original, dict) or isinstance(original, _TaskRows):
+        yield
+        return
+    lm.task_dict = _TaskRows(original, limit)
+    try:
+        yield
+    finally:
+        lm.task_dict = original
+
+
+@contextmanager
+def inputs_once(lm: Any) -> Iterator[InputsOnce | None]:
+    """While active, `lm.processor` (where the backend has one) keeps its outputs for reuse (`InputsOnce`)."""
+    processor = getattr(lm, "processor", None)
+    if processor is None or not callable(processor) or isinstance(processor, InputsOnce):
+        yield None
+        return
+    memo = InputsOnce(processor)
+    had = "processor" in vars(lm)
+    lm.processor = memo
+    try:
+        yield memo
+    finally:
+        if had:
+            lm.processor = processor
+        else:
+            vars(lm).pop("processor", None)
