@@ -6,8 +6,8 @@ import argparse
 
 from vrh_lmms.base import console
 from vrh_lmms.cli.commands.options import add_control_options, add_model_options
+from vrh_lmms.harness.sweep_engine import ENGINES
 from vrh_lmms.runs.protocol import SWEEP_PRESETS, resolve, scorer_cells
-from vrh_lmms.runs.sweep.engine import ENGINES
 from vrh_lmms.runs.sweep.plan import parse_int_list, parse_pack, plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 

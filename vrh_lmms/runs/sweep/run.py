@@ -10,7 +10,7 @@ Configurations run in packs (`pack`, default automatic): the first lmms-eval pas
 of the pack in shared batches, the passes of the others replay them (vrh_lmms.model.packing). Each configuration still
 has its own evaluator pass, so the files are those of an unpacked sweep. Uniform-attention ablations (`uniform`,
 `uniform_image`) edit attention, not o_proj rows, so they always run alone (`unpackable_reason`). With the default
-engine `fast` (vrh_lmms.runs.sweep.engine) the task, the docs' images and the processor's outputs are built once, and
+engine `fast` (vrh_lmms.harness.sweep_engine) the task, the docs' images and the processor's outputs are built once, and
 a pack's answers are generated before its passes, several docs per generate; `lmms` rebuilds them per configuration.
 """
 
@@ -59,8 +59,9 @@ class SweepSpec:
     # leave out the docs the heads file was found on (vrh_lmms.runs.sweep.exclusion): "off", "on" (refused where
     # discovery used none of the tasks) or "auto" (the paper preset: wherever it used one)
     exclude_discovery_docs: str = "off"
-    # how configurations are evaluated (vrh_lmms.runs.sweep.engine): "fast" builds the task and the pack's model inputs
-    # once, "lmms" rebuilds them per configuration as a plain lmms-eval run does. Not part of the identity: same files.
+    # how configurations are evaluated (vrh_lmms.harness.sweep_engine): "fast" builds the task and the pack's model
+    # inputs once, "lmms" rebuilds them per configuration as a plain lmms-eval run does. Not part of the identity: same
+    # files.
     engine: str = "fast"
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -1,5 +1,7 @@
 """The sweep's evaluation engines: `fast` (the default) and `lmms` (the reference), which write identical files.
 
+On the harness floor: `fast` changes how lmms-eval's evaluator builds tasks and feeds the backend, for one sweep.
+
 Both evaluate each configuration with lmms-eval's own evaluator (`simple_evaluate`: the task's prompts, its
 `process_results` and aggregation, lmms-eval's sample records), so every file is lmms-eval's by construction. `lmms`
 rebuilds everything per configuration, as a plain `lmms-eval` run would. `fast` does the work that does not depend on
