@@ -27,7 +27,8 @@ from typing import Any
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.runs.sweep import checks, engine
+from vrh_lmms.harness import sweep_engine as engine
+from vrh_lmms.runs.sweep import checks
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
 from vrh_lmms.runs.sweep.plan import Configuration, pack_groups, status_of, unpackable_reason
 
