@@ -382,3 +382,51 @@ def test_resumed_sweep_keeps_listing_what_its_folder_holds(tiny_qwen25, tmp_path
     assert json.loads((out / "sweep.json").read_text())["heads_file"] == str(heads)
     assert main(["report", str(out), "--output", str(tmp_path / "report"), "--no-plots"]) == 0
     assert json.loads((tmp_path / "report" / "report.json").read_text())["complete"] is True
+
+
+@pytest.mark.parametrize("bad, match", [([float("nan"), 1.0, 5.0, 5.0], "finite"),
+                                        ([400.0, 400.0, 10.0, 10.0], "outside the"),
+                                        ([2.0, 2.0, 0.0, 5.0], "zero or negative area")])
+def test_a_bad_box_in_the_data_is_refused_before_the_folder_and_the_model(bad, match, tiny_qwen25, tmp_path, vrh_env,
+                                                                         no_model_load):
+    """RefCOCO-schema rows (COCO x, y, w, h `bbox`) where one doc's box is NaN, outside its image or of no area:
+    discovery names the task, the doc and the field in one line, before it claims its output or loads weights."""
+    import datasets
+
+    from vrh_lmms.base.synth.layouts import hub_rows
+    from vrh_lmms.base.synth.scenes import generate_scenes
+
+    rows = hub_rows(generate_scenes(3, seed=1))
+    rows[1]["bbox"] = bad
+    data = tmp_path / "data"
+    data.mkdir()
+    datasets.Dataset.from_list(rows).cast_column("image", datasets.Image()).to_parquet(str(data / "val.parquet"))
+    vrh_env.setenv("VRH_REFCOCO_DATA", str(data))
+    out = tmp_path / "out" / "heads.json"
+    with pytest.raises(VRHError, match=f"vrh_refcoco_val doc 1: field .*{match}") as err:
+        run_discovery(_discovery(tiny_qwen25, out, tasks=("vrh_refcoco_val",), limit=3))
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "out").exists()  # nothing claimed, nothing written
+
+
+@pytest.mark.parametrize("command", ["steer", "patch"])
+def test_steer_and_patch_refuse_a_bad_box_before_the_folder_and_the_model(command, tiny_qwen25, tmp_path, vrh_env,
+                                                                          no_model_load):
+    import datasets
+
+    from vrh_lmms.base.synth.layouts import hub_rows
+    from vrh_lmms.base.synth.scenes import generate_scenes
+    from vrh_lmms.runs.interventions.patch_run import run_patching
+    from vrh_lmms.runs.interventions.steer_run import run_steering
+
+    rows = hub_rows(generate_scenes(3, seed=1))
+    rows[1]["bbox"] = [1.0, 1.0, float("inf"), 4.0]
+    data = tmp_path / "data"
+    data.mkdir()
+    datasets.Dataset.from_list(rows).cast_column("image", datasets.Image()).to_parquet(str(data / "val.parquet"))
+    vrh_env.setenv("VRH_REFCOCO_DATA", str(data))
+    heads, out = _heads(tmp_path / "heads.json"), tmp_path / "out"
+    spec = (_steer if command == "steer" else _patch)(tiny_qwen25, heads, tasks=["vrh_refcoco_val"])
+    with pytest.raises(VRHError, match="vrh_refcoco_val doc 1: field .*finite"):
+        (run_steering if command == "steer" else run_patching)(spec, out)
+    assert not out.exists()

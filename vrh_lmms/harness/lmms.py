@@ -51,25 +51,47 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
     return TaskManager("WARNING", include_path=paths, model_name=model_name)
 
 
+def _leaf_tasks(tm, task: str):
+    """(name, task object) of every task `task` names (itself, or each task of a group): lmms-eval's own objects,
+    their datasets loaded and `process_docs` applied."""
+    from lmms_eval.tasks import get_task_dict
+
+    stack = [get_task_dict([task], tm)]
+    while stack:
+        for name, value in stack.pop().items():
+            if isinstance(value, dict):
+                stack.append(value)
+            elif hasattr(value, "eval_docs"):
+                yield str(name), value
+
+
 def count_docs(tm, tasks: list[str], limit: int | None = None, skip: dict[str, int] | None = None
                ) -> dict[str, int]:
     """Docs each task (or each task of a group, summed) evaluates: lmms-eval's own task objects, less the `skip`
     leading docs (discovery's), at most `limit`."""
-    from lmms_eval.tasks import get_task_dict
-
     out = {}
     for task in tasks:
         total = 0
-        stack = [get_task_dict([task], tm)]
-        while stack:
-            for name, value in stack.pop().items():
-                if isinstance(value, dict):
-                    stack.append(value)
-                elif hasattr(value, "eval_docs"):
-                    left = max(0, len(value.eval_docs) - int((skip or {}).get(str(name), 0)))
-                    total += left if limit is None else min(limit, left)
+        for name, leaf in _leaf_tasks(tm, task):
+            left = max(0, len(leaf.eval_docs) - int((skip or {}).get(name, 0)))
+            total += left if limit is None else min(limit, left)
         out[task] = total
     return out
+
+
+def eval_docs(tm, tasks: list[str], limit: int | float | None = None):
+    """(task, doc id, doc) of every doc an evaluator pass with this `limit` reads (lmms-eval's rule: a limit below
+    1 is a share of the docs), task by task: what a check of the docs before any model loads reads."""
+    import math
+
+    for task in tasks:
+        for name, leaf in _leaf_tasks(tm, task):
+            docs = leaf.eval_docs
+            n = len(docs)
+            if limit is not None and limit >= 0:
+                n = min(n, int(math.ceil(n * limit)) if limit < 1.0 else int(limit))
+            for doc_id in range(n):
+                yield name, doc_id, docs[doc_id]
 
 
 def _missing_tasks(missing: list[str]) -> VRHError:

@@ -112,3 +112,13 @@ def media_mask(ids: torch.Tensor, token_ids, seq_len: int) -> torch.Tensor:
     wanted = torch.as_tensor(list(token_ids), dtype=ids.dtype)
     mask[:ids.numel()] = torch.isin(ids.cpu(), wanted)
     return mask
+
+
+def check_docs(tm, tasks: list[str], limit: int | float | None = None) -> None:
+    """Every doc a run will read carries readable evidence (a box inside its image, a text span, ...), read here by
+    its evidence kind as the collector reads it, so that a bad doc is one line naming the task, doc id and field
+    before any folder is claimed or weights load. The datasets load here once more (lmms-eval caches them)."""
+    from vrh_lmms.harness import lmms
+
+    for task, doc_id, doc in lmms.eval_docs(tm, tasks, limit):
+        get_kind(evidence_kind(doc)).target(doc, f"{task} doc {doc_id}")

@@ -22,7 +22,7 @@ import torch
 from vrh_lmms.base import atomic, console, owned
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.runfile import run_file_path
-from vrh_lmms.runs.discovery.evidence import get_kind
+from vrh_lmms.runs.discovery.evidence import check_docs, get_kind
 
 IDENTITY = "identity.json"
 # Version of what a part holds: 2 added the out_random1 / in+out query sets and the Localization Heads statistics,
@@ -169,9 +169,11 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
     folder = _inspect(spec, force)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
+    check_docs(tm, list(spec.tasks), spec.limit)  # every doc's evidence, before the folder or the weights
     if plan is not None:
         preload.plan_geometry(plan)  # the backend class and the checkpoint's config.json, still without weights
     return tm, folder
+
 
 
 def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:

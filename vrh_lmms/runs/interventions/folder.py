@@ -88,6 +88,7 @@ def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout
     are the head sets the run will resolve."""
     from vrh_lmms.base.heads.heads_file import load_heads_file
     from vrh_lmms.harness import lmms, preload
+    from vrh_lmms.runs.discovery.evidence import check_docs
     from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of
 
     if not spec.tasks:
@@ -111,6 +112,7 @@ def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout
     folder = inspect_folder(out, manifest, layout, identity, force)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
+    check_docs(tm, list(spec.tasks), spec.limit)  # every doc's box, before the folder is claimed or weights load
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json (or the loaded model)
         unavailable = check_headsets(heads, geometry, hf, dead)
