@@ -90,7 +90,7 @@ def test_force_replaces_only_an_earlier_export(tiny_qwen25, tmp_path, capsys):
     assert main(args[:-4] + ["--heads", "L1H1", "--output", str(out), "--force"]) == 0
     assert json.loads((out / MASKED_FILE).read_text())["vrh"]["ablation"]["heads"] == ["L1H1"] != \
         first["vrh"]["ablation"]["heads"]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]  # no staging folder left
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out.") and p.is_dir()]  # no staging folder left
 
 
 def test_refuses_to_overwrite_the_source(tiny_qwen25):

@@ -40,8 +40,10 @@ def test_plan_text_durations():
 
 
 @pytest.mark.parametrize("bad", ["-1"])
-def test_calibrate_docs_refused_when_negative(bad, capsys):
+def test_calibrate_docs_refused_when_negative(bad, capsys, tmp_path):
     from vrh_lmms.cli import main
 
-    assert main(["replicate", "--demo", "--calibrate-docs", bad, "--output", "/nonexistent/x"]) == 2
+    out = tmp_path / "not" / "there" / "x"
+    assert main(["replicate", "--demo", "--calibrate-docs", bad, "--output", str(out)]) == 2
+    assert not (tmp_path / "not").exists()  # a refused run leaves no folder behind, not even its lock
     assert "--calibrate-docs must be >= 0" in capsys.readouterr().err

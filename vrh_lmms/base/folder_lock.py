@@ -88,6 +88,7 @@ def held(output: str | Path, command: str, wait: bool = False,
 
     say = note or (lambda line: print(line, file=sys.stderr))
     path = lock_path(output)
+    created = _first_missing(path.parent)  # folders this lock creates, removed again if the run leaves them empty
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -122,3 +123,40 @@ def held(output: str | Path, command: str, wait: bool = False,
         if read_holder(path) == me:
             holder_file.unlink(missing_ok=True)
         lock.release(force=True)
+        if created is not None:
+            _remove_if_only_locks(path, created)
+
+
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost of `folder` and its parents that does not exist yet (None: `folder` exists)."""
+    missing = None
+    for candidate in (folder, *folder.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def _remove_if_only_locks(lock: Path, top: Path) -> None:
+    """A run refused before it wrote anything leaves no folder behind: when the folder of `lock` holds nothing but
+    this lock (and its holder file), both go, and so does each folder up to `top` (those the lock created) that is
+    then empty."""
+    folder = lock.parent
+    ours = {lock.name, _holder_path(lock).name}
+    try:
+        if any(entry.name not in ours for entry in folder.iterdir()):
+            return
+    except OSError:
+        return
+    for name in ours:
+        with suppress(OSError):
+            (folder / name).unlink()
+    current = folder
+    while True:
+        try:
+            current.rmdir()  # only an empty folder goes
+        except OSError:
+            return
+        if current == top:
+            return
+        current = current.parent
