@@ -208,13 +208,13 @@ class VRHMixin:
         given = "pretrained" in kwargs or bool(args)
         pretrained = kwargs.get("pretrained", args[0] if args else _default(self._base_init_params(), "pretrained"))
         check_pretrained(pretrained)
+        _hint_own_tasks()
+        check_hub_reachable(pretrained, given=given)  # the checkpoint first: a heads lookup needs one that exists
         if self.vrh_heads_file is None and not from_paper and needs_heads_file(spec_text):
             # what `vrh-lmms discover` registered for this checkpoint, or the heads the package ships for it
             found = registry.lookup(str(pretrained), heads_task, evaluated=cli_tasks())
             self.vrh_heads_file = load_heads_file(found)
             self.vrh_heads_file.source = "registry"
-        _hint_own_tasks()
-        check_hub_reachable(pretrained, given=given)
         try:
             with load_dtype(torch_dtype), self._vrh_load_context(args, kwargs):
                 super().__init__(*args, **kwargs)
