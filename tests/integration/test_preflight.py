@@ -430,3 +430,26 @@ def test_steer_and_patch_refuse_a_bad_box_before_the_folder_and_the_model(comman
     with pytest.raises(VRHError, match="vrh_refcoco_val doc 1: field .*finite"):
         (run_steering if command == "steer" else run_patching)(spec, out)
     assert not out.exists()
+
+
+def test_maps_and_the_locator_check_the_boxes_of_the_docs_they_read_before_the_model(tiny_qwen25, tmp_path, vrh_env,
+                                                                                   no_model_load):
+    import datasets
+
+    from vrh_lmms.base.synth.layouts import hub_rows
+    from vrh_lmms.base.synth.scenes import generate_scenes
+    from vrh_lmms.runs.maps.setup import prepare
+
+    rows = hub_rows(generate_scenes(3, seed=1))
+    rows[1]["bbox"] = [1.0, 1.0, 0.0, 4.0]
+    data = tmp_path / "data"
+    data.mkdir()
+    datasets.Dataset.from_list(rows).cast_column("image", datasets.Image()).to_parquet(str(data / "val.parquet"))
+    vrh_env.setenv("VRH_REFCOCO_DATA", str(data))
+    heads = _heads(tmp_path / "heads.json")
+    args = ("vrh_qwen25", _args(tiny_qwen25), "vrh_refcoco_val", str(heads))
+    for chosen in ({"limit": 3}, {"doc_ids": [1]}):
+        with pytest.raises(VRHError, match="vrh_refcoco_val doc 1: field .*zero or negative area"):
+            prepare(*args, **chosen)
+    with pytest.raises(AssertionError, match="the model was loaded"):  # docs 0 and 2 are fine: the model loads next
+        prepare(*args, doc_ids=[0, 2])

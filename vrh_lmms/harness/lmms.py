@@ -79,9 +79,10 @@ def count_docs(tm, tasks: list[str], limit: int | None = None, skip: dict[str, i
     return out
 
 
-def eval_docs(tm, tasks: list[str], limit: int | float | None = None):
+def eval_docs(tm, tasks: list[str], limit: int | float | None = None, only: set[int] | None = None):
     """(task, doc id, doc) of every doc an evaluator pass with this `limit` reads (lmms-eval's rule: a limit below
-    1 is a share of the docs), task by task: what a check of the docs before any model loads reads."""
+    1 is a share of the docs), or of the doc ids `only`, task by task: what a check of the docs before any model
+    loads reads."""
     import math
 
     for task in tasks:
@@ -90,7 +91,7 @@ def eval_docs(tm, tasks: list[str], limit: int | float | None = None):
             n = len(docs)
             if limit is not None and limit >= 0:
                 n = min(n, int(math.ceil(n * limit)) if limit < 1.0 else int(limit))
-            for doc_id in range(n):
+            for doc_id in sorted(i for i in only if i < n) if only is not None else range(n):
                 yield name, doc_id, docs[doc_id]
 
 

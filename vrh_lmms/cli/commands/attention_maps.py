@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     if args.k < 1:
         raise VRHError(f"--k must be at least 1, got {args.k}")
     console.step(f"attention maps: {args.model} on {args.tasks}, docs {args.docs}", line=False)
-    run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model)
+    run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model,
+                   doc_ids=docs)
     out.mkdir(parents=True, exist_ok=True)
     console.log_to(out / LOG_NAME)
     ranking = run_.heads_file.ranking

@@ -82,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
     owned.prepare_output(out, LAYOUT, force=args.force, what="an earlier kv-cache result")
     console.step(f"kv-cache: {args.model} on {args.tasks}", line=False)
     run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model,
-                   command="kv-cache", why="the KV policies run on the intact model; the heads file orders the groups")
+                   limit=args.limit, command="kv-cache",
+                   why="the KV policies run on the intact model; the heads file orders the groups")
     geometry = run_.lm.vrh_decoder.geometry
     ranking = list(run_.heads_file.ranking)
     if args.k is not None:

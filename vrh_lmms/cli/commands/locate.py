@@ -84,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     check_output(out, RESULT, args.force)
     console.step(f"locator: {args.model} on {args.tasks}", line=False)
-    run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model)
+    limit = None if args.limit is None or args.limit < 0 else args.limit
+    run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model, limit=limit)
     if ks[-1] > len(run_.heads_file.ranking):
         raise VRHError(f"--k {ks[-1]} is more than the heads file ranks ({len(run_.heads_file.ranking)})")
     geometry = run_.lm.vrh_decoder.geometry
@@ -93,7 +94,6 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     console.log_to(out / LOG_NAME)
     console.step("capturing attention maps and locating boxes")
-    limit = None if args.limit is None or args.limit < 0 else args.limit
     located: dict[tuple[str, int], dict] = {}
 
     def locate_and_drop(doc) -> None:  # boxes of every head set now; the doc's maps are not kept

@@ -114,11 +114,12 @@ def media_mask(ids: torch.Tensor, token_ids, seq_len: int) -> torch.Tensor:
     return mask
 
 
-def check_docs(tm, tasks: list[str], limit: int | float | None = None) -> None:
-    """Every doc a run will read carries readable evidence (a box inside its image, a text span, ...), read here by
-    its evidence kind as the collector reads it, so that a bad doc is one line naming the task, doc id and field
-    before any folder is claimed or weights load. The datasets load here once more (lmms-eval caches them)."""
+def check_docs(tm, tasks: list[str], limit: int | float | None = None, only: set[int] | None = None) -> None:
+    """Every doc a run will read (`only`: just these doc ids) carries readable evidence (a box inside its image, a
+    text span, ...), read here by its evidence kind as the collector reads it, so that a bad doc is one line naming
+    the task, doc id and field before any folder is claimed or weights load. The datasets load here once more
+    (lmms-eval caches them)."""
     from vrh_lmms.harness import lmms
 
-    for task, doc_id, doc in lmms.eval_docs(tm, tasks, limit):
+    for task, doc_id, doc in lmms.eval_docs(tm, tasks, limit, only):
         get_kind(evidence_kind(doc)).target(doc, f"{task} doc {doc_id}")
