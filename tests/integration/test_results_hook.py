@@ -39,7 +39,9 @@ def evaluate(tiny_qwen25, vrh_env, tmp_path):
 
 def test_a_plain_model_after_a_vrh_model_is_untouched(evaluate):
     from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+    from vrh_lmms.model_wrappers import results_hook
 
+    results_hook.uninstall()  # from lmms-eval's own method: an earlier test of this worker may have built a model
     own = EvaluationTracker.save_results_aggregated
     vrh = evaluate("vrh_qwen25", "heads=L0H1,dtype=float32", "vrh")
     assert vrh["vrh"]["ablation"]["heads"] == ["L0H1"] and vrh["vrh"]["family"] == "qwen2_5_vl"
