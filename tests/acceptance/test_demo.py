@@ -244,7 +244,8 @@ def test_recall_step_figures_are_the_heads_files_and_the_samples(demo_run):
     summary = json.loads((out / "demo_summary.json").read_text())
     recall = summary["recall"]
     k = recall["k"]
-    files = {s: Path(p) for s, p in recall["heads_files"].items()}
+    assert not any(Path(p).is_absolute() for p in recall["heads_files"].values())  # relative to the demo's folder
+    files = {s: out / p for s, p in recall["heads_files"].items()}
     assert files["backbone_recall"] == out / "recall" / "backbone" / "heads.json"
     assert json.loads(files["backbone_recall"].read_text())["model"]["id"].endswith("demo_backbone")
     tops = {s: _retrieval_top(p, k) for s, p in files.items() if s != "grounding"}

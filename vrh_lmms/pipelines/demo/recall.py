@@ -18,7 +18,7 @@ from typing import Any
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md, md_code
-from vrh_lmms.base.paths import assets_path
+from vrh_lmms.base.paths import assets_path, shown_path
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, scoped_env, sweep_heads
 from vrh_lmms.report.fmt import pct
 
@@ -162,7 +162,8 @@ def recall_summary(out: Path, grounding_heads: Path, report: dict[str, Any], k: 
     return {"k": k, "cell": RECALL_CELL, "overlap": overlap_figures(files, k, out / RECALL_DIR / MAPS_PLOT),
             "ablation": ablation_figures(report, k, grounding_task, BACKBONE),
             "backbone_top_dead_in_vlm": dead_in_vlm(files, k),
-            "heads_files": {s: str(p) for s, p in files.items()}}
+            # relative to the demo's folder, as every path of a shared summary
+            "heads_files": {s: shown_path(p, out) for s, p in files.items()}}
 
 
 def _p(x: float | None) -> str:
