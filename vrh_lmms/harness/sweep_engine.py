@@ -100,19 +100,6 @@ def unwrap_once(lm: Any) -> Iterator[None]:
         vars(accelerator).pop("unwrap_model", None)
 
 
-def _size(value: Any) -> int:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, dict) or hasattr(value, "data") and isinstance(getattr(value, "data"), dict):
-        items = value.values() if isinstance(value, dict) else value.data.values()
-        return sum(_size(v) for v in items)
-    if isinstance(value, (list, tuple)):
-        return sum(_size(v) for v in value)
-    return 0
-
-
 class InputsOnce:
     """Stands in for a backend's `processor`: the first call with some content runs the processor, a later call
     with exactly the same content (texts, images, every argument) gets the same output back. Everything else
@@ -128,7 +115,8 @@ class InputsOnce:
         setattr(self._processor, name, value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from vrh_lmms.model.packing import fingerprint  # torch-heavy: imported when a sweep runs, not by the CLI parser
+        # torch-heavy: imported when a sweep runs, not by the CLI parser
+        from vrh_lmms.model.packing import fingerprint, tensor_bytes
 
         key = fingerprint(args, kwargs)  # exact content: texts, images, every argument
         if key in self._kept:
@@ -136,7 +124,7 @@ class InputsOnce:
             return self._kept[key]
         self.__dict__["misses"] += 1
         out = self._processor(*args, **kwargs)
-        size = _size(out)
+        size = tensor_bytes(out)
         if self._used + size <= self._budget:
             self._kept[key] = out
             self.__dict__["_used"] = self._used + size

@@ -228,7 +228,7 @@ class PackedGenerate:
         if self._collected is not None and isinstance(kwargs.get("input_ids"), torch.Tensor):
             if self._packable(args, kwargs) and key not in self._collected:
                 self._collected[key] = kwargs
-                self._collected_bytes += _tensor_bytes(kwargs)
+                self._collected_bytes += tensor_bytes(kwargs)
                 if self._collected_bytes > self._collect_budget:  # inputs held in memory: run what is there
                     self._run_collected()
             return kwargs["input_ids"].clone()  # no new tokens: this pass only learns which calls the docs make
@@ -335,8 +335,17 @@ class PackedGenerate:
 _ITEM_MAJOR = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "second_per_grid_ts")
 
 
-def _tensor_bytes(kwargs: dict[str, Any]) -> int:
-    return sum(v.numel() * v.element_size() for v in kwargs.values() if isinstance(v, torch.Tensor))
+def tensor_bytes(value: Any) -> int:
+    """Bytes of the tensors in `value`: a tensor, a dict (or a processor's BatchFeature, whose `data` is one), a list
+    or tuple of them; anything else counts 0."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, dict) or hasattr(value, "data") and isinstance(getattr(value, "data"), dict):
+        items = value.values() if isinstance(value, dict) else value.data.values()
+        return sum(tensor_bytes(v) for v in items)
+    if isinstance(value, (list, tuple)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
 
 
 def merge_signature(kwargs: dict[str, Any]) -> tuple | None:
