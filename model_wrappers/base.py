@@ -23,7 +23,7 @@ from vrh_lmms.model_wrappers.results_hook import publish_record
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import get_family
-from vrh_lmms.base.heads import paper, registry
+from vrh_lmms.base.heads import kinds, paper, registry
 from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file
 from vrh_lmms.base.heads.spec import HeadSet, check_pool, check_spec_form, needs_heads_file, resolve_spec
 from vrh_lmms.base.model_args import check_model_args
@@ -181,8 +181,9 @@ class VRHMixin:
     def __init__(self, *args, heads: str | None = None, heads_file: str | None = None, ablation: str = "zero",
                  seed: int = 0, allow_cross_model: Any = False, means_file: str | None = None,
                  ablation_method: str = "auto", heads_cell: str | None = None, dtype: str | None = None,
-                 box_convention: str | None = None, control_pool: str = "live", heads_source: str | None = None,
-                 heads_task: str | None = None, decode: str | None = None, **kwargs) -> None:
+                 box_convention: str | None = None, control_pool: str = kinds.DEFAULT_POOL,
+                 heads_source: str | None = None, heads_task: str | None = None, decode: str | None = None,
+                 **kwargs) -> None:
         # Every model arg is checked before the checkpoint is looked at and long before any weight loads.
         check_model_args(kwargs, backend_params(type(self)), self.vrh_model_id())
         family = get_family(self.vrh_family)
@@ -234,7 +235,7 @@ class VRHMixin:
             spec_text, self.vrh_decoder.geometry, heads_file=self.vrh_heads_file,
             seed=seed, allow_cross_model=cross_model, cell=heads_cell,
             dead=self.vrh_dead_heads or (), pool=self.vrh_control_pool)
-        if self.vrh_headset.kind in ("topk", "explicit") and self.vrh_headset.dead:
+        if self.vrh_headset.kind in kinds.CLAIMS and self.vrh_headset.dead:
             logger.warning(f"vrh: {len(self.vrh_headset.dead)} of the {self.vrh_headset.k} heads of "
                            f"{self.vrh_headset.spec} write nothing (o_proj columns all zero): "
                            f"{', '.join(map(str, self.vrh_headset.dead))}")

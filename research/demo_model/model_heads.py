@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from vrh_lmms.base.heads import spec
+from vrh_lmms.base.heads import draws
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
 from vrh_lmms.model.ablation import ablated
 from vrh_lmms.model.backbone import locate_decoder
@@ -115,19 +115,19 @@ def ranking(scores: np.ndarray) -> list[Head]:
 
 def random_heads(n_layers: int, n_heads: int, k: int, rng: np.random.Generator,
                  exclude: Sequence[Head] = ()) -> list[Head]:
-    """The product's uniform draw (vrh_lmms.base.heads.spec.random_heads) on the demo's (layer, head) tuples, from a
+    """The product's uniform draw (vrh_lmms.base.heads.draws.random_heads) on the demo's (layer, head) tuples, from a
     shared generator."""
     g = Geometry(n_layers, n_heads, n_heads, 1)
-    drawn = spec.random_heads(g, k, rng, frozenset(HeadRef(*h) for h in exclude))
+    drawn = draws.random_heads(g, k, rng, frozenset(HeadRef(*h) for h in exclude))
     return [(h.layer, h.head) for h in drawn]
 
 
 def layer_matched_heads(top: Sequence[Head], n_heads: int, rng: np.random.Generator) -> list[Head]:
-    """The product's layer-matched draw (vrh_lmms.base.heads.spec.layer_matched_heads): as many heads per layer as
+    """The product's layer-matched draw (vrh_lmms.base.heads.draws.layer_matched_heads): as many heads per layer as
     `top`, from that layer's other heads; ValueError where a layer has too few."""
     for layer, count in sorted(Counter(l for l, _ in top).items()):
         if n_heads - count < count:
             raise ValueError(f"layer {layer} has only {n_heads - count} heads outside the top set; need {count}")
     g = Geometry(max(l for l, _ in top) + 1, n_heads, n_heads, 1)
-    drawn = spec.layer_matched_heads([HeadRef(*h) for h in top], g, rng)
+    drawn = draws.layer_matched_heads([HeadRef(*h) for h in top], g, rng)
     return [(h.layer, h.head) for h in drawn]

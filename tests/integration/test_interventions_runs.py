@@ -15,6 +15,7 @@ from vrh_lmms.report.interventions import write_patching_report, write_steering_
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.interventions.patch_run import PatchSpec, run_patching
 from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, read_steer_records, run_steering
+from vrh_lmms.runs.sweep.plan import plan_configurations
 
 torch.set_num_threads(1)
 
@@ -66,7 +67,8 @@ def test_discovery_null_query_image_mass_and_sparsity(family_run):
 def steered(family_run):
     model_id, args, lm, heads, root = family_run
     # the tiny models' image masses are far apart; a loose tolerance keeps the image-matched control drawable
-    configs = plan_steering([1], 1, True, [0.0, 6.0], controls=["image-matched"], control_tolerance=1.0)
+    configs = plan_steering(plan_configurations([1], 1, True, ["zero"], controls=["image-matched"],
+                                                control_tolerance=1.0), [0.0, 6.0])
     spec = SteerSpec(model=model_id, model_args=args, tasks=[TASK], heads_file=str(heads), configurations=configs,
                      gen_kwargs=GEN)
     out = run_steering(spec, root / "steer", lm=lm, progress=False)

@@ -135,7 +135,9 @@ def _steer(tiny, heads, ks=(1,), tasks=(TASK,), model_args=None, controls=()):
     from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering
 
     return SteerSpec(model="vrh_qwen25", model_args=model_args or _args(tiny), tasks=list(tasks),
-                     heads_file=str(heads), configurations=plan_steering(list(ks), 1, False, [4.0], controls=controls),
+                     heads_file=str(heads),
+                     configurations=plan_steering(plan_configurations(list(ks), 1, False, ["zero"], controls=controls),
+                                                  [4.0]),
                      limit=2, gen_kwargs="max_new_tokens=6")
 
 

@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.base.runfolder.runs import RunMeta
 from vrh_lmms.base.runfolder.samples import STATUSES, SampleTable
@@ -15,14 +16,9 @@ from vrh_lmms.base.stats import accuracy, exact_mcnemar, is_binary, paired_drop,
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.pairing import align, pair
 
-_KIND_ORDER = {"baseline": 0, "topk": 1, "explicit": 2, "random": 3, "random_all": 4, "random_outside": 5,
-               "layer_matched": 6, "image_matched": 7, "scorer_topk": 8}
-# control kinds and how the report names them; `random_all`: uniform draws over all heads (dead ones included)
-# beside live-pool random draws (vrh_lmms.base.heads.spec, control pools)
-CONTROL_NAMES = {"random": "random", "random_all": "uniform random (all heads)",
-                 "random_outside": "random outside the top-k",
-                 "layer_matched": "layer-matched random", "image_matched": "image-matched"}
-CONTROL_KINDS = tuple(CONTROL_NAMES)
+# control kinds in report order and how the report names them (vrh_lmms.base.heads.kinds)
+CONTROL_NAMES = {k.name: k.label for k in kinds.KINDS if k.control}
+CONTROL_KINDS = kinds.CONTROLS
 
 
 @dataclass
@@ -49,7 +45,7 @@ class Settings:
 
 def sort_key(run: LoadedRun) -> tuple:
     m = run.meta
-    return (_KIND_ORDER.get(m.kind, 9), m.heads_source or "", m.mode or "", m.k or 0, m.seed or 0, m.config_id)
+    return (kinds.order(m.kind), m.heads_source or "", m.mode or "", m.k or 0, m.seed or 0, m.config_id)
 
 
 def taxonomy(statuses: list[str] | None, kind: str) -> dict | None:

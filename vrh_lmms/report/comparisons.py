@@ -15,11 +15,12 @@ from __future__ import annotations
 import numpy as np
 from scipy.stats import sem
 
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.stats import adjust_pvalues, topk_vs_random
 from vrh_lmms.report.analysis import CONTROL_KINDS
 
 NULL_KINDS = CONTROL_KINDS
-CLAIM_KINDS = ("topk", "explicit")
+CLAIM_KINDS = kinds.CLAIMS
 TEST_FAMILIES = {
     "claims": "each top-k (own or transferred heads) and explicit head set vs its baseline: cluster sign-flip test",
     "claims_vs_controls": "each top-k drop vs the drops of its random / layer-matched / image-matched draws: empirical "

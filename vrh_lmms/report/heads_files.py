@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.base.runfolder.runs import short_model
@@ -100,12 +101,5 @@ def heads_label(config: dict, scoring: str | None) -> str:
             return f"top{k} by {scoring}{source}"
         path = (config.get("heads_file") or {}).get("path")
         return f"top{k} of {Path(path).name}{source}" if path else f"top{k}{source}"
-    if kind == "random":
-        return f"{k} random heads (seed {config['seed']})"
-    if kind == "layer_matched":
-        return f"{k} layer-matched random heads (seed {config['seed']})"
-    if kind == "image_matched":
-        return f"{k} image-matched heads (seed {config['seed']})"
-    if kind == "explicit":
-        return f"heads {config['config_id']}"
-    return config["label"]
+    text = kinds.BY_NAME[kind].heads_text if kind in kinds.BY_NAME else None
+    return text.format(**config) if text else config["label"]

@@ -17,6 +17,7 @@ import numpy as np
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.heads.kinds import KINDS
 from vrh_lmms.base.paths import shown_path
 from vrh_lmms.base.stats import cluster_ci
 from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
@@ -25,9 +26,7 @@ from vrh_lmms.report.html import PATCH_MAP
 from vrh_lmms.report.pools import grouped_draws
 from vrh_lmms.runs.interventions.folder import write_json
 
-NULL_LABELS = {"random": "random-k", "random_all": "uniform random-k (all heads)",
-               "random_outside": "random-k outside the top-k",
-               "layer_matched": "layer-matched random-k", "image_matched": "image-matched"}
+NULL_LABELS = {k.name: k.legend for k in KINDS if k.control}
 
 
 def steering_summary(folder: str | Path) -> dict[str, Any]:

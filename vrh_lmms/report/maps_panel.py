@@ -11,6 +11,7 @@ from typing import Any
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md, md_code
+from vrh_lmms.base.heads.kinds import KINDS
 from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.report.plots import slug
 
@@ -79,16 +80,18 @@ def maps_markdown(block: dict[str, Any] | None) -> str:
     out = ["", "## Attention maps over the image and the locator", ""]
     for entry in block["locate"]:
         loc = entry["locator"]
+        controls = [k for k in KINDS if k.control and entry["rows"] and k.name in entry["rows"][0]]
         out += [f"Locator on {md(shown_model(entry['model']))} / {', '.join(md(t) for t in entry['tasks'])}: "
                 f"{entry['n_docs']} docs, Gaussian sigma {md(loc['sigma'])} cells, threshold {md(loc['threshold'])}; "
                 f"Acc@0.5 in % with 95% intervals clustered by {md(entry['clustered_by'])} "
                 f"({md_code(shown_path(entry['source']))}).", "",
-                "| k | answer | top-k located | top-k - answer | random located (draws, each) | top-k - random | "
-                "layer-matched located (draws, each) | top-k - layer-matched |", "|---|---|---|---|---|---|---|---|"]
+                "| k | answer | top-k located | top-k - answer | "
+                + "".join(f"{c.dashed} located (draws, each) | top-k - {c.dashed} | " for c in controls).rstrip(),
+                "|---|---|---|---|" + "---|---|" * len(controls)]
         for row in entry["rows"]:
             cells = [str(row["k"]), _ci(row["answer"]), _ci(row["topk"]), _diff(row["topk_minus_answer"])]
-            for kind in ("random", "layer_matched"):
-                c = row[kind]
+            for kind in controls:
+                c = row[kind.name]
                 spread = f"{100 * min(c['per_seed']):.0f}-{100 * max(c['per_seed']):.0f}" if c["draws"] else ""
                 cells += ([f"{_ci(c)} ({c['draws']}, each {spread})", _diff(c["topk_minus"])] if c["draws"]
                           else ["unavailable", ""])

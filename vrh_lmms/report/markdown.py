@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.heads.kinds import KINDS
 from vrh_lmms.base.runfolder.runs import TASK_SOURCE
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.fmt import pct, pct_ci, pval, short
@@ -80,19 +81,17 @@ def doc_set_lines(groups: list[dict]) -> list[str]:
     return out
 
 
-_CONTROL_COLUMNS = {"random": "Random", "random_all": "Uniform random (all heads)",
-                    "random_outside": "Random outside the top-k", "layer_matched": "Layer-matched",
-                    "image_matched": "Image-matched"}
-_OPTIONAL_COLUMNS = ("random_all", "random_outside", "image_matched")  # shown only when some row has such draws
 
 
 def summary_section(groups: list[dict]) -> list[str]:
-    """One row per own top-k; a column pair per control kind, image-matched only when some row has such draws."""
+    """One row per own top-k; a column pair per control kind, an optional one (image-matched, vrh_lmms.base.heads.kinds)
+    only when some row has such draws."""
     summaries = [r for g in groups for r in g["summary"]]
-    kinds = [k for k in _CONTROL_COLUMNS if k not in _OPTIONAL_COLUMNS or any(r.get(k) for r in summaries)]
+    shown = [k for k in KINDS if k.control and (not k.optional_column or any(r.get(k.name) for r in summaries))]
+    kinds = [k.name for k in shown]
     header = ["Model", "Task", "Heads", "Mode", "Baseline", "Top-k acc", "Top-k drop [CI]", "Sign-flip p"]
-    for kind in kinds:
-        header += [f"{_CONTROL_COLUMNS[kind]} draws: drop (mean ± SE)", f"p vs {kind.replace('_', '-')}"]
+    for kind in shown:
+        header += [f"{kind.column} draws: drop (mean ± SE)", f"p vs {kind.dashed}"]
     rows = []
     for g in groups:
         for r in g["summary"]:

@@ -12,11 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from vrh_lmms.base.heads.kinds import KINDS
 from vrh_lmms.report.heads_files import HeadsFile
 
-_COLORS = {"baseline": "0.3", "topk": "tab:red", "random": "tab:blue", "layer_matched": "tab:green",
-           "image_matched": "tab:olive", "random_all": "tab:cyan", "random_outside": "tab:brown",
-           "explicit": "tab:purple"}
+_COLORS = {k.name: k.colour for k in KINDS if k.colour}  # vrh_lmms.base.heads.kinds
 _STATUS_COLORS = {"correct": "tab:green", "mislocated": "tab:orange", "wrong": "tab:orange",
                   "parse_failure": "tab:gray"}
 
@@ -95,9 +94,7 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
             label=f"{name} (cluster-adjusted Wilson CI)")
     ax.fill_between(ks, [100 * a["ci_low"] for a in top], [100 * a["ci_high"] for a in top], color=_COLORS["topk"],
                     alpha=0.2)
-    for kind, name in (("random", "random-k"), ("random_all", "uniform random-k (all heads)"),
-                       ("random_outside", "random-k outside the top-k"),
-                       ("layer_matched", "layer-matched random-k"), ("image_matched", "image-matched")):
+    for kind, name in ((k.name, k.legend) for k in KINDS if k.control):
         pools = _by_k(configs, kind, mode)
         if not pools:
             continue

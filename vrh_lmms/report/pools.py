@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.report.analysis import CONTROL_KINDS, CONTROL_NAMES
 from vrh_lmms.report.fmt import short
@@ -94,7 +95,7 @@ def pools_section(groups: list[dict[str, Any]], unavailable: list[dict[str, str]
                   "|---|---|---|---|---|---|---|", *table]
     dead_tops = [f"{md(c['label'])} ({md(g['task'])}): {', '.join(md(h) for h in c['dead_heads'])}"
                  for g in groups for c in g["configs"]
-                 if c["kind"] in ("topk", "explicit") and c.get("dead_heads")]
+                 if c["kind"] in kinds.CLAIMS and c.get("dead_heads")]
     if dead_tops:
         lines += ["", "Ranked head sets holding heads that write nothing (the ranking is discovery's; ablating these "
                       "heads costs nothing): " + "; ".join(dead_tops) + "."]

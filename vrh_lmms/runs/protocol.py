@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.kinds import DEFAULT_POOL
 from vrh_lmms.runs.discovery.scoring import DEFAULT_CELL
 
 DISCOVER_PRESETS: dict[str, dict[str, Any]] = {
@@ -27,7 +28,7 @@ SWEEP_PRESETS: dict[str, dict[str, Any]] = {
     "paper_a9": {"k": "5,10,20,50", "controls": ["random-outside"], "exclude_discovery_docs": "auto"},
 }
 BUILTIN = {"limit": 200, "key_tokens": "overlap", "scoring": DEFAULT_CELL, "k": "1,5,10,20,40", "controls": [],
-           "control_pool": "live", "exclude_discovery_docs": "off"}
+           "control_pool": DEFAULT_POOL, "exclude_discovery_docs": "off"}
 
 
 def resolve(presets: dict[str, dict[str, Any]], name: str | None, given: dict[str, Any]) -> dict[str, Any]:

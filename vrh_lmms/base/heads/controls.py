@@ -16,10 +16,6 @@ import numpy as np
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
 
-# --control value -> configuration kind; random-outside is the paper's control for its extra models (random heads
-# outside the detected top-k set, vrh_lmms.base.heads.spec `random_outside:top<K>`)
-CONTROL_OPTIONS = {"image-matched": "image_matched", "random-outside": "random_outside"}
-
 
 def image_matched_heads(ranking: Sequence[HeadRef], image_mass: np.ndarray, geometry: Geometry, k: int, seed: int,
                         tolerance: float, exclude: frozenset[HeadRef] = frozenset()) -> list[HeadRef]:

@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.paths import shown_model
 
-CONFIG_KINDS = ("baseline", "topk", "scorer_topk", "random", "random_all", "random_outside", "layer_matched",
-                "image_matched", "explicit")
-_ID_PATTERN = re.compile(r"^(?P<kind>top|random_all|random_outside|random|layer_matched|image_matched)(?P<k>\d+)"
-                         r"(?:_s(?P<seed>\d+))?(?:_(?P<mode>[a-z_]+))?$")
+CONFIG_KINDS = kinds.NAMES  # the configuration kinds a run may record (vrh_lmms.base.heads.kinds)
+_ID_PATTERN = kinds.id_pattern()
 
 
 @dataclass(frozen=True)

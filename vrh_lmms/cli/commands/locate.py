@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import console
+from vrh_lmms.base.heads.kinds import DEFAULT_POOL, KINDS, POOLS
 
 RESULT = "locate.json"
 SCHEMA = "vrh-locate/1"
@@ -23,7 +24,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default="5,10,20", help="head-set sizes, comma-separated (default 5,10,20)")
     parser.add_argument("--random-seeds", type=int, default=10,
                         help="random-k and layer-matched draws per k (default 10)")
-    parser.add_argument("--control-pool", default="live", choices=("live", "all"),
+    parser.add_argument("--control-pool", default=DEFAULT_POOL, choices=POOLS,
                         help="what control draws are drawn from: live heads (default) or all heads")
 
 
@@ -47,8 +48,8 @@ def summary_table(result: dict[str, Any]):
                       _diff_text(row["topk_minus_answer"]))
         t = row["topk"]
         table.add_row(k, f"top-{k} located", _pct(t["mean"]), f"{_pct(t['ci_low'])}-{_pct(t['ci_high'])}", "")
-        for kind, name in (("random", "random"), ("layer_matched", "layer-matched")):
-            c = row[kind]
+        for kind in (k for k in KINDS if k.control and k.name in row):
+            c, name = row[kind.name], kind.dashed
             if not c["draws"]:
                 table.add_row(k, f"{name} located", "unavailable", "", "")
                 continue

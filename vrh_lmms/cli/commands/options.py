@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-IMAGE_MATCHED_HELP = ("heads outside the top 2k whose attention mass on the image matches each top head's; needs a "
-                      "heads file with image_mass")
+from vrh_lmms.base.heads.kinds import DEFAULT_POOL, OPTIONS, POOLS
 
 
 def add_model_options(parser: argparse.ArgumentParser, model_args_note: str = " (no heads=)") -> None:
@@ -15,16 +14,26 @@ def add_model_options(parser: argparse.ArgumentParser, model_args_note: str = " 
                         help=f"lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct{model_args_note}")
 
 
+def add_draw_options(parser: argparse.ArgumentParser) -> None:
+    """--layer-matched and --no-random: the control draws a sweep or a steering run plans per k and seed beside
+    --control's (vrh_lmms.runs.sweep.plan); `plan_flags` hands them to the plan."""
+    parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
+    parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
+
+
+def plan_flags(args: argparse.Namespace) -> dict[str, bool]:
+    """`plan_configurations`' flags as `add_draw_options` set them."""
+    return {"layer_matched": args.layer_matched, "random": not args.no_random}
+
+
 def add_control_options(parser: argparse.ArgumentParser, what: str, preset: bool = False) -> None:
     """--control image-matched and its --control-tolerance (`what`: the head sets the control adds). With `preset`,
     unset flags stay None so a `--preset` can fill them (vrh_lmms.runs.protocol)."""
-    parser.add_argument("--control", action="append", default=None if preset else [],
-                        choices=("image-matched", "random-outside"),
-                        help=f"{what}: image-matched ({IMAGE_MATCHED_HELP}); random-outside (k heads drawn at random "
-                             "outside the top k, the paper's control for its extra models)")
+    parser.add_argument("--control", action="append", default=None if preset else [], choices=tuple(OPTIONS),
+                        help=f"{what}: " + "; ".join(f"{name} ({kind.option_help})" for name, kind in OPTIONS.items()))
     parser.add_argument("--control-tolerance", type=float, default=None,
                         help="largest image-mass difference of an image-matched head (default 0.05)")
-    parser.add_argument("--control-pool", default=None if preset else "live", choices=("live", "all"),
+    parser.add_argument("--control-pool", default=None if preset else DEFAULT_POOL, choices=POOLS,
                         help="what control draws are drawn from: live (default; heads whose o_proj columns are all "
                              "zero write nothing and are left out) or all (uniform over all heads, the paper's "
                              "definition; the report then states each draw's dead heads)")

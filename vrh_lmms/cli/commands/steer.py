@@ -6,11 +6,11 @@ import argparse
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.cli.commands.options import add_control_options, add_model_options
+from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness import distributed
 from vrh_lmms.report.interventions import write_steering_report
 from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
-from vrh_lmms.runs.sweep.plan import parse_int_list
+from vrh_lmms.runs.sweep.plan import parse_int_list, plan_configurations
 
 
 def parse_float_list(text: str, what: str) -> list[float]:
@@ -28,8 +28,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default="5,10,20", help="head counts to steer (default 5,10,20)")
     parser.add_argument("--bias", default="2,4,8", help="bias strengths added to the logits (default 2,4,8)")
     parser.add_argument("--random-seeds", type=int, default=3, help="random draws per k (default 3)")
-    parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
-    parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
+    add_draw_options(parser)
     add_control_options(parser, "also control head sets per k")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
     parser.add_argument("--batch-size", type=int, default=1,
@@ -45,13 +44,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     limit = None if args.limit is None else (int(args.limit) if float(args.limit).is_integer() else args.limit)
-    configs = plan_steering(parse_int_list(args.k, "--k"), args.random_seeds, args.layer_matched,
-                            parse_float_list(args.bias, "--bias"), random=not args.no_random,
-                            controls=args.control, control_tolerance=args.control_tolerance)
+    heads = plan_configurations(parse_int_list(args.k, "--k"), args.random_seeds, modes=["zero"], **plan_flags(args),
+                                controls=args.control, control_tolerance=args.control_tolerance,
+                                pool=args.control_pool)
+    configs = plan_steering(heads, parse_float_list(args.bias, "--bias"))
     spec = SteerSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, gen_kwargs=args.gen_kwargs,
                      seed=args.seed, distractor_seed=args.distractor_seed, allow_cross_model=args.allow_cross_model,
-                     batch_size=args.batch_size, control_pool=args.control_pool)
+                     batch_size=args.batch_size)
     console.step(f"steering: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)
     out = run_steering(spec, args.output, force=args.force)
     if distributed.is_main():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console
-from vrh_lmms.cli.commands.options import add_control_options, add_model_options
+from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness.sweep_engine import ENGINES
 from vrh_lmms.runs.protocol import SWEEP_PRESETS, resolve, scorer_cells
 from vrh_lmms.runs.sweep.plan import parse_int_list, parse_pack, plan_configurations
@@ -23,9 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "paper_a9 = the same at k 5,10,20,50 (Table A9). Explicit flags win")
     parser.add_argument("--random-seeds", type=int, default=19,
                         help="random draws per k (default 19: the fewest whose empirical p can reach 0.05)")
-    parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
+    add_draw_options(parser)
     add_control_options(parser, "extra control head sets per k and seed", preset=True)
-    parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
     parser.add_argument("--random-skip-layer0", action="store_true",
                         help="draw the random-k heads outside layer 0 (spec random<K>:skip_layer0; the control of "
                              "the paper's DPO experiment)")
@@ -82,16 +81,16 @@ def run(args: argparse.Namespace) -> int:
     opts = resolve(SWEEP_PRESETS, args.preset, {"k": args.k, "controls": args.control,
                                                  "control_pool": args.control_pool,
                                                  "exclude_discovery_docs": args.exclude_discovery_docs})
-    configs = plan_configurations(parse_int_list(opts["k"], "--k"), args.random_seeds, args.layer_matched,
-                                  [m.strip() for m in args.ablation.split(",") if m.strip()],
-                                  random=not args.no_random, controls=opts["controls"],
+    configs = plan_configurations(parse_int_list(opts["k"], "--k"), args.random_seeds,
+                                  modes=[m.strip() for m in args.ablation.split(",") if m.strip()],
+                                  **plan_flags(args), controls=opts["controls"],
                                   control_tolerance=args.control_tolerance,
                                   cells=_compare_cells(args.compare_cells, args.heads_file),
-                                  random_skip_layer0=args.random_skip_layer0)
+                                  random_skip_layer0=args.random_skip_layer0, pool=opts["control_pool"])
     spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,
-                     pack=parse_pack(args.pack), control_pool=opts["control_pool"],
+                     pack=parse_pack(args.pack),
                      exclude_discovery_docs=opts["exclude_discovery_docs"], engine=args.engine,
                      extra={"preset": args.preset} if args.preset else {})
     console.step(f"sweep: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import console
+from vrh_lmms.base.heads import kinds
+from vrh_lmms.pipelines.demo.stages import demo_controls
 from vrh_lmms.report.fmt import pct, pct_ci, pct_opt_ci
 
 
@@ -33,13 +35,14 @@ def k_table(summary: dict[str, Any]):
     total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
     criteria = summary["criteria"]
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for name, justify in (("k", "left"), ("top-k drop [95% CI]", "right"), ("random-k ± SE", "right"),
-                          ("layer-matched ± SE", "right"), ("targets", "left")):
+    controls = [kinds.kind(name) for name in demo_controls(targets_only=True)]
+    for name, justify in (("k", "left"), ("top-k drop [95% CI]", "right"),
+                          *((f"{c.dashed} ± SE", "right") for c in controls), ("targets", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     for r in summary["acceptance"]["rows"]:
         lo, hi = r["topk_drop_ci"]
         table.add_row(f"{r['k']} ({r['k'] / total:.0%})", pct_ci(r["topk_drop"], lo, hi),
-                      _control(r, "random"), _control(r, "layer_matched"), targets_cell(criteria.get(str(r["k"]))))
+                      *(_control(r, c.name) for c in controls), targets_cell(criteria.get(str(r["k"]))))
     return table
 
 

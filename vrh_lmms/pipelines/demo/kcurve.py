@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from vrh_lmms.base.heads import kinds
+
 
 def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
     """Top-k, oracle-k, random-k and layer-matched drops against k (means with min-max bands); `pool` ("live") names
@@ -26,9 +28,11 @@ def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
     if rows and "oracle_drop" in rows[0]:
         ax.plot(ks, [r["oracle_drop"] for r in rows], "s--", color="C1", label="oracle-k (single-head effect)")
     lead = f"{pool} " if pool else ""
-    for kind, colour, label in (("random", "C0", f"{lead}random-k"),
-                                ("layer_matched", "C2", f"{lead}layer-matched random-k"),
-                                ("random_all", "C7", "uniform random-k, all heads")):
+    # the control kinds the rows hold (`<kind>_drops`), in their order, with the report's colours and names; a kind
+    # with a pool of its own (uniform over all heads) is not the `pool` draws
+    shown = [kinds.BY_NAME[key[:-len("_drops")]] for key in (rows[0] if rows else {})
+             if key.endswith("_drops") and key[:-len("_drops")] in kinds.BY_NAME]
+    for kind, colour, label in ((k.name, k.colour, k.legend if k.pool else lead + k.legend) for k in shown):
         kept = [r for r in rows if r.get(f"{kind}_drops")]
         if not kept:
             continue

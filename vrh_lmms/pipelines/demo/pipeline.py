@@ -24,13 +24,16 @@ import numpy as np
 from vrh_lmms.base import console, owned
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.paths import assets_path, shown_model
 from vrh_lmms.pipelines.demo.recall import MAPS_PLOT, RECALL_DIR
 from vrh_lmms.pipelines.demo.stages import (  # noqa: F401  (EVAL_START: the demo's scene ids, for its callers)
     EVAL_START,
     TASK,
     DemoSettings,
+    demo_controls,
     demo_model_args,
+    demo_plan,
     discover_heads,
     sweep_heads,
 )
@@ -48,10 +51,6 @@ def demo_model_path() -> Path:
         raise VRHError(f"the shipped demo model is missing from {path}; reinstall vrh-lmms or train one with "
                        f"`vrh-lmms train-tiny`")
     return path
-
-
-CONTROLS = ("random", "layer_matched", "random_all")  # live random, live layer-matched, uniform over all heads
-TARGET_CONTROLS = ("random", "layer_matched")  # the design targets are checked against the live draws
 
 
 @dataclass
@@ -101,14 +100,16 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
         pf = float(np.mean([rec[i]["status"] == "parse_failure" for i in ids]))
         return c, pf
 
+    controls = demo_controls()
     for k in ks:
         top, top_pf = correct(f"top{k}")
         drop = paired_drop(b, top, clusters, n_resamples=n_resamples, seed=0)
         row: dict[str, Any] = {"k": k, "topk_acc": float(top.mean()), "topk_drop": drop.drop,
                                "topk_drop_ci": [drop.ci_low, drop.ci_high], "topk_drop_ci_method": drop.method,
                                "topk_parse_failure": top_pf}
-        for kind in CONTROLS:
-            runs = sorted((p.name for p in configs.glob(f"{kind}{k}_s*") if (p / "results.json").is_file()),
+        for kind in controls:
+            prefix = kinds.kind(kind).id_prefix
+            runs = sorted((p.name for p in configs.glob(f"{prefix}{k}_s*") if (p / "results.json").is_file()),
                           key=_draw_seed)  # seed order (s2 before s10), as the sweep ran them
             drops, pfs, dead = [], [], []
             for name in runs:
@@ -120,7 +121,7 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
             row[f"{kind}_drops"] = drops
             row[f"{kind}_dead_per_draw"] = dead
             row[f"{kind}_unavailable"] = next((r for cid, r in unavailable.items()
-                                               if re.fullmatch(rf"{kind}{k}_s\d+", cid)), None)
+                                               if re.fullmatch(rf"{prefix}{k}_s\d+", cid)), None)
             row[f"{kind}_mean_drop"] = float(np.mean(drops)) if drops else None
             # how far the mean of these few draws may sit from the mean over all k-sets (None below two draws)
             row[f"{kind}_mean_drop_se"] = float(sem(drops)) if len(drops) > 1 else None
@@ -139,12 +140,11 @@ def plot_acceptance_curve(acc: Acceptance, layers: int, heads: int, path: Path) 
     from vrh_lmms.pipelines.demo.kcurve import plot_k_curve
 
     rows = [{"k": r["k"], "top_drop": 100 * r["topk_drop"],
-             "random_drops": [100 * d for d in r["random_drops"]],
-             "layer_matched_drops": [100 * d for d in r["layer_matched_drops"]],
-             "random_all_drops": [100 * d for d in r.get("random_all_drops", [])]}
+             **{f"{kind}_drops": [100 * d for d in r.get(f"{kind}_drops", [])] for kind in demo_controls()}}
             for r in acc.rows if r["random_drops"]]
     plot_k_curve({"rows": rows, "layers": layers, "heads": heads}, path,
-                 f"demo: Acc@0.5 drops on {acc.n_eval} held-out scenes (baseline {acc.baseline_acc:.1%})", pool="live")
+                 f"demo: Acc@0.5 drops on {acc.n_eval} held-out scenes (baseline {acc.baseline_acc:.1%})",
+                 pool=kinds.DEFAULT_POOL)
     return path
 
 
@@ -202,10 +202,10 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
              "live layer-matched mean drop ± SE (R) | uniform random-k (all heads) mean drop ± SE (R) | "
              "uniform draws holding dead heads (dead per draw) | parse failures (top-k / worst live control) |",
              "|---|---|---|---|---|---|---|---|"]
+    targets = demo_controls(targets_only=True)
     for r in acc.rows:
         lo, hi = r["topk_drop_ci"]
-        worst = max(v for v in (*(r.get(f"{kind}_max_parse_failure") for kind in TARGET_CONTROLS), 0.0)
-                    if v is not None)
+        worst = max(v for v in (*(r.get(f"{kind}_max_parse_failure") for kind in targets), 0.0) if v is not None)
         lines.append(f"| {r['k']} ({r['k'] / total_heads:.0%}) | {r['topk_acc']:.1%} | "
                      f"{pct_ci(r['topk_drop'], lo, hi)} | "
                      f"{_control(r, 'random')} | {_control(r, 'layer_matched')} | {_control(r, 'random_all')} | "
@@ -260,7 +260,8 @@ def criteria(acc: Acceptance, total_heads: int) -> dict[int, dict[str, bool]]:
 
 def worst_parse_failure(row: dict) -> float:
     """The larger parse-failure rate of top-k and of the worst live control draw at one k."""
-    parse = [v for v in (row.get(f"{kind}_max_parse_failure") for kind in TARGET_CONTROLS) if v is not None]
+    parse = [v for v in (row.get(f"{kind}_max_parse_failure") for kind in demo_controls(targets_only=True))
+             if v is not None]
     return max([row["topk_parse_failure"], *parse])
 
 
@@ -349,8 +350,6 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
              model_path: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
     from vrh_lmms.harness import lmms
     from vrh_lmms.report.build import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
-
     settings = settings or DemoSettings()
     started = time.time()
     out = Path(output)
@@ -375,7 +374,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         say(f"[1/3] discovery on {settings.n_discovery} held-out scenes "
             f"({geometry.layers} layers x {geometry.heads} heads)")
         heads = discover_heads(lm, model_args, spec, settings, out / "heads.json")
-        configs = plan_configurations(ks, settings.random_seeds, True, ["zero"], uniform_random=True)
+        configs = demo_plan(ks, settings.random_seeds)
         say(f"[2/3] sweep: {len(configs)} configurations (k = {', '.join(map(str, ks))}) on {settings.n_eval} "
             f"other held-out scenes")
         sweep_heads(lm, model_args, spec, settings, heads, configs, out / "sweep", progress)

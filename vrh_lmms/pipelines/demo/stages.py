@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL  # noqa: F401  (callers import them)
 
 TASK = "vrh_synth_grounding"
@@ -96,3 +97,20 @@ def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, 
         run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[task], heads_file=str(heads),
                             configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
                   output, lm=lm, progress=progress)
+
+
+def demo_plan(ks: Sequence[int], random_seeds: int) -> list:
+    """The demo sweep's configurations: baseline, top-k, live random-k and layer-matched draws, and uniform random-k
+    draws over all heads beside them."""
+    from vrh_lmms.runs.sweep.plan import plan_configurations  # the runs floor loads where the demo runs
+
+    return plan_configurations(ks, random_seeds, True, ["zero"], uniform_random=True)
+
+
+def demo_controls(targets_only: bool = False) -> tuple[str, ...]:
+    """The demo sweep's control kinds (vrh_lmms.base.heads.kinds), those drawing from the run's live pool first: the
+    design targets are checked against them (`targets_only`); the kinds with a pool of their own (uniform over all
+    heads) come after them."""
+    planned = [kinds.kind(c.kind) for c in demo_plan([1], 1)]
+    live = [k.name for k in planned if k.control and not k.pool]
+    return tuple(dict.fromkeys(live if targets_only else live + [k.name for k in planned if k.control and k.pool]))

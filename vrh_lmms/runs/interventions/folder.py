@@ -12,7 +12,6 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from vrh_lmms.base import atomic, owned
@@ -84,7 +83,7 @@ class Ready:
 def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout, identity: dict[str, Any],
               configurations: Sequence, force: bool, lm=None) -> Ready:
     """Every check that needs no forward pass, cheapest first, before the model loads; writes nothing. `spec`
-    has model, model_args, tasks, heads_file, limit, allow_cross_model; `configurations` (id, k, seed, spec)
+    has model, model_args, tasks, heads_file, limit, allow_cross_model; `configurations` (id, k, seed, spec, pool)
     are the head sets the run will resolve."""
     from vrh_lmms.base.heads.heads_file import load_heads_file
     from vrh_lmms.harness import lmms, preload
@@ -104,16 +103,14 @@ def preflight(spec, command: str, out: Path, manifest: str, layout: owned.Layout
     if not spec.heads_file:
         raise VRHError(f"{command} needs --heads-file")
     hf = load_heads_file(spec.heads_file)
-    heads = SimpleNamespace(configurations=list(configurations), allow_cross_model=spec.allow_cross_model,
-                            control_pool=getattr(spec, "control_pool", "live"))
     dead = dead_heads_of(lm, hf)
     # k against the heads file, image_mass for image-matched sets
-    unavailable = check_headsets(heads, hf.geometry, hf, dead)
+    unavailable = check_headsets(configurations, hf.geometry, hf, dead, spec.allow_cross_model)
     folder = inspect_folder(out, manifest, layout, identity, force)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     check_docs(tm, list(spec.tasks), spec.limit)  # every doc's box, before the folder is claimed or weights load
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json (or the loaded model)
-        unavailable = check_headsets(heads, geometry, hf, dead)
+        unavailable = check_headsets(configurations, geometry, hf, dead, spec.allow_cross_model)
     return Ready(hf, tm, folder, unavailable)

@@ -14,6 +14,7 @@ from typing import Any
 from vrh_lmms.base import owned
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.kinds import DEFAULT_POOL
 from vrh_lmms.base.runfile import RUN_FILE
 from vrh_lmms.runs.interventions.folder import beside, temporaries
 from vrh_lmms.runs.sweep.checks import CONFIG_ENTRY
@@ -54,14 +55,18 @@ PATCH_LAYOUT: dict[str, owned.Check | None] = {
 @dataclass(frozen=True)
 class SteerConfig:
     id: str
-    kind: str  # baseline | topk | random | layer_matched | image_matched
+    kind: str  # a configuration kind of vrh_lmms.base.heads.kinds
     k: int
     seed: int | None
     spec: str
     bias: float
+    pool: str = DEFAULT_POOL  # what a control's heads are drawn from; the manifest records it once (control_pool)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("pool")
+        return out
+
 
 
 def read_steer_records(folder: Path) -> dict[str, list[dict[str, Any]]]:

@@ -35,6 +35,7 @@ from vrh_lmms.base import atomic, console
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import head_name
+from vrh_lmms.base.heads.kinds import DEFAULT_POOL
 from vrh_lmms.model.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.runs.interventions.folder import claim_folder, preflight, write_json
@@ -44,6 +45,7 @@ from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.sweep.checks import dead_head_names, dead_heads_of, sha256_of
+from vrh_lmms.runs.sweep.plan import planned_headset
 
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
 
@@ -65,7 +67,7 @@ class PatchSpec:
     direction: str = "denoise"
     min_gap: float = 1.0
     allow_cross_model: bool = False
-    control_pool: str = "live"  # what control head sets are drawn from (vrh_lmms.base.heads.spec.CONTROL_POOLS)
+    control_pool: str = DEFAULT_POOL  # what control head sets are drawn from (vrh_lmms.base.heads.kinds.POOLS)
     controls: tuple[str, ...] = ()
     control_tolerance: float | None = None
     patch_batch: int = 8  # patched copies per forward (rows of one batch)
@@ -154,20 +156,20 @@ def set_configurations(spec: PatchSpec) -> list:
     from vrh_lmms.runs.sweep.plan import plan_configurations
 
     return [c for c in plan_configurations(spec.ks, spec.random_seeds, spec.layer_matched, ["zero"],
-                                           controls=spec.controls, control_tolerance=spec.control_tolerance)
+                                           controls=spec.controls, control_tolerance=spec.control_tolerance,
+                                           pool=spec.control_pool)
             if c.kind != "baseline"]
 
 
 def head_sets(spec: PatchSpec, hf, geometry, dead: tuple = ()) -> tuple[dict[str, dict], dict[str, str]]:
-    """Named head sets (sweep configuration ids) patched together, controls drawn from `spec.control_pool` with
+    """Named head sets (sweep configuration ids) patched together, controls drawn from the pool each carries with
     the model's `dead` heads; and the sets that cannot be drawn there, with the reason."""
-    from vrh_lmms.base.heads.spec import ControlUnavailable, resolve_spec
+    from vrh_lmms.base.heads.spec import ControlUnavailable
 
     out, unavailable = {}, {}
     for c in set_configurations(spec):
         try:
-            hs = resolve_spec(c.spec, geometry, heads_file=hf, seed=c.seed or 0,
-                              allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool)
+            hs = planned_headset(c, geometry, hf, dead, spec.allow_cross_model)
         except ControlUnavailable as exc:
             unavailable[c.id] = str(exc)
             continue

@@ -20,9 +20,9 @@ checked before the model loads (vrh_lmms.runs.interventions.folder.preflight).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -43,6 +43,7 @@ from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering f
 from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.sweep.checks import sha256_of
+from vrh_lmms.runs.sweep.plan import Configuration, carried_pool, planned_headset
 
 MOVED_IOU = 0.5
 
@@ -51,20 +52,16 @@ def bias_label(bias: float) -> str:
     return f"b{bias:g}"
 
 
-def plan_steering(ks, random_seeds: int, layer_matched: bool, biases, random: bool = True,
-                  controls=(), control_tolerance: float | None = None) -> list[SteerConfig]:
-    """Baseline (nothing steered), then every head configuration of a sweep plan at every bias."""
-    from vrh_lmms.runs.sweep.plan import plan_configurations
-
+def plan_steering(plan: Sequence[Configuration], biases) -> list[SteerConfig]:
+    """Baseline (nothing steered), then every head configuration of a sweep plan (`plan_configurations`, whose
+    pool each configuration carries) at every bias."""
     biases = sorted({float(b) for b in biases})
     if not biases:
         raise VRHError("steering needs at least one bias strength (--bias 4,8)")
-    heads = [c for c in plan_configurations(ks, random_seeds, layer_matched, ["zero"], random=random,
-                                            controls=controls, control_tolerance=control_tolerance)
-             if c.kind != "baseline"]
-    out = [SteerConfig("baseline", "baseline", 0, None, "none", 0.0)]
+    heads = [c for c in plan if c.kind != "baseline"]
+    out = [SteerConfig("baseline", "baseline", 0, None, "none", 0.0, carried_pool(plan))]
     for bias in biases:
-        out.extend(SteerConfig(f"{c.id}_{bias_label(bias)}", c.kind, c.k, c.seed, c.spec, bias) for c in heads)
+        out.extend(SteerConfig(f"{c.id}_{bias_label(bias)}", c.kind, c.k, c.seed, c.spec, bias, c.pool) for c in heads)
     return out
 
 
@@ -82,8 +79,13 @@ class SteerSpec:
     rule: str = "overlap"
     allow_cross_model: bool = False
     batch_size: int = 1
-    control_pool: str = "live"  # what control head sets are drawn from (vrh_lmms.base.heads.spec.CONTROL_POOLS)
+    # what control head sets are drawn from: the pool the configurations carry (plan_steering); None takes it from
+    # them, a pool given must agree with them
+    control_pool: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.control_pool = carried_pool(self.configurations, self.control_pool)
 
     def identity(self) -> dict[str, Any]:
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
@@ -227,7 +229,6 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     """Run every configuration not yet done (the caller writes summary.json and report.md with
     vrh_lmms.report.interventions.write_steering_report). On several ranks every rank steers its shard of the docs,
     rank 0 alone writes (vrh_lmms.harness.distributed)."""
-    from vrh_lmms.base.heads.spec import resolve_spec
     from vrh_lmms.harness import distributed, lmms
     from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of
 
@@ -262,8 +263,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
             raise VRHError(f"steering runs on the intact model, but model_args ablate {lm.vrh_headset.spec}")
         geometry = lm.vrh_decoder.geometry
         dead = dead_heads_of(lm)
-        unavailable = check_headsets(SimpleNamespace(configurations=spec.configurations, control_pool=spec.control_pool,
-                                                     allow_cross_model=spec.allow_cross_model), geometry, hf, dead)
+        unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
         todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
         if distributed.is_main():
             _write_manifest(out, spec, done, unavailable)
@@ -274,8 +274,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         bar = console.bar(len(todo), "steer", "config", enabled=progress and distributed.is_main())
         try:
             for cfg in todo:
-                headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed or 0,
-                                       allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool)
+                headset = planned_headset(cfg, geometry, hf, dead, spec.allow_cross_model)
                 steerer.heads, steerer.bias = list(headset.heads), cfg.bias
                 bar.set_description(cfg.id)
                 results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs,

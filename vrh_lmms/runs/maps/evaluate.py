@@ -2,8 +2,8 @@
 cluster-aware intervals (vrh_lmms.base.stats: docs of one image are one cluster).
 
 Head sets per k: the top-k of the heads file, random-k draws (one per seed) and layer-matched draws (one per seed)
-from the control pool (vrh_lmms.base.heads.spec: live heads by default; a layer that cannot fill a layer-matched draw
-makes it unavailable, reported, never padded). Per k the figures are:
+from the control pool, as a sweep plans them (vrh_lmms.runs.sweep.plan; live heads by default; a layer that cannot fill
+a layer-matched draw makes it unavailable, reported, never padded). Per k the figures are:
 - the model's answer and the top-k locator: accuracy with the design-effect-adjusted Wilson interval
   (`stats.accuracy`, binary), and their paired difference (located - answer) with the Tango interval the report
   prints for drops (`stats.paired_drop`);
@@ -22,21 +22,29 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms.base.boxes.geometry import iou
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.heads.spec import ControlUnavailable
 from vrh_lmms.base.stats import accuracy, paired_drop
 from vrh_lmms.runs.maps.collect import DocMaps
 from vrh_lmms.runs.maps.grid import cell_grid
 from vrh_lmms.runs.maps.locator import LocatorSettings, locate_box
 from vrh_lmms.runs.maps.views import head_set_map
+from vrh_lmms.runs.sweep.plan import plan_configurations, planned_headset
 
-CONTROLS = ("random", "layer_matched")
-CONTROL_SPECS = {"random": "random{k}", "layer_matched": "like:top{k}"}
+
+def _plan(k: int, seeds: int, pool: str = kinds.DEFAULT_POOL) -> list:
+    """The head sets the locator reads at k: a sweep's plan with random-k and layer-matched draws, no baseline."""
+    return [c for c in plan_configurations([k], seeds, True, ["zero"], pool=pool) if c.kind != "baseline"]
+
+
+CONTROLS = tuple(c.kind for c in _plan(1, 1) if kinds.kind(c.kind).control)  # the control kinds it reads, in order
 THRESHOLD = 0.5  # Acc@0.5
 
 
 @dataclass(frozen=True)
 class LocatorSet:
-    """One head set the locator reads: id (top5, random5_s0, layer_matched5_s3), kind, k, seed, heads, or the
+    """One head set the locator reads: its id, kind, k and seed as the sweep's plan names them, its heads, or the
     reason it could not be drawn."""
 
     id: str
@@ -48,24 +56,17 @@ class LocatorSet:
 
 
 def locator_sets(heads_file, geometry: Geometry, ks: Sequence[int], seeds: int, dead: tuple[HeadRef, ...],
-                 pool: str = "live") -> list[LocatorSet]:
-    """top-k, then `seeds` random-k and layer-matched draws per k (vrh_lmms.base.heads.spec.resolve_spec)."""
-    from vrh_lmms.base.heads.spec import ControlUnavailable, resolve_spec
-
+                 pool: str = kinds.DEFAULT_POOL) -> list[LocatorSet]:
+    """top-k, then `seeds` random-k and layer-matched draws per k, in the order of `ks`."""
     out = []
     for k in ks:
-        top = resolve_spec(f"top{k}", geometry, heads_file=heads_file, dead=dead, pool=pool)
-        out.append(LocatorSet(f"top{k}", "topk", k, None, top.heads))
-        for kind in CONTROLS:
-            for seed in range(seeds):
-                sid = f"{kind}{k}_s{seed}"
-                try:
-                    hs = resolve_spec(CONTROL_SPECS[kind].format(k=k), geometry, heads_file=heads_file, seed=seed,
-                                      dead=dead, pool=pool)
-                except ControlUnavailable as exc:
-                    out.append(LocatorSet(sid, kind, k, seed, (), unavailable=str(exc)))
-                    continue
-                out.append(LocatorSet(sid, kind, k, seed, hs.heads))
+        for cfg in _plan(k, seeds, pool):
+            try:
+                hs = planned_headset(cfg, geometry, heads_file, dead)
+            except ControlUnavailable as exc:
+                out.append(LocatorSet(cfg.id, cfg.kind, k, cfg.seed, (), unavailable=str(exc)))
+                continue
+            out.append(LocatorSet(cfg.id, cfg.kind, k, cfg.seed, hs.heads))
     return out
 
 

@@ -23,7 +23,9 @@ from typing import Any
 from vrh_lmms.base import owned
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.runfile import RUN_FILE
+from vrh_lmms.runs.sweep.plan import planned_headset
 
 MANIFEST = "sweep.json"
 CONFIGS = "configs"
@@ -150,21 +152,20 @@ def dead_head_names(lm) -> list[str] | None:
     return None if dead is None else [str(h) for h in dead]
 
 
-def check_headsets(spec, geometry, heads_file, dead: tuple = ()) -> dict[str, str]:
-    """Resolve every configuration's head set against `geometry` and the model's `dead` heads (k too large, a
-    heads file of another model), so no configuration fails after others have run. Returns the configurations
-    whose control cannot be drawn from its pool (a layer without enough live heads), with the reason: they are
-    reported as unavailable, never padded with dead heads."""
-    from vrh_lmms.base.heads.spec import ControlUnavailable, check_heads_file_fits, resolve_spec
+def check_headsets(configurations, geometry, heads_file, dead: tuple = (), allow_cross_model: bool = False
+                   ) -> dict[str, str]:
+    """Resolve every configuration's head set (`planned_headset`, from the pool it carries) against
+    `geometry` and the model's `dead` heads (k too large, a heads file of another model), so no configuration fails
+    after others have run. Returns the configurations whose control cannot be drawn from its pool (a layer without
+    enough live heads), with the reason: they are reported as unavailable, never padded with dead heads."""
+    from vrh_lmms.base.heads.spec import ControlUnavailable, check_heads_file_fits
 
     if heads_file is not None:
-        check_heads_file_fits(heads_file, geometry, allow_cross_model=spec.allow_cross_model)
+        check_heads_file_fits(heads_file, geometry, allow_cross_model=allow_cross_model)
     unavailable: dict[str, str] = {}
-    for cfg in spec.configurations:
+    for cfg in configurations:
         try:
-            resolve_spec(cfg.spec, geometry, heads_file=heads_file, seed=cfg.seed if cfg.seed is not None else 0,
-                         allow_cross_model=spec.allow_cross_model, dead=dead,
-                         pool=getattr(spec, "control_pool", "live"), cell=getattr(cfg, "cell", None))
+            planned_headset(cfg, geometry, heads_file, dead, allow_cross_model)
         except ControlUnavailable as exc:
             unavailable[cfg.id] = str(exc)
         except VRHError as exc:
@@ -200,8 +201,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
         plan = preload.plan_args(spec.model, spec.model_args)
         preload.refuse_head_args(plan.args, "sweep", INSTEAD)
     hf = load_heads_file(spec.heads_file) if spec.heads_file else None
-    needs_file = [c.id for c in spec.configurations
-                  if c.kind in ("topk", "scorer_topk", "layer_matched", "image_matched", "random_outside")]
+    needs_file = [c.id for c in spec.configurations if kinds.kind(c.kind).needs_file]
     if needs_file and hf is None:
         raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
     means = None
@@ -213,7 +213,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     dead = dead_heads_of(lm, hf)
     unavailable: dict[str, str] = {}
     if hf is not None:  # k against the heads file (the model's own geometry follows)
-        unavailable = check_headsets(spec, hf.geometry, hf, dead)
+        unavailable = check_headsets(spec.configurations, hf.geometry, hf, dead, spec.allow_cross_model)
     from vrh_lmms.base.data_env import data_env
 
     extra_data = data_env(skip=("VRH_SYNTH_CONFIG",))  # the synthetic scenes are in data_identity already
@@ -225,7 +225,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     lmms.check_tasks(tm, spec.tasks)
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
-        unavailable = check_headsets(spec, geometry, hf, dead)
+        unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
     return Preflight(identity, hf, means, tm, folder, unavailable, offsets)
 
 

@@ -3,26 +3,61 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import kinds
+from vrh_lmms.base.heads.kinds import DEFAULT_POOL
+from vrh_lmms.base.heads.spec import HeadSet, resolve_spec
 
 
 @dataclass(frozen=True)
 class Configuration:
     id: str
-    kind: str  # baseline | topk | random | random_all | layer_matched | image_matched
+    kind: str  # a configuration kind of vrh_lmms.base.heads.kinds
     k: int
     seed: int | None
     mode: str  # none | zero | mean | uniform | uniform_image
     spec: str
     cell: str | None = None  # scorer_topk: the heads file's scoring cell whose ranking `spec` reads
+    # what a control's draw comes from (kinds.POOLS), chosen once when the run is planned; not in `to_dict`: a
+    # manifest records the run's pool once (its `control_pool`)
+    pool: str = DEFAULT_POOL
 
     def to_dict(self) -> dict:
         out = asdict(self)
+        out.pop("pool")
         if self.cell is None:
             out.pop("cell")
         return out
+
+
+
+def planned_headset(cfg, geometry, heads_file=None, dead: tuple = (), allow_cross_model: bool = False) -> HeadSet:
+    """The heads of a planned head set (a `Configuration`, a steering run's `SteerConfig`: its spec, seed, pool and
+    scoring cell) on a model of `geometry` whose `dead` heads write nothing."""
+    return resolve_spec(cfg.spec, geometry, heads_file=heads_file, seed=cfg.seed if cfg.seed is not None else 0,
+                        allow_cross_model=allow_cross_model, dead=dead, pool=cfg.pool, cell=getattr(cfg, "cell", None))
+
+
+def from_dict(entry: dict, pool: str) -> Configuration:
+    """A configuration as a manifest lists it (`to_dict`), in a run whose controls draw from `pool`."""
+    names = {f.name for f in fields(Configuration)} - {"pool"}
+    cfg = Configuration(**{k: v for k, v in entry.items() if k in names})
+    own = kinds.BY_NAME[cfg.kind].pool if cfg.kind in kinds.BY_NAME else None
+    return replace(cfg, pool=own or pool)
+
+
+def carried_pool(configurations: Sequence, given: str | None = None) -> str:
+    """The pool a planned run's controls draw from, as its configurations carry it (a variant's own pool, such as
+    random_all's, aside); a pool `given` beside them (a run's spec) must be the same."""
+    pools = {c.pool for c in configurations if not (c.kind in kinds.BY_NAME and kinds.BY_NAME[c.kind].pool)}
+    if given is not None:
+        pools.add(kinds.check_pool(given))
+    if len(pools) > 1:
+        raise VRHError(f"the configurations draw controls from the {' and the '.join(sorted(pools))} pools; plan "
+                       "a run's configurations with one pool (plan_configurations(pool=))")
+    return pools.pop() if pools else DEFAULT_POOL
 
 
 def _suffix(mode: str) -> str:
@@ -32,55 +67,42 @@ def _suffix(mode: str) -> str:
 def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: bool, modes: Sequence[str],
                         random: bool = True, controls: Sequence[str] = (),
                         control_tolerance: float | None = None, uniform_random: bool = False,
-                        cells: Sequence[str] = (), random_skip_layer0: bool = False) -> list[Configuration]:
+                        cells: Sequence[str] = (), random_skip_layer0: bool = False,
+                        pool: str = DEFAULT_POOL) -> list[Configuration]:
     """Baseline, then per k and mode: top-k, random-k per seed, layer-matched random-k per seed, and each extra
-    control per seed (`image-matched`: vrh_lmms.base.heads.controls; `control_tolerance` overrides its tolerance).
-    `uniform_random` adds `random_all` draws over all heads, dead ones included (spec random<K>@all), beside the
-    run's control pool: the paper's random control next to the live one. `cells` adds, per k, the top-k of each
-    other scoring cell of the heads file (`scorer_<cell>_top<k>`: the scorer comparison of the paper's Figs 2/3).
-    `random_skip_layer0` draws the random-k heads outside layer 0 (spec random<K>:skip_layer0, the paper's DPO
-    control), same ids."""
-    from vrh_lmms.base.heads.controls import CONTROL_OPTIONS
-
-    unknown = [c for c in controls if c not in CONTROL_OPTIONS]
-    if unknown:
-        raise VRHError(f"--control {unknown[0]!r}: use {', '.join(CONTROL_OPTIONS)}")
+    control per seed (`--control` values, vrh_lmms.base.heads.kinds `OPTIONS`; `control_tolerance` overrides the
+    image-matched tolerance). `uniform_random` adds `random_all` draws over all heads, dead ones included (spec
+    random<K>@all), beside the run's control pool: the paper's random control next to the live one. `cells` adds,
+    per k, the top-k of each other scoring cell of the heads file (`scorer_<cell>_top<k>`: the scorer comparison of
+    the paper's Figs 2/3). `random_skip_layer0` draws the random-k heads outside layer 0 (spec random<K>:skip_layer0,
+    the paper's DPO control), same ids. `pool`: what the controls draw from, carried by every configuration."""
+    wanted = kinds.planned_controls({"random": random, "uniform_random": uniform_random,
+                                     "layer_matched": layer_matched}, controls)
     if not ks:
         raise VRHError("a sweep needs at least one k (--k 1,5,10)")
     if any(k <= 0 for k in ks):
         raise VRHError(f"--k values must be positive, got {list(ks)}")
     if random_seeds < 0:
         raise VRHError("--random-seeds must be >= 0")
+    kinds.check_pool(pool, "--control-pool")
     from vrh_lmms.model.ablation import MODES
 
     for mode in modes:
         if mode not in MODES:
             raise VRHError(f"--ablation {mode!r}: use any of {', '.join(MODES)}")
-    out = [Configuration("baseline", "baseline", 0, None, "none", "none")]
+    options = {"skip_layer0": random_skip_layer0, "tolerance": control_tolerance}
+    out = [Configuration("baseline", "baseline", 0, None, "none", "none", pool=pool)]
     for mode in modes:
         sfx = _suffix(mode)
         for k in sorted(set(ks)):
-            out.append(Configuration(f"top{k}{sfx}", "topk", k, None, mode, f"top{k}"))
+            out.append(Configuration(f"top{k}{sfx}", "topk", k, None, mode, f"top{k}", pool=pool))
             for cell in cells:
                 out.append(Configuration(f"scorer_{cell_slug(cell)}_top{k}{sfx}", "scorer_topk", k, None, mode,
-                                         f"top{k}", cell))
-            if random:
-                for s in range(random_seeds):
-                    out.append(Configuration(f"random{k}_s{s}{sfx}", "random", k, s, mode,
-                                             f"random{k}" + (":skip_layer0" if random_skip_layer0 else "")))
-            if uniform_random:
-                for s in range(random_seeds):
-                    out.append(Configuration(f"random_all{k}_s{s}{sfx}", "random_all", k, s, mode,
-                                             f"random{k}@all"))
-            if layer_matched:
-                for s in range(random_seeds):
-                    out.append(Configuration(f"layer_matched{k}_s{s}{sfx}", "layer_matched", k, s, mode,
-                                             f"like:top{k}"))
-            for control in controls:
-                kind = CONTROL_OPTIONS[control]
-                tol = "" if control_tolerance is None or kind != "image_matched" else f"~{control_tolerance:g}"
-                for s in range(random_seeds):
-                    out.append(Configuration(f"{kind}{k}_s{s}{sfx}", kind, k, s, mode, f"{kind}:top{k}{tol}"))
+                                         f"top{k}", cell, pool=pool))
+            for kind in wanted:
+                spec = kinds.format_spec(kind, k, **options)
+                out += [Configuration(f"{kind.id_prefix}{k}_s{s}{sfx}", kind.name, k, s, mode, spec,
+                                      pool=kind.pool or pool) for s in range(random_seeds)]
     return out
 
 

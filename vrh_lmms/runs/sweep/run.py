@@ -21,7 +21,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,15 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.harness import sweep_engine as engine
 from vrh_lmms.runs.sweep import checks
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
-from vrh_lmms.runs.sweep.plan import Configuration, pack_groups, status_of, unpackable_reason
+from vrh_lmms.runs.sweep.plan import (
+    Configuration,
+    carried_pool,
+    from_dict,
+    pack_groups,
+    planned_headset,
+    status_of,
+    unpackable_reason,
+)
 
 MANIFEST = checks.MANIFEST
 # automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per
@@ -56,7 +64,9 @@ class SweepSpec:
     seed: int = 0
     allow_cross_model: bool = False
     pack: int | None = None  # configurations per pack; None = automatic. Not part of the identity: same files.
-    control_pool: str = "live"  # what control draws come from (vrh_lmms.base.heads.spec.CONTROL_POOLS)
+    # what control draws come from: the pool the configurations carry (plan_configurations(pool=)); None takes it
+    # from them, a pool given must agree with them
+    control_pool: str | None = None
     # leave out the docs the heads file was found on (vrh_lmms.runs.sweep.exclusion): "off", "on" (refused where
     # discovery used none of the tasks) or "auto" (the paper preset: wherever it used one)
     exclude_discovery_docs: str = "off"
@@ -65,6 +75,9 @@ class SweepSpec:
     # files.
     engine: str = "fast"
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.control_pool = carried_pool(self.configurations, self.control_pool)
 
     def identity(self, heads_sha: str | None) -> dict[str, Any]:
         """What must match for a folder to be resumed rather than refused."""
@@ -90,7 +103,6 @@ def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: 
 def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model. On several ranks every
     rank checks and evaluates, rank 0 alone changes the folder (vrh_lmms.harness.distributed)."""
-    from vrh_lmms.base.heads.spec import resolve_spec
     from vrh_lmms.harness import distributed, lmms
 
     out = Path(output)
@@ -117,7 +129,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     geometry = lm.vrh_decoder.geometry
     dead = checks.dead_heads_of(lm)
     # the loaded model's own geometry and dead heads, before the first evaluation
-    unavailable = checks.check_headsets(spec, geometry, hf, dead)
+    unavailable = checks.check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
     todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
     checks.check_modes(spec, lm.model)
     packable = [c for c in todo if unpackable_reason(c) is None]
@@ -137,9 +149,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     bar = _progress(len(todo), enabled=progress and rank == 0)
 
     def headset_of(cfg: Configuration):
-        return resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed if cfg.seed is not None else 0,
-                            allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool,
-                            cell=cfg.cell)
+        return planned_headset(cfg, geometry, hf, dead, spec.allow_cross_model)
 
     def evaluate_and_write(cfg: Configuration) -> None:
         bar.set_description(cfg.id)
@@ -190,12 +200,11 @@ def earlier_configurations(spec: SweepSpec, folder, out: Path) -> list[Configura
     if not folder.resume or not (out / MANIFEST).is_file():
         return []
     asked = {c.id for c in spec.configurations}
-    names = {f.name for f in fields(Configuration)}
     kept = []
     for entry in json.loads((out / MANIFEST).read_text()).get("configurations") or []:
         if (isinstance(entry, dict) and entry.get("id") not in asked
                 and (out / "configs" / str(entry.get("id")) / "results.json").is_file()):
-            kept.append(Configuration(**{k: v for k, v in entry.items() if k in names}))
+            kept.append(from_dict(entry, spec.control_pool))
     return kept
 
 
