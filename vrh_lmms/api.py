@@ -48,7 +48,7 @@ class Model:
         if isinstance(heads, HeadSet):
             return heads
         if heads is None or isinstance(heads, str):
-            return resolve_spec(heads, self.geometry, seed=seed, dead=self.lm.vrh_dead_heads or (), pool="live")
+            return resolve_spec(heads, self.geometry, seed=seed, dead=self.lm.vrh_dead_heads or ())
         names = [str(parse_head(h) if isinstance(h, str) else h) for h in heads]
         return resolve_spec(";".join(names) or "none", self.geometry, dead=self.lm.vrh_dead_heads or ())
 

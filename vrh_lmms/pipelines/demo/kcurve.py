@@ -12,8 +12,8 @@ from vrh_lmms.base.heads import kinds
 
 
 def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
-    """Top-k, oracle-k, random-k and layer-matched drops against k (means with min-max bands); `pool` ("live") names
-    what the random and layer-matched draws came from in the legend."""
+    """Top-k, oracle-k and control drops against k (means with min-max bands); `pool` (the run's pool) names what the
+    control draws without a pool of their own came from in the legend."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -43,7 +43,7 @@ def rank_sets(heads_file, geometry: Geometry, ks: Sequence[int], seeds: int, dea
         top = resolve_spec(f"top{k}", geometry, heads_file=heads_file, dead=tuple(dead))
         out.append(RankSet(f"top{k}", "topk", k, None, top.heads))
         for seed in range(seeds):
-            hs = resolve_spec(f"random{k}", geometry, heads_file=heads_file, seed=seed, dead=tuple(dead), pool="live")
+            hs = resolve_spec(f"random{k}", geometry, heads_file=heads_file, seed=seed, dead=tuple(dead))
             out.append(RankSet(f"random{k}_s{seed}", "random", k, seed, hs.heads))
     dead_set = set(dead)
     live = tuple(HeadRef(la, h) for la in range(geometry.layers) for h in range(geometry.heads)

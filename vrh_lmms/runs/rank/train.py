@@ -223,8 +223,7 @@ def choose_heads(options: RankTrainOptions, heads_file, geometry, dead) -> tuple
     if options.k > len(heads_file.ranking):
         raise VRHError(f"--k {options.k} is more than the heads file ranks ({len(heads_file.ranking)})")
     spec = f"top{options.k}" if options.heads == "top" else f"random{options.k}"
-    return resolve_spec(spec, geometry, heads_file=heads_file, seed=options.seed, dead=tuple(dead),
-                        pool="live").heads
+    return resolve_spec(spec, geometry, heads_file=heads_file, seed=options.seed, dead=tuple(dead)).heads
 
 
 def output_layout(output: Path) -> owned.Layout:
