@@ -54,7 +54,7 @@ def test_flags_beside_config_override_it_and_env_fills_only_what_is_unset(tmp_pa
 
 
 @pytest.mark.parametrize("content,message", [
-    ({"args": {"random_sed": 3}}, "unknown option 'random_sed'; did you mean 'random_seeds'"),
+    ({"args": {"random_sed": 3}}, "unknown option 'random_sed' \\(did you mean 'random_seeds'"),
     ({"command": "steer", "args": {}}, "written for `vrh-lmms steer`, not `vrh-lmms sweep`"),
     ({"args": {"layer_matched": "yes"}}, "option 'layer_matched' takes true or false"),
     ({"args": {}, "env": {"PATH": "/x"}}, "only VRH_\\* data locations"),

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base import atomic, console, owned
+from vrh_lmms.base import atomic, console, owned, runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
 from vrh_lmms.runs.protocol import DISCOVER_PRESETS, SWEEP_PRESETS
@@ -30,6 +30,7 @@ LAYOUT: owned.Layout = {
     "heads.*": None,
     "partner": None, "sweeps": None, "efficiency": None, "report": None, "data": None, "maps": None,
     "distribution": None, "compare": None, "scorers": None, "vrh-lmms.log": owned.log_file,
+    runfile.RUN_FILE: runfile.is_ours,  # written by the command line when the replication ends
 }
 
 
