@@ -66,7 +66,11 @@ def _flags(parser: argparse.ArgumentParser, skip_positional: bool = False) -> li
 @pytest.mark.parametrize("name", CONFIG_COMMANDS)
 def test_a_run_file_stands_for_its_flags_and_reloads_to_the_same_args(name, tmp_path, monkeypatch):
     for key in [k for k in os.environ if k.startswith("VRH_")]:
-        monkeypatch.delenv(key)  # the run file records the VRH_* variables set; none here
+        monkeypatch.delenv(key)
+    # the run file records the VRH_* variables set, but the per-user and per-machine ones
+    monkeypatch.setenv("VRH_SYNTH_CONFIG", '{"n": 3}')
+    monkeypatch.setenv("VRH_HEADS_REGISTRY", str(tmp_path / "registry.json"))
+    monkeypatch.setenv("VRH_THREADS", "1")
     parser = _parser(name)
     flagged = parser.parse_args(_flags(parser))
     # a run file written by hand with the same options (dashes or underscores) parses to the same args
@@ -79,6 +83,7 @@ def test_a_run_file_stands_for_its_flags_and_reloads_to_the_same_args(name, tmp_
     # the run file a finished run writes reloads to the same args
     written = runfile.write(name, flagged, parser, tmp_path / "run.yaml")
     assert runfile.is_ours(written) and yaml.safe_load(written.read_text())["command"] == name
+    assert yaml.safe_load(written.read_text())["env"] == {"VRH_SYNTH_CONFIG": '{"n": 3}'}
     again = parser.parse_args(runfile.expand([name, "--config", str(written)], parser)[1:])
     assert vars(again) == {**vars(flagged), "config": None}
 

@@ -37,6 +37,9 @@ from vrh_lmms.base.tables import did_you_mean
 
 RUN_FILE = "run.yaml"
 _NOT_RECORDED = {"command", "config", "force", "wait"}
+# Per-user and per-machine settings: read from the environment, never recorded in a run file (a rerun elsewhere keeps
+# that account's registry and that machine's threads); docs/configuration.md lists every VRH_* variable.
+UNRECORDED_ENV = ("VRH_HEADS_REGISTRY", "VRH_HUB_PROBE_TIMEOUT", "VRH_LMMS_CLI", "VRH_THREADS")
 HEADER = "# vrh-lmms run file"  # the first line of every run file vrh-lmms writes (`write`), in every version
 
 
@@ -190,7 +193,8 @@ def expand(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
 
 
 def record(command: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """The run file of a parsed invocation: every option as the run used it, and the VRH_* variables set."""
+    """The run file of a parsed invocation: every option as the run used it, and the VRH_* variables set (but the
+    per-user and per-machine ones, UNRECORDED_ENV)."""
     values = {}
     for key, action in _actions(parser).items():
         if key in _NOT_RECORDED or not hasattr(args, key):
@@ -201,7 +205,7 @@ def record(command: str, args: argparse.Namespace, parser: argparse.ArgumentPars
         if value is None or value == [] or (isinstance(action, argparse._StoreTrueAction) and value is False):
             continue
         values[key] = value
-    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VRH_") and k != "VRH_LMMS_CLI"}
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VRH_") and k not in UNRECORDED_ENV}
     return {"command": command, "args": values, **({"env": env} if env else {})}
 
 
