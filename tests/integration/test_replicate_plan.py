@@ -73,7 +73,7 @@ def test_plan_with_control_docs_counts_the_subset(tmp_path, capsys):
     err = capsys.readouterr().err
     controls = 8 * sub["vrh_synth_grounding"] + 4 * sub["vrh_synth_vqa"]
     on_all = 8 * g + 4 * v
-    assert f"the 8 controls x {sub['vrh_synth_grounding']} docs" in err
+    assert f"({1 + 2 * (1 + N_CELLS)} configurations x {g} docs + 8 controls x {sub['vrh_synth_grounding']} docs" in err
     assert f"control draws: {controls:,}" in err and f"{on_all:,} on all docs" in err
     assert "control_docs" not in demo_spec().to_dict()  # replications of earlier versions still resume
 

@@ -129,9 +129,11 @@ def plan_text(stages: list[StagePlan], seconds_per_generation: float | None) -> 
     lines = ["plan: generations per stage" + (f" (calibrated: {seconds_per_generation:.3g} s per generation, "
                                               "unpacked; packed sweeps are faster)" if seconds_per_generation else "")]
     for s in stages:
-        what = (f"{s.configurations} configurations x {s.docs} docs" if s.configurations else "") + (
-            f"; the {s.controls} controls x {s.control_docs} docs" if s.control_docs is not None and s.controls
-            else "") + (f"{' + ' if s.configurations else ''}{s.extra} docs" if s.extra else "")
+        subset = s.control_docs is not None and s.controls
+        what = (f"{s.configurations - (s.controls if subset else 0)} configurations x {s.docs} docs"
+                if s.configurations else "") + (f" + {s.controls} controls x {s.control_docs} docs" if subset
+                                                else "") + (
+            f"{' + ' if s.configurations else ''}{s.extra} docs" if s.extra else "")
         est = f", ~{_duration(s.generations * seconds_per_generation)}" if seconds_per_generation else ""
         lines.append(f"  {s.stage:<10} {s.generations:>10,} ({what}{est})")
     est = f", ~{_duration(total * seconds_per_generation)} at the calibrated rate" if seconds_per_generation else ""
