@@ -106,7 +106,19 @@ def _restricted_reference(lm, ids: list[int]) -> dict:
 @pytest.mark.parametrize("engine", ["fast", "lmms"])
 def test_controls_run_on_the_image_subset_and_match_lmms_eval(setting, engine):
     tmp, lm, args, heads = setting
-    out = run_sweep(_spec(args, heads, engine), tmp / engine, lm=lm, progress=False)
+    packs, original_pack = [], lm.vrh_pack
+
+    def keeping_pack(*a, **kw):
+        packs.append(original_pack(*a, **kw))
+        return packs[-1]
+
+    lm.vrh_pack = keeping_pack
+    try:
+        out = run_sweep(_spec(args, heads, engine), tmp / engine, lm=lm, progress=False)
+    finally:
+        del lm.vrh_pack
+    # baseline + top1 packed on every doc, the two controls in a pack of their own on the subset's docs only
+    assert [sum(p.stats.rows) for p in packs] == [2 * N_DOCS, 2 * SUBSET]
 
     tm = lmms.task_manager("vrh_qwen25", tasks=[TASK])
     images = [str(doc["image_id"]) for _, _, doc in lmms.eval_docs(tm, [TASK])]
