@@ -27,7 +27,6 @@ from typing import Any
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.harness import doc_subset
 from vrh_lmms.harness import sweep_engine as engine
 from vrh_lmms.runs.sweep import checks, control_docs
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
@@ -96,7 +95,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model. On several ranks every
     rank checks and evaluates, rank 0 alone changes the folder (vrh_lmms.harness.distributed)."""
     from vrh_lmms.base.heads.spec import resolve_spec
-    from vrh_lmms.harness import distributed, lmms
+    from vrh_lmms.harness import distributed, doc_subset, lmms  # torch and lmms-eval: not at `vrh-lmms sweep` parse
 
     out = Path(output)
     fast = engine.check_engine(spec.engine) == "fast"
