@@ -102,3 +102,17 @@ def test_cli_refuses_bad_control_docs_before_any_model_loads(tmp_path, capsys):
     assert main(["replicate", "--demo", "--control-docs", "0", "--output", str(tmp_path / "r")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--control-docs 0" in err[0], err
+
+
+def test_cli_passes_control_docs_to_the_sweep(monkeypatch, tmp_path):
+    from vrh_lmms.cli import main
+    from vrh_lmms.cli.commands import sweep
+
+    seen = []
+    monkeypatch.setattr(sweep, "run_sweep", lambda spec, output, force=False: seen.append(spec) or tmp_path)
+    args = ["sweep", "--model", "vrh_qwen25", "--model_args", "pretrained=x", "--tasks", "vrh_synth_grounding",
+            "--k", "1", "--output", str(tmp_path / "o")]
+    assert main(args + ["--control-docs", "2000"]) == 0
+    assert main(args) == 0
+    assert [s.control_docs for s in seen] == [2000, None]
+    assert seen[0].identity(None)["control_docs"] == 2000 and "control_docs" not in seen[1].identity(None)
