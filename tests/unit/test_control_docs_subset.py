@@ -116,3 +116,18 @@ def test_cli_passes_control_docs_to_the_sweep(monkeypatch, tmp_path):
     assert main(args) == 0
     assert [s.control_docs for s in seen] == [2000, None]
     assert seen[0].identity(None)["control_docs"] == 2000 and "control_docs" not in seen[1].identity(None)
+
+
+def test_a_subset_of_one_image_is_refused():
+    with pytest.raises(VRHError, match="--control-docs 2: the subset of t holds one image"):
+        draw({"t": ([0, 1, 2, 3], ["a", "a", "a", "b"])}, 2, seed=0)
+    assert draw({"t": ([0, 1, 2, 3], ["a", "a", "a", "b"])}, 4, seed=0).tasks == {"t": [0, 1, 2, 3]}
+
+
+def test_drop_plot_draws_a_drop_whose_interval_is_null(tmp_path):
+    from vrh_lmms.report import plots
+
+    group = {"model": "m", "task": "t", "metric": "acc", "configs": [
+        {"label": "random1_s0", "kind": "random", "drop": {"drop": 0.1, "ci_low": None, "ci_high": None}},
+        {"label": "top1", "kind": "topk", "drop": {"drop": 0.3, "ci_low": 0.2, "ci_high": 0.4}}]}
+    assert plots.drop_plot(group, tmp_path / "d.png").is_file()

@@ -62,6 +62,9 @@ def draw(images: dict[str, tuple[list[int], list[str]]], n: int, seed: int) -> C
         if not doc_ids:
             continue
         rows = image_subsample(image_ids, n, seed=seed)
+        if len({image_ids[i] for i in rows}) < 2:
+            raise VRHError(f"--control-docs {n}: the subset of {task} holds one image ({rows.size} docs); a "
+                           "control's interval on the subset needs at least 2 images: ask for more docs")
         tasks[task] = [int(doc_ids[i]) for i in rows]
         counts[task] = {"n_docs": int(rows.size), "n_images": len({image_ids[i] for i in rows}),
                         "all_docs": len(doc_ids), "all_images": int(np.unique(image_ids).size)}
