@@ -47,3 +47,58 @@ def test_calibrate_docs_refused_when_negative(bad, capsys, tmp_path):
     assert main(["replicate", "--demo", "--calibrate-docs", bad, "--output", str(out)]) == 2
     assert not (tmp_path / "not").exists()  # a refused run leaves no folder behind, not even its lock
     assert "--calibrate-docs must be >= 0" in capsys.readouterr().err
+
+
+def test_plan_with_control_docs_counts_the_subset(tmp_path, capsys):
+    """`replicate --control-docs N`: each control evaluates the image subset the sweep will draw (counted here from
+    the docs' image ids with image_subsample), the others every doc; the plan shows the controls' generations on the
+    subset and on all docs."""
+    from vrh_lmms.base.stats.subsample import image_subsample
+    from vrh_lmms.harness import lmms
+
+    spec = demo_spec(random_seeds=2, n_detect=16, n_eval=24)
+    spec.ks, spec.vqa_k, spec.control_docs = [1, 5], 5, 10
+    ctx = Context(spec, tmp_path / "run", progress=False)
+    plan = print_plan(ctx, calibrate_docs=0)
+    with ctx.docs("eval"):
+        tm = lmms.task_manager(spec.model, tasks=["vrh_synth_grounding", "vrh_synth_vqa"])
+        sub = {t: image_subsample([str(d["image_id"]) for _, _, d in lmms.eval_docs(tm, [t])], 10, seed=0).size
+               for t in ("vrh_synth_grounding", "vrh_synth_vqa")}
+    assert plan["control_docs"] == sub and sub["vrh_synth_grounding"] < 24
+    g, v = plan["docs"]["vrh_synth_grounding"], plan["docs"]["vrh_synth_vqa"]
+    grounding = (1 + 2 * (1 + N_CELLS)) * g + 2 * (2 + 2) * sub["vrh_synth_grounding"]
+    vqa = 2 * v + 4 * sub["vrh_synth_vqa"]
+    assert plan["generations"] == {"discovery": 16, "grounding": grounding, "vqa": vqa, "maps": len(spec.map_docs)}
+    assert plan["control_generations_on_all_docs"]["grounding"] == 2 * (2 + 2) * g
+    err = capsys.readouterr().err
+    controls = 8 * sub["vrh_synth_grounding"] + 4 * sub["vrh_synth_vqa"]
+    on_all = 8 * g + 4 * v
+    assert f"({1 + 2 * (1 + N_CELLS)} configurations x {g} docs + 8 controls x {sub['vrh_synth_grounding']} docs" in err
+    assert f"control draws: {controls:,}" in err and f"{on_all:,} on all docs" in err
+    assert "control_docs" not in demo_spec().to_dict()  # replications of earlier versions still resume
+
+
+def test_replicate_passes_control_docs_to_its_sweeps(monkeypatch, tmp_path):
+    from vrh_lmms.pipelines.replicate import run as replicate_run
+    from vrh_lmms.runs.sweep import run as sweep_run
+
+    seen = []
+    monkeypatch.setattr(sweep_run, "run_sweep", lambda spec, output, **kw: seen.append(spec) or output)
+    monkeypatch.setattr(sweep_run, "choose_pack", lambda *a: 1)
+    spec = demo_spec(random_seeds=2, n_detect=16, n_eval=24)
+    spec.control_docs = 7
+
+    class Ctx:
+        def __init__(self):
+            self.spec, self.progress = spec, False
+
+        def lm(self, which="model"):
+            return type("LM", (), {})()
+
+        def docs(self, which):
+            import contextlib
+
+            return contextlib.nullcontext()
+
+    replicate_run._sweep(Ctx(), "model", ["vrh_synth_grounding"], tmp_path / "h.json", [1], tmp_path / "s")
+    assert seen[0].control_docs == 7

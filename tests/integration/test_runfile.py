@@ -54,7 +54,7 @@ def test_flags_beside_config_override_it_and_env_fills_only_what_is_unset(tmp_pa
 
 
 @pytest.mark.parametrize("content,message", [
-    ({"args": {"random_sed": 3}}, "unknown option 'random_sed'; did you mean 'random_seeds'"),
+    ({"args": {"random_sed": 3}}, "unknown option 'random_sed' \\(did you mean 'random_seeds'"),
     ({"command": "steer", "args": {}}, "written for `vrh-lmms steer`, not `vrh-lmms sweep`"),
     ({"args": {"layer_matched": "yes"}}, "option 'layer_matched' takes true or false"),
     ({"args": {}, "env": {"PATH": "/x"}}, "only VRH_\\* data locations"),
@@ -107,3 +107,30 @@ def test_sweep_config_reproduces_the_flag_driven_folder_and_its_run_file_reruns_
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "flags" / "configs").rglob("*") if p.is_file()}
     assert main(["sweep", "--config", str(tmp_path / "flags" / "run.yaml")]) == 0
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "flags" / "configs").rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.slow
+def test_locate_writes_its_run_file_and_reruns_from_it(tiny_qwen25, tmp_path, vrh_env):
+    """A command that took flags only before (locate): a finished run writes run.yaml into its folder, and the run
+    from that file (into another folder) writes the same result."""
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 3, "seed": 4}))
+    scores = np.random.default_rng(2).random((2, 4))
+    heads = tmp_path / "heads.json"
+    save_heads_file(HeadsFile({"id": str(tiny_qwen25), "family": "qwen2_5_vl"}, Geometry(2, 4, 2, 16), scores,
+                              ranking_from_scores(scores)), heads)
+    model_args = f"pretrained={tiny_qwen25},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}"
+    first = tmp_path / "first"
+    assert main(["locate", "--model", "vrh_qwen25", "--model_args", model_args, "--tasks", "vrh_synth_grounding",
+                 "--heads-file", str(heads), "--limit", "2", "--k", "1,2", "--random-seeds", "1", "--rows", "prompt",
+                 "--gen-kwargs", "max_new_tokens=4", "--output", str(first)]) == 0
+    written = yaml.safe_load((first / "run.yaml").read_text())
+    assert written["command"] == "locate" and written["args"]["k"] == "1,2" and written["args"]["rows"] == "prompt"
+    assert written["env"]["VRH_SYNTH_CONFIG"] == json.dumps({"n": 3, "seed": 4})
+    assert main(["locate", "--config", str(first / "run.yaml"), "--output", str(tmp_path / "again")]) == 0
+
+    def result(folder: Path) -> dict:
+        return {k: v for k, v in json.loads((folder / "locate.json").read_text()).items() if k != "output"}
+
+    assert result(tmp_path / "again") == result(first)
+    assert yaml.safe_load((tmp_path / "again" / "run.yaml").read_text())["args"] == {
+        **written["args"], "output": str(tmp_path / "again")}

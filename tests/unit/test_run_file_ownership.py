@@ -35,7 +35,7 @@ def test_user_run_file_is_refused_before_anything_loads(command, target, tmp_pat
     assert "vrh_no_such_task" in capsys.readouterr().err
     parser = argparse.ArgumentParser()
     parser.add_argument("--output")
-    runfile.write(command, argparse.Namespace(output=str(output)), parser)
+    runfile.write(command, argparse.Namespace(output=str(output)), parser, path)
     assert runfile.is_ours(path)
     assert main(argv) == 2
     assert "vrh_no_such_task" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from vrh_lmms.base import atomic
+from vrh_lmms.base import atomic, runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.folder_lock import SUFFIX as LOCK_SUFFIX
 
@@ -224,7 +224,8 @@ def listed_files(folder: str | Path) -> set[str] | None:
 
 
 def listing_layout(folder: str | Path, extra: Iterable[str] = ()) -> Layout:
-    """Layout claiming the listing, the files it names (and folders holding only those), plus `extra` names."""
+    """Layout claiming the listing, the files it names (and folders holding only those), plus `extra` names and the
+    run file the command line writes after the checkpoint (vrh_lmms.base.runfile)."""
     folder = Path(folder)
     listed = (listed_files(folder) or set()) | set(extra)
 
@@ -235,4 +236,4 @@ def listing_layout(folder: str | Path, extra: Iterable[str] = ()) -> Layout:
             return str(path.relative_to(folder)) in listed
         return path.is_dir() and all(ours(p) for p in path.iterdir())
 
-    return {LISTING: None, "*": ours}
+    return {LISTING: None, runfile.RUN_FILE: runfile.is_ours, "*": ours}

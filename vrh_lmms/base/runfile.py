@@ -1,5 +1,6 @@
-"""A run as a file: `vrh-lmms sweep --config run.yaml` (and discover, steer, patch), and the same file written into
-every finished run's output, so a run can be reviewed and rerun from its folder.
+"""A run as a file: `vrh-lmms sweep --config run.yaml` (and every other command that runs a model: the commands whose
+record in `vrh_lmms.cli.TABLE` names a `run_file`), and the same file written into every finished run's output, so a
+run can be reviewed and rerun from its folder.
 
     command: sweep
     args:                       # the command's options by name (`random_seeds` or `random-seeds`)
@@ -16,33 +17,37 @@ every finished run's output, so a run can be reviewed and rerun from its folder.
 
 The file is turned into the command-line tokens it stands for and parsed by the command's own parser, so a run from a
 file is the run from those flags, nothing else; flags given beside `--config` come after the file's and override
-them. What a finished run writes (`run.yaml` in a sweep, steer or patch folder, `<heads>.run.yaml` beside a heads
-file) holds every option as the run used it (not `--force`, which is a decision about a folder, not part of a run)
-and the VRH_* variables that were set.
+them (a positional argument given on the command line replaces the file's). What a finished run writes (`run.yaml`
+in its output folder, `<heads>.run.yaml` beside a heads file) holds every option as the run used it (not `--force`,
+which is a decision about a folder, not part of a run) and the VRH_* variables that were set.
 """
 
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.tables import did_you_mean
 
-CONFIG_COMMANDS = ("discover", "sweep", "steer", "patch")
 RUN_FILE = "run.yaml"
 _NOT_RECORDED = {"command", "config", "force", "wait"}
+# Per-user and per-machine settings: read from the environment, never recorded in a run file (a rerun elsewhere keeps
+# that account's registry and that machine's threads); docs/configuration.md lists every VRH_* variable.
+UNRECORDED_ENV = ("VRH_HEADS_REGISTRY", "VRH_HUB_PROBE_TIMEOUT", "VRH_LMMS_CLI", "VRH_THREADS")
 HEADER = "# vrh-lmms run file"  # the first line of every run file vrh-lmms writes (`write`), in every version
 
 
-def run_file_path(command: str, output: str | Path) -> Path:
-    """Where a finished run of `command` with this `--output` keeps its run file."""
+def run_file_path(output: str | Path, beside: bool = False) -> Path:
+    """Where a finished run with this output keeps its run file: `run.yaml` in the output folder, or with `beside`
+    (an output that is one file, such as discovery's heads file) `<output without .json>.run.yaml` next to it."""
     out = Path(output)
-    if command == "discover":
+    if beside:
         stem = out.with_suffix("") if out.suffix == ".json" else out
         return Path(f"{stem}.{RUN_FILE}")
     return out / RUN_FILE
@@ -57,17 +62,17 @@ def is_ours(path: str | Path) -> bool:
         return f.readline().startswith(HEADER)
 
 
-def check_target(command: str, output: str | Path, force: bool) -> None:
-    """Before a run starts: its run file would replace `run_file_path`, so refuse when that is a file a user wrote
-    (without `force`)."""
-    path = run_file_path(command, output)
+def check_target(path: Path, force: bool) -> None:
+    """Before a run starts: its run file would replace `path`, so refuse when that is a file a user wrote (without
+    `force`)."""
     if (path.exists() or path.is_symlink()) and not is_ours(path) and not force:
         raise VRHError(f"{path} was not written by vrh-lmms (its first line is not {HEADER!r}) and a finished run "
                        f"would replace it; move it away, choose another --output, or pass --force")
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
-    return {a.dest: a for a in parser._actions if a.option_strings and a.dest not in ("help",)}
+    """The command's options and positional arguments by name (what a run file's `args` may hold)."""
+    return {a.dest: a for a in parser._actions if not isinstance(a, argparse._HelpAction)}
 
 
 def load(path: str | Path, command: str) -> dict[str, Any]:
@@ -93,17 +98,23 @@ def load(path: str | Path, command: str) -> dict[str, Any]:
     return data
 
 
-def config_tokens(parser: argparse.ArgumentParser, args: dict[str, Any], where: str) -> list[str]:
-    """The command-line tokens a file's `args` stand for, checked against the command's own options."""
+def config_tokens(parser: argparse.ArgumentParser, args: dict[str, Any], where: str,
+                  skip: Sequence[str] = ()) -> list[str]:
+    """The command-line tokens a file's `args` stand for, checked against the command's own options; positional
+    arguments come first, those named in `skip` (given on the command line instead) left out."""
     actions = _actions(parser)
+    positional: list[str] = []
     tokens: list[str] = []
     for raw_key, value in args.items():
         key = str(raw_key).lstrip("-").replace("-", "_")
         action = actions.get(key)
         if action is None or key in _NOT_RECORDED:
-            close = difflib.get_close_matches(key, list(actions), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise VRHError(f"{where}: unknown option {raw_key!r}{hint}")
+            known = [k for k in actions if k not in _NOT_RECORDED]
+            raise VRHError(f"{where}: unknown option {raw_key!r}{did_you_mean(key, known)}")
+        if not action.option_strings:
+            if key not in skip and value is not None:
+                positional += [str(v) for v in (value if isinstance(value, list) else [value])]
+            continue
         flag = action.option_strings[-1]
         if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
             if not isinstance(value, bool):
@@ -112,6 +123,11 @@ def config_tokens(parser: argparse.ArgumentParser, args: dict[str, Any], where: 
                 tokens.append(flag)
         elif value is None:
             continue
+        elif isinstance(action, argparse._StoreConstAction):  # a switch that stores a word: the word, or true
+            if value is True or value == action.const:
+                tokens.append(flag)
+            elif value is not False:
+                raise VRHError(f"{where}: option {raw_key!r} takes true, false or {action.const!r}, got {value!r}")
         elif isinstance(action, argparse._AppendAction):
             for item in value if isinstance(value, list) else [value]:
                 tokens += [flag, str(item)]
@@ -120,7 +136,33 @@ def config_tokens(parser: argparse.ArgumentParser, args: dict[str, Any], where: 
         else:
             text = ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
             tokens += [flag, text]
-    return tokens
+    return positional + tokens
+
+
+@contextmanager
+def _nothing_required(parser: argparse.ArgumentParser) -> Iterator[None]:
+    """The parser with every option and positional argument optional (and absent positionals unset), for a look at
+    what a partial command line gives; restored after."""
+    saved = [(a, a.required, a.nargs, a.default) for a in parser._actions]
+    for action in parser._actions:
+        action.required = False
+        if not action.option_strings and not isinstance(action, argparse._HelpAction):
+            action.nargs = "?" if action.nargs in (None, "?") else "*"
+            action.default = argparse.SUPPRESS
+    try:
+        yield
+    finally:
+        for action, required, nargs, default in saved:
+            action.required, action.nargs, action.default = required, nargs, default
+
+
+def given_positionals(parser: argparse.ArgumentParser, tokens: Sequence[str]) -> set[str]:
+    """The positional arguments (by name) that these command-line tokens give: they replace a run file's."""
+    if all(a.option_strings for a in parser._actions):
+        return set()
+    with _nothing_required(parser):
+        given, _ = parser.parse_known_args(list(tokens))
+    return {a.dest for a in parser._actions if not a.option_strings and hasattr(given, a.dest)}
 
 
 def expand(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
@@ -141,15 +183,18 @@ def expand(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
     else:
         path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1:]
     data = load(path, command)
-    for key, value in (data.get("env") or {}).items():
+    for key in data.get("env") or {}:
         if not str(key).startswith("VRH_"):
             raise VRHError(f"--config {path}: env sets {key!r}; only VRH_* data locations belong there")
+    tokens = config_tokens(parser, data.get("args") or {}, f"--config {path}", given_positionals(parser, rest[1:]))
+    for key, value in (data.get("env") or {}).items():  # set once the whole file is known to be good
         os.environ.setdefault(str(key), str(value))
-    return [command, *config_tokens(parser, data.get("args") or {}, f"--config {path}"), *rest[1:]]
+    return [command, *tokens, *rest[1:]]
 
 
 def record(command: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:
-    """The run file of a parsed invocation: every option as the run used it, and the VRH_* variables set."""
+    """The run file of a parsed invocation: every option as the run used it, and the VRH_* variables set (but the
+    per-user and per-machine ones, UNRECORDED_ENV)."""
     values = {}
     for key, action in _actions(parser).items():
         if key in _NOT_RECORDED or not hasattr(args, key):
@@ -160,14 +205,14 @@ def record(command: str, args: argparse.Namespace, parser: argparse.ArgumentPars
         if value is None or value == [] or (isinstance(action, argparse._StoreTrueAction) and value is False):
             continue
         values[key] = value
-    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VRH_") and k != "VRH_LMMS_CLI"}
+    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VRH_") and k not in UNRECORDED_ENV}
     return {"command": command, "args": values, **({"env": env} if env else {})}
 
 
-def write(command: str, args: argparse.Namespace, parser: argparse.ArgumentParser) -> Path:
+def write(command: str, args: argparse.Namespace, parser: argparse.ArgumentParser, path: Path) -> Path:
+    """Write the run file of a finished run to `path` (`run_file_path` of its output)."""
     import yaml
 
-    path = run_file_path(command, args.output)
     text = HEADER + ": rerun with `vrh-lmms " + command + " --config " + path.name + "`\n"
     text += yaml.safe_dump(record(command, args, parser), sort_keys=False, default_flow_style=False)
     return atomic.write_text(path, text)

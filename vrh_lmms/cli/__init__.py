@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import errno
 import importlib
 import sys
@@ -12,7 +13,6 @@ from pathlib import Path
 
 from vrh_lmms.base import runfile
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.runfile import CONFIG_COMMANDS
 from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option
 
 
@@ -31,6 +31,10 @@ class Command:
     # the option naming what the command writes: the run holds that output's lock throughout
     # (vrh_lmms.base.folder_lock) and takes --wait
     output: str | None = "output"
+    # where a finished run keeps its run file (vrh_lmms.base.runfile; docs/runs.md), which also gives the command
+    # `--config run.yaml`: "folder" (run.yaml in the output folder), "beside" (<output>.run.yaml next to an output
+    # that is one file); None: neither (every command that runs a model has one)
+    run_file: str | None = None
 
 
 # The headings of `vrh-lmms --help`, in order.
@@ -38,17 +42,17 @@ GROUPS = ("Start here", "Find and test heads", "Read results", "Put heads to use
 
 TABLE: tuple[Command, ...] = (
     Command("demo", "demo", "discover, validate and report on the shipped tiny VLM (no weights, no hub)",
-            "Start here", sets_threads=True, quiet=True),
+            "Start here", sets_threads=True, quiet=True, run_file="folder"),
     Command("discover", "discover", "score every head of a model on a grounding task and write a heads file",
-            "Find and test heads", sets_threads=True, ranks=True, quiet=True),
+            "Find and test heads", sets_threads=True, ranks=True, quiet=True, run_file="beside"),
     Command("sweep", "sweep", "evaluate baseline, top-k, random-k and layer-matched random-k head ablations",
-            "Find and test heads", sets_threads=True, ranks=True, quiet=True),
+            "Find and test heads", sets_threads=True, ranks=True, quiet=True, run_file="folder"),
     Command("steer", "steer", "steer head sets toward another object of the image (sufficiency of the heads)",
-            "Find and test heads", ranks=True, quiet=True),
+            "Find and test heads", ranks=True, quiet=True, run_file="folder"),
     Command("patch", "patch", "activation patching of every head between expressions naming two objects of an image",
-            "Find and test heads", ranks=True, quiet=True),
+            "Find and test heads", ranks=True, quiet=True, run_file="folder"),
     Command("replicate", "replicate", "the paper's protocol on one model, table by table, into one report",
-            "Find and test heads", sets_threads=True, quiet=True),
+            "Find and test heads", sets_threads=True, quiet=True, run_file="folder"),
     Command("eval", "eval", "run lmms-eval with vrh tasks included and the device chosen for you",
             "Find and test heads", sets_threads=True, ranks=True, output=None),
     Command("report", "report", "statistics, tables and plots from sweep or lmms-eval output folders",
@@ -62,28 +66,28 @@ TABLE: tuple[Command, ...] = (
             "Read results"),
     Command("attention-maps", "attention_maps",
             "each head's attention over the image for chosen docs: PNG per doc + grids", "Put heads to use",
-            sets_threads=True, quiet=True),
+            sets_threads=True, quiet=True, run_file="folder"),
     Command("locate", "locate",
             "training-free locator: boxes from the top-k heads' attention maps, Acc@0.5 vs controls",
-            "Put heads to use", sets_threads=True, quiet=True),
+            "Put heads to use", sets_threads=True, quiet=True, run_file="folder"),
     Command("rank", "rank",
             "heads as a ranker: candidate images ranked by attention mass, top-k vs all vs random heads",
-            "Put heads to use", sets_threads=True, quiet=True),
+            "Put heads to use", sets_threads=True, quiet=True, run_file="folder"),
     Command("kv-cache", "kv_cache", "VRH-aware KV cache: accuracy against image KV kept, beside random and uniform",
-            "Put heads to use", sets_threads=True, quiet=True),
+            "Put heads to use", sets_threads=True, quiet=True, run_file="folder"),
     Command("export-masked", "export_masked", "write a checkpoint with heads folded out of o_proj", "Put heads to use",
-            sets_threads=True),
+            sets_threads=True, run_file="folder"),
     Command("dpo-pairs", "dpo_pairs", "TRL-ready preference pairs: correct answers vs ablated answers",
             "Put heads to use"),
     Command("dpo-train", "dpo_train", "DPO fine-tune (TRL) on dpo-pairs output; the paper's recipe by default",
-            "Put heads to use", sets_threads=True),
+            "Put heads to use", sets_threads=True, run_file="folder"),
     Command("rank-train", "rank_train",
             "fine-tune (HF Trainer) with a ranking loss on the heads' attention over candidates", "Put heads to use",
-            sets_threads=True),
+            sets_threads=True, run_file="folder"),
     Command("make-tiny", "make_tiny", "write a tiny random-weight checkpoint of a real VLM class", "Models and data",
             output="out_dir"),
     Command("train-tiny", "train_tiny", "train the tiny grounding VLM shipped with the demo (from a clone)",
-            "Models and data", output="out"),
+            "Models and data", output="out", run_file="folder"),
     Command("synth", "synth", "write synthetic grounding data in the hub or refer layout", "Models and data",
             output="out_dir"),
     Command("tasks-path", "tasks_path", "print the folder of the plugin's lmms-eval task YAMLs", "Models and data",
@@ -96,6 +100,7 @@ MODEL_COMMANDS = tuple(c.name for c in TABLE if c.sets_threads)
 RANK_COMMANDS = tuple(c.name for c in TABLE if c.ranks)
 QUIET_COMMANDS = tuple(c.name for c in TABLE if c.quiet)
 OUTPUT_OF = {c.name: c.output for c in TABLE if c.output}
+CONFIG_COMMANDS = tuple(c.name for c in TABLE if c.run_file)  # take --config and write their run file
 
 DESCRIPTION = ("Find the retrieval heads of a vision-language model, test what they do, and put them to use.\n"
                "New here? `vrh-lmms demo` runs the whole job on a shipped tiny model, in about two minutes on a CPU.")
@@ -126,7 +131,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                            formatter_class=DefaultsHelpFormatter)
         if only is None or only == name:
             _load(command.module).configure(p)
-            if name in CONFIG_COMMANDS:
+            if command.run_file:
                 p.add_argument("--config", metavar="RUN.yaml",
                                help="take the options from a run file (docs/runs.md; every finished run writes one "
                                     "into its output); flags given beside it override it")
@@ -165,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 0
+    parsed = copy.deepcopy(args)  # the options as given: what the run file records (a run may fill in its own)
     run = lambda: _load(COMMANDS[args.command][0]).run(args)  # noqa: E731
     if args.command not in RANK_COMMANDS:
         run = _one_process(args.command, run)
@@ -174,12 +180,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         session = lambda: _with_threads(run) if args.command in MODEL_COMMANDS else run()  # noqa: E731
 
+    command = BY_NAME[args.command]
+    target = _run_file_target(command, args)
+
     def whole_run() -> int:
-        if args.command in CONFIG_COMMANDS:  # before anything loads
-            runfile.check_target(args.command, args.output, args.force)
+        if target is not None:  # before anything loads
+            runfile.check_target(target, getattr(args, "force", False))
         code = int(session() or 0)
-        if code == 0 and args.command in CONFIG_COMMANDS:
-            _write_run_file(args, subparser(parser, args.command))
+        if code == 0 and target is not None:
+            _write_run_file(command, parsed, subparser(parser, args.command), target)
         return code
 
     return _guarded(lambda: _locked(args, whole_run), output)
@@ -198,15 +207,21 @@ def _locked(args: argparse.Namespace, call):
         return call()
 
 
-def _write_run_file(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
-    """A finished run keeps its run file beside its outputs (rank 0 only; nothing when there is no output)."""
+def _run_file_target(command: Command, args: argparse.Namespace) -> Path | None:
+    """Where this run's run file goes (None: the command keeps none, or no output was named)."""
+    output = getattr(args, command.output, None) if command.run_file and command.output else None
+    return runfile.run_file_path(output, beside=command.run_file == "beside") if output else None
+
+
+def _write_run_file(command: Command, args: argparse.Namespace, parser: argparse.ArgumentParser,
+                    target: Path) -> None:
+    """A finished run keeps its run file beside its outputs (rank 0 only; nothing when it wrote no output)."""
     from vrh_lmms.harness.distributed import is_main
 
-    if not is_main():
-        return
-    target = runfile.run_file_path(args.command, args.output)
-    if target.parent.is_dir() and (args.command != "discover" or Path(args.output).is_file()):
-        runfile.write(args.command, args, parser)
+    output = Path(getattr(args, command.output))
+    wrote = output.is_file() if command.run_file == "beside" else output.is_dir()
+    if is_main() and wrote:
+        runfile.write(command.name, args, parser, target)
 
 
 def _one_process(command: str, call):

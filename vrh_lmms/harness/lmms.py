@@ -51,7 +51,7 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
     return TaskManager("WARNING", include_path=paths, model_name=model_name)
 
 
-def _leaf_tasks(tm, task: str):
+def leaf_tasks(tm, task: str):
     """(name, task object) of every task `task` names (itself, or each task of a group): lmms-eval's own objects,
     their datasets loaded and `process_docs` applied."""
     from lmms_eval.tasks import get_task_dict
@@ -72,25 +72,31 @@ def count_docs(tm, tasks: list[str], limit: int | None = None, skip: dict[str, i
     out = {}
     for task in tasks:
         total = 0
-        for name, leaf in _leaf_tasks(tm, task):
+        for name, leaf in leaf_tasks(tm, task):
             left = max(0, len(leaf.eval_docs) - int((skip or {}).get(name, 0)))
             total += left if limit is None else min(limit, left)
         out[task] = total
     return out
 
 
+def limited(n: int, limit: int | float | None) -> int:
+    """How many docs of a task of `n` an evaluator pass with this `limit` reads (lmms-eval's rule: a limit below 1
+    is a share of the docs)."""
+    import math
+
+    if limit is None or limit < 0:
+        return n
+    return int(math.ceil(n * limit)) if limit < 1.0 else int(limit)
+
+
 def eval_docs(tm, tasks: list[str], limit: int | float | None = None, only: set[int] | None = None):
     """(task, doc id, doc) of every doc an evaluator pass with this `limit` reads (lmms-eval's rule: a limit below
     1 is a share of the docs), or of the doc ids `only`, task by task: what a check of the docs before any model
     loads reads."""
-    import math
-
     for task in tasks:
-        for name, leaf in _leaf_tasks(tm, task):
+        for name, leaf in leaf_tasks(tm, task):
             docs = leaf.eval_docs
-            n = len(docs)
-            if limit is not None and limit >= 0:
-                n = min(n, int(math.ceil(n * limit)) if limit < 1.0 else int(limit))
+            n = min(len(docs), limited(len(docs), limit))
             for doc_id in sorted(i for i in only if i < n) if only is not None else range(n):
                 yield name, doc_id, docs[doc_id]
 

@@ -13,6 +13,7 @@ from vrh_lmms.base.paths import shown_model, shown_path
 from vrh_lmms.base.runfolder.runs import RunMeta
 from vrh_lmms.base.runfolder.samples import STATUSES, SampleTable
 from vrh_lmms.base.stats import accuracy, exact_mcnemar, is_binary, paired_drop, sign_flip_test
+from vrh_lmms.base.stats.subsample import subsample_drop
 from vrh_lmms.report import official_metrics
 from vrh_lmms.report.pairing import align, pair
 
@@ -111,13 +112,19 @@ def _run_block(run: LoadedRun, table: SampleTable, settings: Settings) -> dict:
     }
 
 
-def _compare(block: dict, base: SampleTable, table: SampleTable, settings: Settings) -> None:
+def _compare(block: dict, base: SampleTable, table: SampleTable, settings: Settings,
+             all_clusters: list[str] | None = None) -> None:
+    """The configuration against its baseline on their shared docs; `all_clusters` (the image of every doc of the
+    task) where the configuration ran on a doc subset (`base` is then the baseline restricted to it)."""
     paired = pair(base, table)
-    # The BCa bootstrap beside the printed interval is a cross-check of the claims; the controls (often 19+ draws
-    # per k) skip it, which keeps reports of large sweeps fast. Numeric scores need no bootstrap for their interval.
-    drop = paired_drop(paired.baseline, paired.other, paired.clusters, alpha=settings.alpha,
-                       n_resamples=settings.n_resamples, seed=settings.seed,
-                       bootstrap=block["kind"] not in CONTROL_KINDS)
+    if all_clusters is not None:
+        drop = _subset_drop(paired, all_clusters, settings.alpha)
+    else:
+        # The BCa bootstrap beside the printed interval is a cross-check of the claims; the controls (often 19+
+        # draws per k) skip it, which keeps reports of large sweeps fast. Numeric scores need no bootstrap.
+        drop = paired_drop(paired.baseline, paired.other, paired.clusters, alpha=settings.alpha,
+                           n_resamples=settings.n_resamples, seed=settings.seed,
+                           bootstrap=block["kind"] not in CONTROL_KINDS)
     test = sign_flip_test(paired.baseline, paired.other, paired.clusters, n_resamples=settings.n_resamples,
                           seed=settings.seed)
     block["paired"] = {
@@ -132,6 +139,74 @@ def _compare(block: dict, base: SampleTable, table: SampleTable, settings: Setti
     if is_binary(paired.baseline) and is_binary(paired.other):
         block["mcnemar"] = exact_mcnemar(paired.baseline, paired.other).to_dict()
     block["lost_to"] = _lost_to(paired, table.kind)
+
+
+@dataclass(frozen=True)
+class _SubsetDrop:
+    """A drop on a doc subset as the report's blocks hold it: `ci_low` / `ci_high` are subsample_drop's `ci` (the
+    population's drop, the target of every other interval); `subset` keeps all of subsample_drop (`ci_docs`)."""
+
+    drop: float
+    ci_low: float
+    ci_high: float
+    n_clusters: int
+    subset: dict
+
+    def to_dict(self) -> dict:
+        return {"drop": self.drop, "ci_low": self.ci_low, "ci_high": self.ci_high,
+                "method": "cluster-robust t on the subset's images (subsample_drop ci: the population's drop)",
+                "n_pairs": self.subset["n_docs"], "n_clusters": self.n_clusters, "subset": self.subset}
+
+
+def _subset_drop(paired, all_clusters: list[str], alpha: float) -> _SubsetDrop:
+    clusters = paired.clusters if paired.clusters is not None else paired.doc_ids
+    sub = subsample_drop(paired.baseline, paired.other, clusters, all_clusters, alpha=alpha)
+    return _SubsetDrop(sub.drop, sub.ci_low, sub.ci_high, sub.n_images, sub.to_dict())
+
+
+def subset_doc_ids(run: LoadedRun) -> list[str] | None:
+    """The doc ids of the subset a control ran on in this run's task (--control-docs), None: every doc."""
+    entry = ((run.meta.doc_subset or {}).get("tasks") or {}).get(run.task)
+    return None if entry is None else [str(i) for i in entry["doc_ids"]]
+
+
+def _on_subset(where: str, runs: list[LoadedRun], base: LoadedRun | None, base_table: SampleTable | None
+               ) -> tuple[SampleTable | None, list[SampleTable]]:
+    """The baseline restricted to the controls' shared doc subset, and the controls' tables on it (same order),
+    checked like every other pair of runs; one subset for every control, so the draws stay paired."""
+    subsets = {tuple(subset_doc_ids(r)) for r in runs}
+    if len(subsets) > 1:
+        raise VRHError(f"{where}: the control runs ran on {len(subsets)} different doc subsets "
+                       f"({', '.join(r.meta.label for r in runs[:6])}); report sweeps of one --control-docs and "
+                       f"--seed together")
+    wanted = list(subsets.pop())
+    for r in runs:
+        if sorted(r.table.doc_ids) != sorted(wanted):
+            raise VRHError(f"{where}: {r.meta.label} ({r.table.path}) holds {len(r.table.doc_ids)} docs, not the "
+                           f"{len(wanted)} of the doc subset its results.json names")
+    labels, tables = [r.meta.label for r in runs], [r.table for r in runs]
+    if base_table is not None:
+        index = base_table.index()
+        missing = [d for d in wanted if d not in index]
+        if missing:
+            raise VRHError(f"{where}: the baseline has no doc {missing[0]} of the controls' doc subset "
+                           f"({len(missing)} missing)")
+        order = sorted(wanted, key=index.__getitem__)
+        labels, tables = [base.meta.label, *labels], [base_table.subset([index[d] for d in order]), *tables]
+    _, aligned = align(where, labels, tables, 0, False)
+    return (aligned[0], aligned[1:]) if base_table is not None else (None, aligned)
+
+
+def _subset_record(runs: list[LoadedRun], base_table: SampleTable | None) -> dict | None:
+    """What the group's doc set says about the controls' subset: asked and evaluated docs, images, seed."""
+    if not runs:
+        return None
+    block = runs[0].meta.doc_subset
+    entry = block["tasks"][runs[0].task]
+    n_docs = len(entry["doc_ids"])
+    all_docs = len(base_table.doc_ids) if base_table is not None else entry.get("all_docs")
+    return {"asked": block.get("n"), "seed": block.get("seed"), "n_docs": n_docs, "all_docs": all_docs,
+            "n_images": entry.get("n_images"), "all_images": entry.get("all_images"), "n_configs": len(runs)}
 
 
 def _left_out(runs: list[LoadedRun], task: str) -> int | None:
@@ -151,9 +226,15 @@ def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settin
         raise VRHError(f"{where}: runs disagree on the record kind {sorted(kinds)} ({files})")
     kind = kinds.pop()
     runs = sorted(runs, key=sort_key)
+    subset_runs = [r for r in runs if subset_doc_ids(r) is not None]  # controls of --control-docs
+    runs = [r for r in runs if subset_doc_ids(r) is None]
+    if not runs:
+        raise VRHError(f"{where}: only controls run on a doc subset; add the sweep's baseline and top-k runs")
     base = next((r for r in runs if r.meta.kind == "baseline"), None)
     ref = runs.index(base) if base is not None else 0
     doc_set, tables = align(where, [r.meta.label for r in runs], [r.table for r in runs], ref, settings.intersection)
+    base_on_subset, subset_tables = (_on_subset(where, subset_runs, base, tables[ref] if base else None)
+                                     if subset_runs else (None, []))
     if doc_set.restricted:
         counts = ", ".join(f"{label} {n}" for label, n in doc_set.per_run.items())
         warnings.append(f"{where}: every number uses the {len(doc_set.doc_ids)} docs all runs share "
@@ -171,6 +252,14 @@ def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settin
         if base is not None:
             _compare(block, tables[ref], table, settings)
         configs.append(block)
+    all_images = None if base is None else (tables[ref].image_ids or tables[ref].doc_ids)
+    for run, table in zip(subset_runs, subset_tables, strict=True):
+        block = _run_block(run, table, settings)
+        if base_on_subset is not None:
+            _compare(block, base_on_subset, table, settings, all_clusters=all_images)
+        configs.append(block)
+    order = {r.meta.label: sort_key(r) for r in runs + subset_runs}
+    configs.sort(key=lambda b: order[b["label"]])
     if tables[ref].image_ids is None:
         warnings.append(f"{where}: no image_id in the samples; intervals and tests treat every doc as independent")
     metric = settings.score_field or {"grounding": "acc50", "pointing": "acc", "vqa": "acc"}.get(kind, "score")
@@ -179,7 +268,8 @@ def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settin
         "task": task,
         "kind": kind,
         "metric": metric,
-        "doc_set": doc_set.to_dict() | {"discovery_docs_left_out": _left_out(runs, task)},
+        "doc_set": doc_set.to_dict() | {"discovery_docs_left_out": _left_out(runs, task),
+                                        "control_docs": _subset_record(subset_runs, tables[ref] if base else None)},
         "baseline": None if base is None else _run_block(base, tables[ref], settings),
         "configs": configs,
         "null_comparisons": [],

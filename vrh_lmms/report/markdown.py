@@ -63,6 +63,18 @@ def methods_paragraph(report: dict) -> str:
     )
 
 
+def control_docs_lines(groups: list[dict]) -> list[str]:
+    """The report's first lines where control draws ran on a doc subset (`vrh-lmms sweep --control-docs N`)."""
+    out = []
+    for g in groups:
+        sub = g["doc_set"].get("control_docs")
+        if sub:
+            out.append(f"**Control draws ran on {sub['n_docs']} of {sub['all_docs']} docs** of "
+                       f"{md(short(g['model']))} / {md(g['task'])} (--control-docs {sub['asked']}, seed {sub['seed']}: "
+                       f"whole images, {sub['n_images']} of {sub['all_images']}); baseline and top-k on all docs.")
+    return out + [""] if out else []
+
+
 def doc_set_lines(groups: list[dict]) -> list[str]:
     out = []
     for g in groups:
@@ -74,6 +86,11 @@ def doc_set_lines(groups: list[dict]) -> list[str]:
         line = f"- {md(short(g['model']))} / {md(g['task'])}: every number uses the same {ds['n_docs']} docs{images}"
         if ds.get("discovery_docs_left_out"):
             line += f" (docs 0-{ds['discovery_docs_left_out'] - 1}, which discovery used, left out)"
+        sub = ds.get("control_docs")
+        if sub:
+            line += (f" (the {sub['n_configs']} control draws: the seeded subset of {sub['n_docs']} of them, "
+                     f"{sub['n_images']} images, shared by every draw; their drops are against the baseline on those "
+                     "docs, intervals for the population's drop)")
         if ds["restricted"]:
             counts = ", ".join(f"{md(label)} {n}" for label, n in ds["per_run"].items())
             line += (f" — **only the docs all runs share (--intersection)**; the samples files hold {counts}")
@@ -206,6 +223,7 @@ def render(report: dict, extra_sections: list[str] = ()) -> str:
     out = [
         "# Visual retrieval heads: ablation report",
         "",
+        *control_docs_lines(groups),
         "## What was found",
         "",
         *claims_section(report),

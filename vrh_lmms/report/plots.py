@@ -115,6 +115,10 @@ def ksweep_plot(group: dict, mode: str, path: Path) -> Path | None:
     return _save(fig, path)
 
 
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
 def drop_plot(group: dict, path: Path) -> Path | None:
     """Drop vs baseline per configuration with its cluster-aware CI (the one report.md prints)."""
     rows = [c for c in group["configs"] if c["drop"] is not None]
@@ -125,8 +129,9 @@ def drop_plot(group: dict, path: Path) -> Path | None:
         shown = rows[part]
         x = np.arange(len(shown))
         drops = np.array([100 * c["drop"]["drop"] for c in shown])
-        err = np.array([[d - 100 * c["drop"]["ci_low"] for d, c in zip(drops, shown, strict=True)],
-                        [100 * c["drop"]["ci_high"] - d for d, c in zip(drops, shown, strict=True)]])
+        # an interval that could not be computed (null: a doc subset of one image) gets no bar
+        err = np.array([[d - 100 * _or(c["drop"]["ci_low"], d / 100) for d, c in zip(drops, shown, strict=True)],
+                        [100 * _or(c["drop"]["ci_high"], d / 100) - d for d, c in zip(drops, shown, strict=True)]])
         ax.bar(x, drops, color=[_COLORS.get(c["kind"], "0.5") for c in shown])
         ax.errorbar(x, drops, yerr=np.clip(err, 0, None), fmt="none", ecolor="k", capsize=3, lw=1)
         ax.axhline(0, color="k", lw=0.6)

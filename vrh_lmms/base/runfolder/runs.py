@@ -42,6 +42,9 @@ class RunMeta:
     model_dead: tuple[str, ...] | None = None  # the model's heads that write nothing (vrh.dead_heads)
     excluded_docs: dict | None = None  # task -> first doc evaluated, where discovery's docs were left out
     cell: str | None = None  # scorer_topk: the scoring cell whose top-k was masked (vrh.config.cell)
+    # controls of a sweep with --control-docs: the seeded image subset they ran on (vrh.doc_subset: n, seed, and per
+    # task its doc ids and counts)
+    doc_subset: dict | None = None
 
     @property
     def heads_tasks(self) -> tuple[str, ...]:
@@ -162,7 +165,20 @@ def _from_vrh(block: dict, path: Path, fallback_model: str | None) -> RunMeta:
         model_dead=_heads(block.get("dead_heads"), path, "vrh.dead_heads"),
         excluded_docs=_excluded(block.get("excluded_docs"), path),
         cell=config.get("cell") if isinstance(config.get("cell"), str) else None,
+        doc_subset=_doc_subset(block.get("doc_subset"), path),
     )
+
+
+def _doc_subset(block, path: Path) -> dict | None:
+    """`vrh.doc_subset` (vrh_lmms.runs.sweep.control_docs): checked for the doc ids of each task."""
+    if block is None:
+        return None
+    tasks = block.get("tasks") if isinstance(block, dict) else None
+    if not isinstance(tasks, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("doc_ids"), list)
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in v["doc_ids"]) for v in tasks.values()):
+        raise VRHError(f"{path}: field vrh.doc_subset.tasks must map tasks to {{\"doc_ids\": [int, ...]}}")
+    return block
 
 
 def _excluded(block, path: Path) -> dict | None:

@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from vrh_lmms.base import console, owned
+from vrh_lmms.base import console, owned, runfile
 
 RESULT, MARKDOWN, PLOT, RUNS = "kv_cache.json", "kv_cache.md", "kv_cache.png", "runs"
 _OURS = owned.json_with("rows", schema_prefix="vrh-kv-cache/")
@@ -17,7 +17,7 @@ LAYOUT: dict[str, owned.Check | None] = {
     MARKDOWN: lambda p: p.is_file() and _OURS(p.with_name(RESULT)),
     PLOT: lambda p: p.is_file() and _OURS(p.with_name(RESULT)),
     RUNS: lambda p: p.is_dir() and _OURS(p.parent / RESULT),
-    "vrh-lmms.log": owned.log_file,
+    "vrh-lmms.log": owned.log_file, runfile.RUN_FILE: runfile.is_ours,
     f".{RESULT}.*": owned.is_file, f".{MARKDOWN}.*": owned.is_file,
 }
 

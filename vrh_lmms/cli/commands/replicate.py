@@ -44,6 +44,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="scoring cells whose top-k the grounding sweep also masks (Figs 2/3/8b, Table A8): "
                              "paper (default: all of fig2, fig3, fig8b, a8), one of those, a '+'-separated list of "
                              "cells, or none")
+    parser.add_argument("--control-docs", type=int, default=None, metavar="N",
+                        help="the sweeps' control draws on one seeded image subset of each task's docs (whole "
+                             "images until N docs; sweep --control-docs); top-k and baseline on every doc. Default: "
+                             "every doc. The printed plan shows the control generations with and without it")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--calibrate-docs", type=int, default=4,
                         help="docs timed before the run to estimate its time in the printed plan (default 4; 0: "
@@ -60,6 +64,7 @@ def spec_from_args(args: argparse.Namespace) -> ReplicateSpec:
         spec.ks = ks
         spec.vqa_k = args.vqa_k
         spec.compare_cells = _cells(args.compare_cells)
+        spec.control_docs = args.control_docs
         return spec
     if not args.model_args:
         raise VRHError("replicate needs --model_args pretrained=... (or --demo for the shipped demo model)")
@@ -68,7 +73,7 @@ def spec_from_args(args: argparse.Namespace) -> ReplicateSpec:
                          grounding_tasks=grounding, vqa_tasks=[t for t in args.vqa_tasks.split(",") if t],
                          ks=ks, vqa_k=args.vqa_k, random_seeds=args.random_seeds, n_detect=args.n_detect,
                          limit=args.limit, partner_model_args=args.partner, batch_size=args.batch_size,
-                         compare_cells=_cells(args.compare_cells))
+                         compare_cells=_cells(args.compare_cells), control_docs=args.control_docs)
 
 
 def _cells(text: str) -> str | None:

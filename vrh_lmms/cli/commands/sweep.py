@@ -51,6 +51,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--exclude-discovery-docs", action="store_const", const="on", default=None,
                         help="leave out the docs --heads-file was found on (the paper's disjoint evaluation; "
                              "recorded in sweep.json and each run)")
+    parser.add_argument("--control-docs", type=int, default=None, metavar="N",
+                        help="evaluate the control configurations (random, random-outside, layer- and image-matched "
+                             "draws) on one seeded subset of each task's docs: whole images until N docs, the same "
+                             "for every draw (seeded by --seed); baseline and top-k keep every doc. Default: every "
+                             "doc (docs/sweeps.md, 'Control draws on fewer docs')")
     parser.add_argument("--output", required=True, help="sweep folder (resumed if it holds the same sweep)")
     parser.add_argument("--force", action="store_true",
                         help="discard a different sweep found in --output (only its sweep files; anything else there "
@@ -92,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
                      gen_kwargs=args.gen_kwargs, seed=args.seed, allow_cross_model=args.allow_cross_model,
                      pack=parse_pack(args.pack),
                      exclude_discovery_docs=opts["exclude_discovery_docs"], engine=args.engine,
+                     control_docs=args.control_docs,
                      extra={"preset": args.preset} if args.preset else {})
     console.step(f"sweep: {len(configs)} configurations of {args.model} on {', '.join(spec.tasks)}", line=False)
     out = run_sweep(spec, args.output, force=args.force)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vrh_lmms.base import console, owned
+from vrh_lmms.base import console, owned, runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
 from vrh_lmms.base.heads import kinds
@@ -313,6 +313,7 @@ def demo_layout(out: Path) -> owned.Layout:
             "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
             "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file,
+            runfile.RUN_FILE: runfile.is_ours,  # written by the command line when the demo ends
             "applications": None}  # demo --applications (vrh_lmms.cli.commands.demo_applications)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.runs.sweep.control_docs import check_control_docs
 
 PAPER_KS = (1, 3, 5, 10, 20)  # Table A1's grid without k = 0, which is the baseline every sweep has
 PAPER_VQA_K = 20
@@ -43,6 +44,9 @@ class ReplicateSpec:
     # synthetic scenes (the demo): VRH_SYNTH_CONFIG for the detection and for the evaluation docs; None: real tasks,
     # whose evaluation leaves out the detection docs (sweep's exclude-discovery-docs)
     scenes: dict[str, str] | None = None
+    # the sweeps' control draws on a seeded image subset of this many docs per task (sweep --control-docs); None:
+    # every doc
+    control_docs: int | None = None
 
     def check(self) -> None:
         if not self.grounding_tasks:
@@ -53,9 +57,13 @@ class ReplicateSpec:
             raise VRHError(f"--k values must be positive, got {self.ks}")
         if self.random_seeds < 1:
             raise VRHError("--random-seeds must be at least 1 (the random control)")
+        check_control_docs(self.control_docs)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if out["control_docs"] is None:  # replications of earlier versions resume: their spec has no such key
+            out.pop("control_docs")
+        return out
 
 
 def demo_spec(partner: str | Path | None = None, random_seeds: int = 10, n_detect: int = PAPER_N_DETECT,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base import atomic, console, owned
+from vrh_lmms.base import atomic, console, owned, runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
 from vrh_lmms.runs.protocol import DISCOVER_PRESETS, SWEEP_PRESETS
@@ -30,6 +30,7 @@ LAYOUT: owned.Layout = {
     "heads.*": None,
     "partner": None, "sweeps": None, "efficiency": None, "report": None, "data": None, "maps": None,
     "distribution": None, "compare": None, "scorers": None, "vrh-lmms.log": owned.log_file,
+    runfile.RUN_FILE: runfile.is_ours,  # written by the command line when the replication ends
 }
 
 
@@ -104,7 +105,8 @@ def _sweep(ctx: Context, which: str, tasks: list[str], heads: Path, ks: list[int
                           gen_kwargs=spec.gen_kwargs,
                           # synthetic scenes are disjoint by scene id; real tasks leave discovery's docs out
                           exclude_discovery_docs="off" if spec.scenes else paper["exclude_discovery_docs"],
-                          pack=choose_pack(None, lm, len(configs), spec.batch_size))
+                          pack=choose_pack(None, lm, len(configs), spec.batch_size),
+                          control_docs=spec.control_docs)
         return run_sweep(sweep, output, lm=lm, progress=ctx.progress)
 
 
@@ -286,19 +288,29 @@ def _read_manifest(out: Path, spec: ReplicateSpec, force: bool) -> dict[str, Any
 def print_plan(ctx: Context, calibrate_docs: int) -> dict[str, Any]:
     """Print the generations each stage will run and, after timing `calibrate_docs` generations on the first
     grounding task (0: no calibration), the time they take at that rate; returns the plan for the manifest."""
-    from vrh_lmms.pipelines.replicate.budget import calibrate, count_docs, plan_generations, plan_text
+    from vrh_lmms.pipelines.replicate.budget import (
+        calibrate,
+        count_control_docs,
+        count_docs,
+        plan_generations,
+        plan_text,
+    )
 
     spec = ctx.spec
     tasks = list(dict.fromkeys(spec.grounding_tasks + spec.vqa_tasks))
     skip = {} if spec.scenes else {spec.detection_task: spec.n_detect}  # real tasks leave discovery's docs out
     with ctx.docs("eval"):
         docs = count_docs(spec.model, tasks, spec.limit, skip)
+        subset = (count_control_docs(spec.model, tasks, spec.limit, skip, spec.control_docs)
+                  if spec.control_docs is not None else None)
         rate = (calibrate(ctx.lm(), spec.grounding_tasks[0], calibrate_docs, spec.gen_kwargs, spec.model)
                 if calibrate_docs > 0 else None)
-    planned = plan_generations(spec, docs)
+    planned = plan_generations(spec, docs, subset)
     console.note(plan_text(planned, rate))
     return {"seconds_per_generation": rate, "docs": docs,
-            "generations": {p.stage: p.generations for p in planned}}
+            "generations": {p.stage: p.generations for p in planned}} | (
+        {"control_docs": subset, "control_generations": {p.stage: p.control_generations for p in planned},
+         "control_generations_on_all_docs": {p.stage: p.controls * p.docs for p in planned}} if subset else {})
 
 
 def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, progress: bool = True,

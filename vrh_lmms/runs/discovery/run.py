@@ -65,7 +65,7 @@ def sidecars(output: str | Path) -> dict[str, Path]:
     from vrh_lmms.model.ablation import means_path_for
 
     return {"parts": Path(f"{stem}.parts"), "eval": Path(f"{stem}.eval"), "samples": Path(f"{stem}.samples.npz"),
-            "means": means_path_for(out), "run": run_file_path("discover", out), "log": Path(f"{stem}.log")}
+            "means": means_path_for(out), "run": run_file_path(out, beside=True), "log": Path(f"{stem}.log")}
 
 
 HEADS_FILE = owned.json_with("schema", "geometry", schema_prefix="vrh-heads/")

@@ -28,7 +28,7 @@ from typing import Any
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.harness import sweep_engine as engine
-from vrh_lmms.runs.sweep import checks
+from vrh_lmms.runs.sweep import checks, control_docs
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
 from vrh_lmms.runs.sweep.plan import (
     Configuration,
@@ -74,6 +74,9 @@ class SweepSpec:
     # inputs once, "lmms" rebuilds them per configuration as a plain lmms-eval run does. Not part of the identity: same
     # files.
     engine: str = "fast"
+    # evaluate the control configurations on a seeded image subset of about this many docs per task
+    # (vrh_lmms.runs.sweep.control_docs); None: every doc
+    control_docs: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -83,7 +86,8 @@ class SweepSpec:
         """What must match for a folder to be resumed rather than refused."""
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
                 "heads_file_sha256": heads_sha, "limit": self.limit, "gen_kwargs": self.gen_kwargs,
-                "seed": self.seed, "control_pool": self.control_pool}
+                "seed": self.seed, "control_pool": self.control_pool} \
+            | ({"control_docs": self.control_docs} if self.control_docs is not None else {})
 
 
 def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: set[str], started: float,
@@ -103,15 +107,21 @@ def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: 
 def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model. On several ranks every
     rank checks and evaluates, rank 0 alone changes the folder (vrh_lmms.harness.distributed)."""
-    from vrh_lmms.harness import distributed, lmms
+    from vrh_lmms.harness import distributed, doc_subset, lmms  # torch and lmms-eval: not at `vrh-lmms sweep` parse
 
     out = Path(output)
     fast = engine.check_engine(spec.engine) == "fast"
+    control_docs.check_control_docs(spec.control_docs)
     distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
     identity, hf, means, tm = ready.identity, ready.heads_file, ready.means, ready.task_manager
     offsets = ready.offsets
     excluded = exclusion_record(offsets, spec.heads_file) if offsets else None
+    subset = None
+    if spec.control_docs is not None:
+        subset = control_docs.draw(doc_subset.doc_images(tm, spec.tasks, spec.limit, offsets), spec.control_docs,
+                                   spec.seed)
+        spec = replace(spec, extra={**spec.extra, "control_docs": subset.record()})
     configs_dir = out / "configs"
     started = time.time()
     unavailable = dict(ready.unavailable)
@@ -151,15 +161,21 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     def headset_of(cfg: Configuration):
         return planned_headset(cfg, geometry, hf, dead, spec.allow_cross_model)
 
+    def subset_of(cfg: Configuration) -> dict[str, list[int]] | None:
+        return subset.tasks if subset is not None and control_docs.is_control(cfg) else None
+
     def evaluate_and_write(cfg: Configuration) -> None:
         bar.set_description(cfg.id)
         results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
                                 offsets=offsets)
+        doc_subset.count_subset(results, subset_of(cfg))
         if rank == 0 and results is not None:
             record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed}
                                    | ({"cell": cfg.cell} if cfg.cell else {}))
             if excluded is not None:
                 record["excluded_docs"] = excluded
+            if subset_of(cfg) is not None:
+                record["doc_subset"] = subset.record()
             lmms.write_run(configs_dir / cfg.id, results, record)
             done.add(cfg.id)
             _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names, excluded)
@@ -170,14 +186,19 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         with engine.task_dict_once() if fast else contextlib.nullcontext(), \
                 engine.rows_once(lm) if fast else contextlib.nullcontext(), \
                 engine.unwrap_once(lm) if fast else contextlib.nullcontext():
-            for group in pack_groups(todo, pack):
+            # controls on the doc subset run in packs of their own, so a pack's generations cover one doc set
+            on_subset = [c for c in todo if subset_of(c) is not None]
+            groups = pack_groups([c for c in todo if subset_of(c) is None], pack) + pack_groups(on_subset, pack)
+            for group in groups:
                 headsets = [headset_of(cfg) for cfg in group]
                 if len(group) == 1:
                     lm.vrh_apply(headsets[0], mode=group[0].mode if headsets[0].heads else "zero", means=means)
-                    evaluate_and_write(group[0])
+                    with doc_subset.restrict_docs(subset_of(group[0])):
+                        evaluate_and_write(group[0])
                     continue
                 served = lm.vrh_pack(headsets, [cfg.mode for cfg in group], means=means)
-                with engine.inputs_once(lm) if fast else contextlib.nullcontext():
+                with engine.inputs_once(lm) if fast else contextlib.nullcontext(), \
+                        doc_subset.restrict_docs(subset_of(group[0])):
                     if fast:  # every answer of the pack first, several docs' rows per generate
                         engine.generate_ahead(served, lambda: lmms.evaluate(
                             lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
