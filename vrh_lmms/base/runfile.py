@@ -9,7 +9,7 @@ run can be reviewed and rerun from its folder.
       tasks: vrh_refcoco_testA
       heads_file: heads/qwen25.json
       k: 1,5,10,20
-      layer_matched: true
+      random_seeds: 19
       control: [image-matched]
       output: sweeps/qwen25
     env:                        # data locations (VRH_* variables); a variable already set in the environment wins

@@ -14,16 +14,23 @@ def add_model_options(parser: argparse.ArgumentParser, model_args_note: str = " 
                         help=f"lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct{model_args_note}")
 
 
-def add_draw_options(parser: argparse.ArgumentParser) -> None:
-    """--layer-matched and --no-random: the control draws a sweep or a steering run plans per k and seed beside
-    --control's (vrh_lmms.runs.sweep.plan); `plan_flags` hands them to the plan."""
-    parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
-    parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
+def add_draw_options(parser: argparse.ArgumentParser, *, matched_by_default: bool = False,
+                     random_flag: bool = True) -> None:
+    """The control draws a sweep, a steering or a patching run plans per k and seed beside --control's
+    (vrh_lmms.runs.sweep.plan): --layer-matched (or, where layer-matched draws are planned by default,
+    --no-layer-matched) and --no-random; `plan_flags` hands them to the plan."""
+    if matched_by_default:
+        parser.add_argument("--no-layer-matched", action="store_true", help="skip layer-matched random head sets")
+    else:
+        parser.add_argument("--layer-matched", action="store_true", help="also layer-matched random-k controls")
+    if random_flag:
+        parser.add_argument("--no-random", action="store_true", help="skip uniform random-k controls")
 
 
 def plan_flags(args: argparse.Namespace) -> dict[str, bool]:
     """`plan_configurations`' flags as `add_draw_options` set them."""
-    return {"layer_matched": args.layer_matched, "random": not args.no_random}
+    matched = not args.no_layer_matched if hasattr(args, "no_layer_matched") else args.layer_matched
+    return {"layer_matched": matched, "random": not getattr(args, "no_random", False)}
 
 
 def add_control_options(parser: argparse.ArgumentParser, what: str, preset: bool = False) -> None:

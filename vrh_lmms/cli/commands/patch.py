@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console
-from vrh_lmms.cli.commands.options import add_control_options, add_model_options
+from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness import distributed
 from vrh_lmms.report.interventions import write_patching_report
 from vrh_lmms.runs.interventions.patch_run import DIRECTIONS, PatchSpec, run_patching
@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads-file", required=True, help="heads file from `vrh-lmms discover`")
     parser.add_argument("--k", default="5,10", help="sizes of the head sets patched together (default 5,10)")
     parser.add_argument("--random-seeds", type=int, default=3, help="random head sets per k (default 3)")
-    parser.add_argument("--no-layer-matched", action="store_true", help="skip layer-matched random head sets")
+    add_draw_options(parser, matched_by_default=True, random_flag=False)
     parser.add_argument("--pairs", choices=("correct", "all"), default="correct",
                         help="pair only correctly answered docs (default) or all answered docs")
     parser.add_argument("--answers", choices=("model", "reference"), default="model",
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     limit = None if args.limit is None else (int(args.limit) if float(args.limit).is_integer() else args.limit)
     spec = PatchSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, ks=parse_int_list(args.k, "--k"), random_seeds=args.random_seeds,
-                     layer_matched=not args.no_layer_matched, limit=limit, gen_kwargs=args.gen_kwargs,
+                     layer_matched=plan_flags(args)["layer_matched"], limit=limit, gen_kwargs=args.gen_kwargs,
                      seed=args.seed, per_image=args.pairs_per_image, max_pairs=args.max_pairs,
                      direction=args.direction, min_gap=args.min_gap, allow_cross_model=args.allow_cross_model,
                      patch_batch=args.patch_batch, pairs=args.pairs, answers=args.answers, controls=tuple(args.control),
