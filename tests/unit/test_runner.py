@@ -109,3 +109,42 @@ def test_a_killed_unit_leaves_nothing_finished_and_is_redone(tmp_path):
     assert ran == ["u2", "u3"]
     assert sorted(p.name for p in (out / "units").iterdir()) == [f"{u}.json" for u in UNITS]  # leftover cleared
     assert json.loads((out / "units" / "u2.json").read_text()) == {"unit": "u2", "value": 4}
+
+
+def test_units_recorded_in_the_manifest_resume_without_files(tmp_path):
+    """A job whose units write no file of their own (replicate's stages) is resumed from its manifest's record; a
+    folder of ours that an earlier version left without a manifest resumes where the job allows it."""
+    from support.toy_job import LAYOUT
+
+    from vrh_lmms.runs.runner import Job, Manifest
+
+    out = tmp_path / "run"
+    record: dict = {"stages": {}}
+
+    def job() -> Job:
+        return Job(out=out, layout=LAYOUT, manifest=Manifest(out / "toy.json"), identity={"model": "toy"},
+                   units=list(UNITS), units_key=None, fields=lambda: dict(record),
+                   done_in_manifest=lambda m: [u for u, s in (m.get("stages") or {}).items() if s == "done"],
+                   resume_without_manifest=True)
+
+    def run(stop_after: str | None = None) -> list[str]:
+        runner, ran = Runner(job()), []
+        runner.inspect()
+        record.update({k: v for k, v in (runner.recorded() or {}).items() if k != "identity"})
+        runner.claim()
+        for uid in runner.pending:
+            ran.append(uid)
+            record["stages"][uid] = "done"
+            runner.finish(uid)
+            if uid == stop_after:
+                break
+        return ran
+
+    assert run(stop_after="u1") == ["u1"]
+    assert json.loads((out / "toy.json").read_text()) == {"identity": {"model": "toy"}, "stages": {"u1": "done"}}
+    record["stages"] = {}  # a new process: only the manifest remembers
+    assert run() == ["u2", "u3"]
+    (out / "toy.json").unlink()
+    (out / "units").mkdir()  # something of ours, no manifest: resumed, not refused
+    record["stages"] = {}
+    assert Runner(job()).inspect().resume and run() == UNITS

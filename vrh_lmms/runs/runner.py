@@ -1,10 +1,11 @@
 """The one resumable run: every command that writes a run folder and may be rerun into it goes through here
-(sweep, steer, patch, discovery's parts).
+(sweep, steer, patch, discovery's parts folder, replicate's stages).
 
 A command declares a `Job`: its output folder and layout (what it writes there, so what --force may remove), where
 its identity is recorded (`Manifest`), the identity itself (what must match to resume), and its units (sweep or
-steering configurations, patched pairs, discovery's docs): one entry each in a units folder, finished when its
-published file exists. The runner owns the rest:
+steering configurations, patched pairs, discovery's docs, replicate's stages): one entry each in a units folder,
+finished when its published file exists (or recorded done in the manifest, where a unit has no file of its own).
+The runner owns the rest:
 
 - inspect (before anything is written or loaded): a missing or empty folder is fresh; a folder holding anything the
   command did not write is refused, even with --force; the same identity resumes; another identity is refused in
@@ -42,11 +43,12 @@ def write_json(path: Path, data: Any) -> Path:
 # ------------------------------------------------------------------------------------------------ the manifest
 @dataclass(frozen=True)
 class Manifest:
-    """The file that records a run's identity: `{"identity": {...}, ...}` (sweep.json, steer.json, patch_run.json),
-    or, with `nested=False`, a file that is the identity itself (discovery's `<heads>.parts/identity.json`)."""
+    """The file that records a run's identity under `key`: `{"identity": {...}, ...}` (sweep.json, steer.json,
+    patch_run.json; replicate.json's is `spec`), or, with `key=None`, a file that is the identity itself
+    (discovery's `<heads>.parts/identity.json`)."""
 
     path: Path
-    nested: bool = True
+    key: str | None = "identity"
 
     def read(self) -> dict[str, Any] | None:
         """The whole file, or None where there is none."""
@@ -58,13 +60,13 @@ class Manifest:
     def identity(self) -> dict[str, Any] | None:
         """The identity recorded there (None where there is no manifest)."""
         data = self.read()
-        if data is None or not self.nested:
+        if data is None or self.key is None:
             return data
-        return data.get("identity") or {}
+        return data.get(self.key) or {}
 
     def write(self, identity: Mapping[str, Any], fields: Mapping[str, Any] | None = None) -> Path:
         """The one manifest writer: the identity first, then `fields` in their order."""
-        data = {"identity": dict(identity), **(fields or {})} if self.nested else dict(identity)
+        data = dict(identity) if self.key is None else {self.key: dict(identity), **(fields or {})}
         return write_json(self.path, data)
 
 
@@ -93,16 +95,19 @@ class Decision:
 
 def inspect_folder(out: Path, layout: owned.Layout, manifest: Manifest, identity: Mapping[str, Any], force: bool, *,
                    what: str = "run", finished: Callable[[], int] | None = None, unit: str = "unit",
-                   option: str = "--output") -> Decision:
+                   option: str = "--output", resume_without_manifest: bool = False) -> Decision:
     """Decide about `out` without changing it; refusals are raised here, in one line (see the module doc).
     `finished` counts the finished units of the run found there: given, a run that finished none is replaced without
-    --force, and the refusal says how many would be lost."""
+    --force, and the refusal says how many would be lost. `resume_without_manifest`: a folder of ours without a
+    manifest (left by an earlier version that wrote it only after its first unit) is resumed."""
     if out.is_symlink() or (out.exists() and not out.is_dir()):
         raise VRHError(f"{option} {out} exists and is not a folder; choose another {option}")
     if not out.exists() or not any(out.iterdir()):
         return Decision(out, resume=False, clear=False)
     owned.refuse_foreign(out, owned.foreign_entries(out, layout), option)
     old = manifest.identity()
+    if old is None and resume_without_manifest:
+        return Decision(out, resume=True, clear=False)
     differs = differing(old, identity) if old is not None else [f"no {manifest.path.name}"]
     if not differs:
         return Decision(out, resume=True, clear=False)
@@ -154,6 +159,8 @@ class Job:
     extra: dict[str, Any] = field(default_factory=dict)  # the manifest's fields after the units
     log: Path | None = None  # where the command's library output goes once the folder is claimed
     result: Path | None = None  # a file published last, whose presence says the whole run is finished (patch.json)
+    done_in_manifest: Callable[[dict[str, Any]], Iterable[str]] | None = None  # units the manifest records done
+    resume_without_manifest: bool = False  # a folder of ours without a manifest resumes (see inspect_folder)
 
     def unit_path(self, uid: str) -> Path:
         if self.units_dir is None:
@@ -182,7 +189,8 @@ class Runner:
         job = self.job
         finished = (lambda: len(job.finished_units())) if job.replace_unfinished else None
         self.decision = inspect_folder(job.out, job.layout, job.manifest, job.identity, self.force, what=job.what,
-                                       finished=finished, unit=job.unit)
+                                       finished=finished, unit=job.unit,
+                                       resume_without_manifest=job.resume_without_manifest)
         return self.decision
 
     def recorded(self) -> dict[str, Any] | None:
@@ -207,6 +215,8 @@ class Runner:
                 done = {u for u in job.units if job.complete(job.unit_path(u))}
                 if any(u not in done for u in job.units):
                     self._clear_leftovers()
+            if job.done_in_manifest is not None:
+                done = set(job.done_in_manifest(self.recorded() or {})) & set(job.units)
             self.done = done
             self.write_manifest()
         self.done = set(distributed.broadcast(done))  # every rank runs the same units, in the same order
@@ -254,7 +264,7 @@ class Runner:
     def finish(self, uid: str) -> None:
         """Record a unit whose files are published; a manifest that lists the units says so at once."""
         self.done.add(uid)
-        if self.job.units_key is not None:
+        if self.job.units_key is not None or self.job.done_in_manifest is not None:
             self.write_manifest()
 
     def model(self, load: Callable[[], Any]) -> Any:

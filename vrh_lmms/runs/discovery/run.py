@@ -105,7 +105,7 @@ def parts_job(spec: DiscoverySpec) -> Job:
     different discovery's finished parts are refused unless force, one that finished none is replaced. Its units,
     the docs, are run and skipped by the collector as lmms-eval reaches them (vrh_lmms.runs.discovery.store)."""
     parts = sidecars(spec.output)["parts"]
-    return Job(out=parts, layout=PARTS_LAYOUT, manifest=Manifest(parts / IDENTITY, nested=False),
+    return Job(out=parts, layout=PARTS_LAYOUT, manifest=Manifest(parts / IDENTITY, key=None),
                identity=spec.identity(), units_dir=parts, complete=is_part, what="discovery", unit="part",
                replace_unfinished=True, units_key=None)
 
