@@ -255,34 +255,37 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
                                                             allow_cross_model=spec.allow_cross_model),
                                             geometry, hf, dead)
         runner.write_manifest()
-        pending = set(runner.pending)
-        todo = [c for c in spec.configurations if c.id in pending]
+        by_id = {c.id: c for c in spec.configurations}
         tracker = BatchDocTracker(lm.task_dict)
         lm.task_dict = tracker
         steerer = Steerer(lm, tracker, spec.distractor_seed, spec.rule)
         interceptor = SteeringInterceptor(lm.model, tracker, steerer)
-        bar = console.bar(len(todo), "steer", "config", enabled=progress and distributed.is_main())
+        bar = console.bar(len(runner.pending), "steer", "config", enabled=progress and distributed.is_main())
+
+        def steer_one(uid: str) -> bool:
+            """Evaluate one configuration; rank 0 publishes its folder (False on the other ranks)."""
+            cfg = by_id[uid]
+            headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed or 0,
+                                   allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool)
+            steerer.heads, steerer.bias = list(headset.heads), cfg.bias
+            bar.set_description(cfg.id)
+            results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)
+            info = distributed.gather_dicts(steerer.info)  # every rank's docs, on rank 0
+            if results is not None:
+                steerer.info = info
+                for task, rows in (results.get("samples") or {}).items():
+                    for row in rows:
+                        row["vrh_steer"] = steerer.record(task, int(row["doc_id"]), row.get("vrh_record"))
+                record = lm.vrh_record(config={"id": cfg.id, "kind": "steer", "k": cfg.k, "seed": cfg.seed})
+                record["steering"] = {**cfg.to_dict(), "heads": headset.names, "rule": spec.rule,
+                                      "distractor_seed": spec.distractor_seed}
+                lmms.write_run(configs_dir / cfg.id, results, record)
+            distributed.barrier()
+            bar.update(1)
+            return results is not None
+
         try:
-            for cfg in todo:
-                headset = resolve_spec(cfg.spec, geometry, heads_file=hf, seed=cfg.seed or 0,
-                                       allow_cross_model=spec.allow_cross_model, dead=dead, pool=spec.control_pool)
-                steerer.heads, steerer.bias = list(headset.heads), cfg.bias
-                bar.set_description(cfg.id)
-                results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs,
-                                        seed=spec.seed)
-                info = distributed.gather_dicts(steerer.info)  # every rank's docs, on rank 0
-                if results is not None:
-                    steerer.info = info
-                    for task, rows in (results.get("samples") or {}).items():
-                        for row in rows:
-                            row["vrh_steer"] = steerer.record(task, int(row["doc_id"]), row.get("vrh_record"))
-                    record = lm.vrh_record(config={"id": cfg.id, "kind": "steer", "k": cfg.k, "seed": cfg.seed})
-                    record["steering"] = {**cfg.to_dict(), "heads": headset.names, "rule": spec.rule,
-                                          "distractor_seed": spec.distractor_seed}
-                    lmms.write_run(configs_dir / cfg.id, results, record)
-                    runner.finish(cfg.id)
-                distributed.barrier()
-                bar.update(1)
+            runner.run(steer_one)
         finally:
             bar.close()
             interceptor.uninstall()
