@@ -110,7 +110,7 @@ def parts_job(spec: DiscoverySpec) -> Job:
                replace_unfinished=True, units_key=None)
 
 
-def _inspect(spec: DiscoverySpec, force: bool, lm=None) -> Runner:
+def _check_outputs(spec: DiscoverySpec, force: bool, lm=None) -> Runner:
     """Refuse what must be refused, change nothing: files vrh-lmms did not write (always), a finished heads file
     (unless force), finished parts of a different discovery (unless force)."""
     out = Path(spec.output)
@@ -164,7 +164,7 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
         preload.refuse_head_args(plan.args, "discover", {k: intact for k in preload.HEAD_ARGS})
         if str(plan.args.get("batch_size", 1)) != "1":
             raise VRHError(f"model arg batch_size={plan.args['batch_size']}: discovery runs with batch_size 1")
-    runner = _inspect(spec, force, lm)
+    runner = _check_outputs(spec, force, lm)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     check_docs(tm, list(spec.tasks), spec.limit)  # every doc's evidence, before the folder or the weights
