@@ -83,7 +83,7 @@ def test_rerun_resumes_and_other_settings_are_refused(replication, capsys):
     assert (out / "sweeps" / "grounding" / "configs" / "top5" / "results.json").stat().st_mtime_ns == stamp
     assert main(["replicate", "--demo", *SMALL[:-1], "3", "--output", str(out)]) == 2
     err = capsys.readouterr().err
-    assert "holds a replication with other settings" in err and "random_seeds" in err
+    assert "holds a different replication" in err and "random_seeds" in err
     (out / "notes.txt").write_text("mine")
     assert main(["replicate", "--demo", *SMALL[:-1], "3", "--output", str(out), "--force"]) == 2
     assert "notes.txt" in capsys.readouterr().err and (out / "notes.txt").read_text() == "mine"

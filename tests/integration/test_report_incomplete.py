@@ -12,8 +12,10 @@ import numpy as np
 from support.sweep_files import TASK, make_docs, sample_line, vrh_block, write_config
 
 from vrh_lmms.cli import main
+from vrh_lmms.runs.runner import Runner
+from vrh_lmms.runs.sweep.checks import sweep_job
 from vrh_lmms.runs.sweep.plan import plan_configurations
-from vrh_lmms.runs.sweep.run import SweepSpec, _write_manifest
+from vrh_lmms.runs.sweep.run import SweepSpec, describe_configurations, manifest_fields
 
 CONFIGS = plan_configurations([2, 4], random_seeds=2, layer_matched=True, modes=["zero"])
 
@@ -31,7 +33,11 @@ def _sweep(root, done: int, extra: str | None = None):
         p = 0.8 if cfg.kind == "baseline" else 0.5
         lines = [sample_line(d, "correct" if rng.random() < p else "mislocated") for d in docs]
         write_config(root, cfg.id, vrh_block(cfg.id, cfg.kind, cfg.k or None, cfg.seed), lines)
-    _write_manifest(root, spec, spec.identity("0" * 64), {c.id for c in CONFIGS[:done]}, time.time())
+    runner = Runner(sweep_job(root, spec.identity("0" * 64)))
+    describe_configurations(runner.job, spec)
+    runner.job.fields = lambda: manifest_fields(spec, time.time())
+    runner.done = {c.id for c in CONFIGS[:done]}
+    runner.write_manifest()
     return [c.id for c in CONFIGS[done:]]
 
 

@@ -142,8 +142,8 @@ def test_steer_and_patch_refuse_a_foreign_folder_even_with_force(command, tiny_q
 
 def _steer_folder(out: Path, identity: dict) -> None:
     from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.interventions.folder import write_json
     from vrh_lmms.runs.interventions.steer_run import MANIFEST
+    from vrh_lmms.runs.runner import write_json
 
     write_json(out / MANIFEST, {"identity": identity, "configurations": []})
     lmms.write_run(out / "configs" / "top1_b4", {"results": {}, "samples": {"t": [{"doc_id": 0}]}}, {"schema": 1})
@@ -154,8 +154,8 @@ def _steer_folder(out: Path, identity: dict) -> None:
 
 def _patch_folder(out: Path, identity: dict) -> None:
     from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.interventions.folder import write_json
     from vrh_lmms.runs.interventions.patch_run import MANIFEST, RESULT, SCHEMA, InputStore
+    from vrh_lmms.runs.runner import write_json
 
     write_json(out / MANIFEST, {"identity": identity})
     InputStore(out / "inputs").write("t__test__0", None, torch.zeros(3, dtype=torch.long), True)
@@ -170,28 +170,28 @@ def _patch_folder(out: Path, identity: dict) -> None:
 def test_steer_and_patch_force_removes_exactly_their_files(kind, tmp_path):
     """A different run in the folder is refused without --force; with it, exactly the command's files go (the
     layout recognises each of them), and a foreign file makes the whole folder refused."""
-    from vrh_lmms.runs.interventions.folder import claim_folder, inspect_folder
     from vrh_lmms.runs.interventions.patch_run import MANIFEST as PATCH_MANIFEST
     from vrh_lmms.runs.interventions.patch_run import PATCH_LAYOUT
     from vrh_lmms.runs.interventions.steer_run import MANIFEST as STEER_MANIFEST
     from vrh_lmms.runs.interventions.steer_run import STEER_LAYOUT
+    from vrh_lmms.runs.runner import Manifest, claim_folder, inspect_folder
 
     layout, manifest = (STEER_LAYOUT, STEER_MANIFEST) if kind == "steer" else (PATCH_LAYOUT, PATCH_MANIFEST)
     out = tmp_path / kind
     (_steer_folder if kind == "steer" else _patch_folder)(out, {"model": "a"})
     assert owned.foreign_entries(out, layout) == []
-    assert inspect_folder(out, manifest, layout, {"model": "a"}, force=False).resume
+    assert inspect_folder(out, layout, Manifest(out / manifest), {"model": "a"}, force=False).resume
     with pytest.raises(VRHError, match="holds a different run \\(model differ\\); choose another --output or pass "
                                        "--force"):
-        inspect_folder(out, manifest, layout, {"model": "b"}, force=False)
+        inspect_folder(out, layout, Manifest(out / manifest), {"model": "b"}, force=False)
     (out / "notes.txt").write_text("mine")
     with pytest.raises(VRHError, match="notes.txt"):
-        inspect_folder(out, manifest, layout, {"model": "b"}, force=True)
+        inspect_folder(out, layout, Manifest(out / manifest), {"model": "b"}, force=True)
     (out / "notes.txt").unlink()
     (out / "configs" if kind == "steer" else out / "parts").joinpath("notes.txt").write_text("inside ours")
     assert [p.name for p in owned.foreign_entries(out, layout)] == ["configs" if kind == "steer" else "parts"]
     (out / "configs" if kind == "steer" else out / "parts").joinpath("notes.txt").unlink()
-    state = inspect_folder(out, manifest, layout, {"model": "b"}, force=True)
+    state = inspect_folder(out, layout, Manifest(out / manifest), {"model": "b"}, force=True)
     claim_folder(state, layout)
     assert out.is_dir() and not any(out.iterdir())
 

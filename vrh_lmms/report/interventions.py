@@ -24,7 +24,7 @@ from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
 from vrh_lmms.report.fmt import pct, pct_ci, pval
 from vrh_lmms.report.html import PATCH_MAP
 from vrh_lmms.report.pools import grouped_draws
-from vrh_lmms.runs.interventions.folder import write_json
+from vrh_lmms.runs.runner import write_json
 
 NULL_LABELS = {k.name: k.legend for k in KINDS if k.control}
 

@@ -17,15 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic, console, owned, runfile
-from vrh_lmms.base.errors import VRHError
 from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
 from vrh_lmms.runs.protocol import DISCOVER_PRESETS, SWEEP_PRESETS
+from vrh_lmms.runs.runner import Job, Manifest, Runner
 
 SCHEMA = "vrh-replicate/1"
 MANIFEST = "replicate.json"
 SUMMARY = "replicate.md"
 LAYOUT: owned.Layout = {
     MANIFEST: owned.json_with("stages", schema_prefix="vrh-replicate/"),
+    f".{MANIFEST}.*": owned.is_file,  # its atomic write's temporary
     SUMMARY: owned.is_file,
     "heads.*": None,
     "partner": None, "sweeps": None, "efficiency": None, "report": None, "data": None, "maps": None,
@@ -267,22 +268,17 @@ def stages(spec: ReplicateSpec) -> list[tuple[str, str, Stage]]:
     return out
 
 
-def _read_manifest(out: Path, spec: ReplicateSpec, force: bool) -> dict[str, Any]:
-    if out.is_dir():
-        owned.refuse_foreign(out, owned.foreign_entries(out, LAYOUT))  # files vrh-lmms did not write: never touched
-    path = out / MANIFEST
-    fresh = {"schema": SCHEMA, "spec": spec.to_dict(), "stages": {}}
-    if not path.is_file():
-        return fresh
-    old = json.loads(path.read_text())
-    if old.get("spec") != fresh["spec"]:
-        if not force:
-            differs = sorted(k for k in fresh["spec"] if old.get("spec", {}).get(k) != fresh["spec"][k])
-            raise VRHError(f"{out} holds a replication with other settings ({', '.join(differs)} differ); choose "
-                           f"another --output or pass --force to replace it")
-        owned.prepare_output(out, LAYOUT, force=True, what="a replication")
-        return fresh
-    return old
+def replicate_job(spec: ReplicateSpec, out: Path, manifest: dict[str, Any]) -> Job:
+    """The replication as the runner's job (vrh_lmms.runs.runner): its identity is the spec (`spec` in
+    replicate.json), its units the stages, recorded done in `manifest["stages"]` (they write into their own
+    subfolders, which resume themselves). A folder of ours without replicate.json (a run that earlier versions
+    stopped inside its first stage) resumes."""
+    return Job(out=out, layout=LAYOUT, manifest=Manifest(out / MANIFEST, key="spec"), identity=spec.to_dict(),
+               units=[name for name, _, _ in stages(spec)], what="replication", unit="stage", units_key=None,
+               fields=lambda: {k: v for k, v in manifest.items() if k != "spec"}, log=out / console.LOG_NAME,
+               done_in_manifest=lambda m: [n for n, s in (m.get("stages") or {}).items()
+                                           if isinstance(s, dict) and s.get("status") == "done"],
+               resume_without_manifest=True)
 
 
 def print_plan(ctx: Context, calibrate_docs: int) -> dict[str, Any]:
@@ -319,15 +315,17 @@ def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, 
     summary (replicate.md)."""
     spec.check()
     out = Path(output)
-    manifest = _read_manifest(out, spec, force)
-    out.mkdir(parents=True, exist_ok=True)
-    console.log_to(out / console.LOG_NAME)
+    manifest: dict[str, Any] = {"schema": SCHEMA, "stages": {}}
+    runner = Runner(replicate_job(spec, out, manifest), force)
+    runner.inspect()
+    manifest.update({k: v for k, v in (runner.recorded() or {}).items() if k != "spec"})
+    runner.claim()
     ctx = Context(spec, out, progress)
     plan = stages(spec)
-    if any(manifest["stages"].get(name, {}).get("status") != "done" for name, _, _ in plan):
+    if runner.pending:
         manifest["plan"] = print_plan(ctx, calibrate_docs)
     for i, (name, what, fn) in enumerate(plan, 1):
-        if manifest["stages"].get(name, {}).get("status") == "done":
+        if name in runner.done:
             console.step(f"[{i}/{len(plan)}] {name}: done before, kept")
             continue
         console.step(f"[{i}/{len(plan)}] {name}: {what}")
@@ -335,5 +333,5 @@ def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, 
         record = fn(ctx)
         manifest["stages"][name] = {"status": "done", "what": what, "seconds": round(time.time() - started, 1),
                                     **record}
-        atomic.write_text(out / MANIFEST, json.dumps(manifest, indent=1))
+        runner.finish(name)
     return out / SUMMARY

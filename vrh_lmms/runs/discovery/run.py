@@ -10,7 +10,6 @@ Outputs beside `heads.json`:
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +18,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms.base import atomic, console, owned
+from vrh_lmms.base import console, owned
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.runfile import run_file_path
+from vrh_lmms.harness import distributed
 from vrh_lmms.runs.discovery.evidence import check_docs, get_kind
+from vrh_lmms.runs.runner import Job, Manifest, Runner
 
 IDENTITY = "identity.json"
 # Version of what a part holds: 2 added the out_random1 / in+out query sets and the Localization Heads statistics,
@@ -94,14 +95,22 @@ def discovery_layout(output: str | Path) -> dict[str, owned.Check | None]:
     return layout
 
 
-@dataclass
-class _Folder:
-    """What `_claim` will do with the outputs of an earlier discovery (decided before anything loads)."""
-
-    reset_parts: bool  # parts of another discovery, or none finished: start the parts folder afresh
+def is_part(path: Path) -> bool:
+    """A finished doc of the parts folder (its temporary is `.name.*`)."""
+    return path.suffix == ".npz" and path.is_file()
 
 
-def _inspect(spec: DiscoverySpec, force: bool) -> _Folder:
+def parts_job(spec: DiscoverySpec) -> Job:
+    """The parts folder as the runner's job (vrh_lmms.runs.runner): its identity is `identity.json` itself; a
+    different discovery's finished parts are refused unless force, one that finished none is replaced. Its units,
+    the docs, are run and skipped by the collector as lmms-eval reaches them (vrh_lmms.runs.discovery.store)."""
+    parts = sidecars(spec.output)["parts"]
+    return Job(out=parts, layout=PARTS_LAYOUT, manifest=Manifest(parts / IDENTITY, key=None),
+               identity=spec.identity(), units_dir=parts, complete=is_part, what="discovery", unit="part",
+               replace_unfinished=True, units_key=None)
+
+
+def _check_outputs(spec: DiscoverySpec, force: bool, lm=None) -> Runner:
     """Refuse what must be refused, change nothing: files vrh-lmms did not write (always), a finished heads file
     (unless force), finished parts of a different discovery (unless force)."""
     out = Path(spec.output)
@@ -116,30 +125,19 @@ def _inspect(spec: DiscoverySpec, force: bool) -> _Folder:
     owned.prepare_file(out, HEADS_FILE, force=True, what="a heads file")  # refuses only a file we did not write
     if out.exists() and not force:
         raise VRHError(f"{out} exists; choose another --output or pass --force to replace it")
-    parts = paths["parts"]
-    ident = parts / IDENTITY
-    if not ident.is_file():
-        return _Folder(reset_parts=True)
-    old = json.loads(ident.read_text())
-    differs = [k for k, v in spec.identity().items() if old.get(k) != v]
-    finished = list(parts.glob("[!.]*.npz"))
-    if differs and finished and not force:
-        raise VRHError(f"{parts} holds {len(finished)} finished part(s) of a different discovery "
-                       f"({', '.join(differs)} differ); choose another --output or pass --force to discard them")
-    return _Folder(reset_parts=bool(differs))
+    runner = Runner(parts_job(spec), force, lm=lm)
+    runner.inspect()
+    return runner
 
 
-def _claim(spec: DiscoverySpec, folder: _Folder, force: bool) -> dict[str, Path]:
-    """Apply `_inspect`'s decision: clear our earlier outputs, (re)start the parts folder, record its identity."""
+def _claim(spec: DiscoverySpec, runner: Runner, force: bool) -> dict[str, Path]:
+    """Take the parts folder (the runner: reset for another discovery, its identity recorded) and, with force, clear
+    our other earlier outputs (rank 0)."""
     paths = sidecars(spec.output)
-    parts = paths["parts"]
-    if folder.reset_parts and parts.exists():
-        owned.remove(parts)
-    if force:
+    runner.claim()
+    if force and distributed.is_main():
         for key in ("eval", "samples", "means", "run", "log"):
             owned.remove(paths[key])
-    parts.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(parts / IDENTITY, json.dumps(spec.identity(), indent=1))
     return paths
 
 
@@ -166,20 +164,20 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
         preload.refuse_head_args(plan.args, "discover", {k: intact for k in preload.HEAD_ARGS})
         if str(plan.args.get("batch_size", 1)) != "1":
             raise VRHError(f"model arg batch_size={plan.args['batch_size']}: discovery runs with batch_size 1")
-    folder = _inspect(spec, force)
+    runner = _check_outputs(spec, force, lm)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     check_docs(tm, list(spec.tasks), spec.limit)  # every doc's evidence, before the folder or the weights
     if plan is not None:
         preload.plan_geometry(plan)  # the backend class and the checkpoint's config.json, still without weights
-    return tm, folder
+    return tm, runner
 
 
 
 def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:
     """Returns the heads file path (None on non-zero ranks). On several ranks every rank checks, rank 0 alone
     claims the folder and merges the parts every rank wrote (vrh_lmms.harness.distributed)."""
-    from vrh_lmms.harness import distributed, lmms
+    from vrh_lmms.harness import lmms
     from vrh_lmms.runs.discovery.scoring import all_cells, parse_cells
 
     cells = parse_cells("+".join(spec.cells)) if spec.cells else all_cells()
@@ -187,19 +185,17 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     if primary not in cells:
         cells = [primary, *cells]
     distributed.ensure_group()
-    tm, folder = preflight(spec, force, lm=lm)  # nothing is written before every check has passed
+    tm, runner = preflight(spec, force, lm=lm)  # nothing is written before every check has passed
     from vrh_lmms.runs.discovery.collector import SampleCollector  # imports transformers: only once checks passed
     from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor
     from vrh_lmms.runs.discovery.store import PartStore
 
     if lm is not None and lm.vrh_headset.heads:
         raise VRHError(f"discovery scores the intact model, but model_args ablate {lm.vrh_headset.spec}; drop heads=")
-    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
-    paths = _claim(spec, folder, force) if distributed.is_main() else sidecars(spec.output)
+    paths = _claim(spec, runner, force)
     distributed.barrier()
     console.log_to(paths["log"])
-    if lm is None:
-        lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
+    lm = runner.model(lambda: lmms.build_model(spec.model, spec.model_args, batch_size=1))
     if getattr(lm, "batch_size", 1) != 1:
         raise VRHError("discovery runs with batch_size 1")
     store = PartStore(paths["parts"])

@@ -38,12 +38,13 @@ from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
 from vrh_lmms.model.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
-from vrh_lmms.runs.interventions.folder import claim_folder, preflight, write_json
+from vrh_lmms.runs.interventions.folder import preflight
 from vrh_lmms.runs.interventions.outputs import PATCH_LAYOUT  # noqa: F401  (the patching folder's names, for callers)
 from vrh_lmms.runs.interventions.outputs import PATCH_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
+from vrh_lmms.runs.runner import Job, Manifest, is_published_file, write_json
 from vrh_lmms.runs.sweep.checks import dead_head_names, dead_heads_of, sha256_of
 from vrh_lmms.runs.sweep.plan import planned_headset
 
@@ -178,8 +179,17 @@ def head_sets(spec: PatchSpec, hf, geometry, dead: tuple = ()) -> tuple[dict[str
     return out, unavailable
 
 
-def _part_path(out: Path, task: str, a: int, b: int) -> Path:
-    return out / "parts" / f"{task}__{a}__{b}.json"
+def _part_id(task: str, a: int, b: int) -> str:
+    return f"{task}__{a}__{b}"
+
+
+def patch_job(spec: PatchSpec, out: Path) -> Job:
+    """Patching as the runner's job (vrh_lmms.runs.runner): its units are the pairs (one part file each, known once
+    the evaluation has answered), patch.json is published last."""
+    return Job(out=out, layout=PATCH_LAYOUT, manifest=Manifest(out / MANIFEST), identity=spec.identity(),
+               units_dir=out / "parts", entry=lambda uid: f"{uid}.json", complete=is_published_file, unit="pair",
+               units_key=None, fields=lambda: {"heads_file": spec.heads_file}, log=out / LOG_NAME,
+               result=out / RESULT)
 
 
 def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
@@ -206,18 +216,12 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
             raise VRHError("model arg batch_size: patching runs with batch_size 1 (one doc per generate call)")
     out = Path(output)
     distributed.ensure_group()
-    ready = preflight(spec, "patch", out, MANIFEST, PATCH_LAYOUT, spec.identity(), set_configurations(spec), force,
-                      lm=lm)
-    hf, tm = ready.heads_file, ready.task_manager
-    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
-    if distributed.is_main():
-        claim_folder(ready.folder, PATCH_LAYOUT)  # nothing is written before every check has passed
-        console.log_to(out / LOG_NAME)
-        write_json(out / MANIFEST, {"identity": spec.identity(), "heads_file": spec.heads_file})
-    if distributed.broadcast((out / RESULT).is_file()):
+    ready = preflight(spec, "patch", patch_job(spec, out), set_configurations(spec), force, lm=lm)
+    hf, tm, runner = ready.heads_file, ready.task_manager, ready.runner
+    runner.claim()  # nothing is written before every check has passed
+    if distributed.broadcast(runner.finished):
         return out / RESULT
-    if lm is None:
-        lm = lmms.build_model(spec.model, spec.model_args, batch_size=1)
+    lm = runner.model(lambda: lmms.build_model(spec.model, spec.model_args, batch_size=1))
     if getattr(lm, "batch_size", 1) != 1:
         raise VRHError("patching runs with batch_size 1 (one doc per generate call)")
     if lm.vrh_headset.heads:
@@ -272,11 +276,12 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                        "of one image; patching needs a task with several objects per image (e.g. RefCOCO, or "
                        "vrh_synth_grounding with objects='all')")
 
+    runner.add_units(_part_id(t, a, b) for t, _, a, b in todo)
     mine = todo[distributed.rank()::distributed.world_size()]  # every rank patches its share of the pairs
     shown = progress and distributed.is_main()
     for task, split, a, b in console.track(mine, len(mine), "patch", "pair", enabled=shown):
-        path = _part_path(out, task, a, b)
-        if path.is_file():
+        uid = _part_id(task, a, b)
+        if uid in runner.done:
             continue
         da, db = (store.read(DocContext(task, split, d, None).key) for d in (a, b))
         if da["tensors"] is None or db["tensors"] is None:
@@ -287,14 +292,16 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                          head_sets={name: s["heads"] for name, s in sets.items()}, direction=spec.direction,
                          batch_size=spec.patch_batch)
         index = recorder.indexes[(task, split)]
-        write_json(path, {"task": task, "a": a, "b": b, "image_id": index.targets[a].image_id,
-                          "expressions": [index.targets[a].expression, index.targets[b].expression],
-                          "ld_clean": res.ld_clean, "ld_corrupt": res.ld_corrupt,
-                          "heads": res.heads.tolist(), "sets": res.sets})
+        write_json(runner.job.unit_path(uid), {"task": task, "a": a, "b": b, "image_id": index.targets[a].image_id,
+                                               "expressions": [index.targets[a].expression,
+                                                               index.targets[b].expression],
+                                               "ld_clean": res.ld_clean, "ld_corrupt": res.ld_corrupt,
+                                               "heads": res.heads.tolist(), "sets": res.sets})
+        runner.finish(uid)
     distributed.barrier()  # every rank's pairs are written
     if not distributed.is_main():
         return out / RESULT
-    parts = [json.loads(_part_path(out, t, a, b).read_text()) for t, _, a, b in todo]
+    parts = [json.loads(runner.job.unit_path(_part_id(t, a, b)).read_text()) for t, _, a, b in todo]
     result = aggregate(parts, sets, hf, geometry, spec)
     result["unavailable_sets"] = unavailable
     result["dead_heads"] = dead_head_names(lm)

@@ -27,13 +27,13 @@ from typing import Any
 
 import torch
 
-from vrh_lmms.base import console, owned
+from vrh_lmms.base import console
 from vrh_lmms.base.boxes.geometry import iou
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.interventions.steering import SteerPlan, steer_attention
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
-from vrh_lmms.runs.interventions.folder import claim_folder, preflight, write_json
+from vrh_lmms.runs.interventions.folder import preflight
 from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering folder's names, for its callers)
     STEER_LAYOUT,
     SteerConfig,
@@ -42,6 +42,7 @@ from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering f
 )
 from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
+from vrh_lmms.runs.runner import Job, Manifest
 from vrh_lmms.runs.sweep.checks import sha256_of
 from vrh_lmms.runs.sweep.plan import Configuration, carried_pool, planned_headset
 
@@ -216,13 +217,14 @@ class SteeringInterceptor(GenerateWrapper):
             return self._original(**kwargs)
 
 
-def _write_manifest(out: Path, spec: SteerSpec, done: set[str], unavailable: dict[str, str] | None = None) -> None:
-    from vrh_lmms.runs.sweep.plan import status_of
-
-    write_json(out / MANIFEST, {"identity": spec.identity(), "heads_file": spec.heads_file,
-                                "control_pool": spec.control_pool,
-                                "configurations": [dict(c.to_dict(), **status_of(c, done, unavailable or {}))
-                                                   for c in spec.configurations], **spec.extra})
+def steer_job(spec: SteerSpec, out: Path) -> Job:
+    """The steering run as the runner's job (vrh_lmms.runs.runner): one configuration folder per unit."""
+    by_id = {c.id: c for c in spec.configurations}
+    return Job(out=out, layout=STEER_LAYOUT, manifest=Manifest(out / MANIFEST), identity=spec.identity(),
+               units=list(by_id), units_dir=out / "configs", unit="configuration",
+               describe=lambda uid: by_id[uid].to_dict(),
+               fields=lambda: {"heads_file": spec.heads_file, "control_pool": spec.control_pool},
+               extra=dict(spec.extra), log=out / LOG_NAME)
 
 
 def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
@@ -238,61 +240,49 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     if not spec.heads_file:
         raise VRHError("steering needs --heads-file (its ranking gives the top-k heads)")
     distributed.ensure_group()
-    ready = preflight(spec, "steer", out, MANIFEST, STEER_LAYOUT, spec.identity(), spec.configurations, force, lm=lm)
-    hf, tm = ready.heads_file, ready.task_manager
+    ready = preflight(spec, "steer", steer_job(spec, out), spec.configurations, force, lm=lm)
+    hf, tm, runner = ready.heads_file, ready.task_manager, ready.runner
     configs_dir = out / "configs"
-    unavailable = dict(ready.unavailable)
-    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
-    done: set[str] = set()
-    if distributed.is_main():
-        claim_folder(ready.folder, STEER_LAYOUT)  # nothing is written before every check has passed
-        console.log_to(out / LOG_NAME)
-        configs_dir.mkdir(exist_ok=True)
-        done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
-        _write_manifest(out, spec, done, unavailable)
-        if any(c.id not in done for c in spec.configurations):
-            for partial in configs_dir.iterdir():  # leftovers of a killed run
-                if partial.name.startswith(".") or not (partial / "results.json").is_file():
-                    owned.remove(partial)  # ours: the folder passed STEER_LAYOUT
-    done = distributed.broadcast(done)  # every rank runs the same configurations, in the same order
-    todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
-    if todo:
-        if lm is None:
-            lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
+    runner.unavailable = dict(ready.unavailable)
+    runner.claim()  # nothing is written before every check has passed
+    if runner.pending:
+        lm = runner.model(lambda: lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size))
         if lm.vrh_headset.heads:
             raise VRHError(f"steering runs on the intact model, but model_args ablate {lm.vrh_headset.spec}")
         geometry = lm.vrh_decoder.geometry
         dead = dead_heads_of(lm)
-        unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
-        todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
-        if distributed.is_main():
-            _write_manifest(out, spec, done, unavailable)
+        runner.unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
+        runner.write_manifest()
+        by_id = {c.id: c for c in spec.configurations}
         tracker = BatchDocTracker(lm.task_dict)
         lm.task_dict = tracker
         steerer = Steerer(lm, tracker, spec.distractor_seed, spec.rule)
         interceptor = SteeringInterceptor(lm.model, tracker, steerer)
-        bar = console.bar(len(todo), "steer", "config", enabled=progress and distributed.is_main())
+        bar = console.bar(len(runner.pending), "steer", "config", enabled=progress and distributed.is_main())
+
+        def steer_one(uid: str) -> bool:
+            """Evaluate one configuration; rank 0 publishes its folder (False on the other ranks)."""
+            cfg = by_id[uid]
+            headset = planned_headset(cfg, geometry, hf, dead, spec.allow_cross_model)
+            steerer.heads, steerer.bias = list(headset.heads), cfg.bias
+            bar.set_description(cfg.id)
+            results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)
+            info = distributed.gather_dicts(steerer.info)  # every rank's docs, on rank 0
+            if results is not None:
+                steerer.info = info
+                for task, rows in (results.get("samples") or {}).items():
+                    for row in rows:
+                        row["vrh_steer"] = steerer.record(task, int(row["doc_id"]), row.get("vrh_record"))
+                record = lm.vrh_record(config={"id": cfg.id, "kind": "steer", "k": cfg.k, "seed": cfg.seed})
+                record["steering"] = {**cfg.to_dict(), "heads": headset.names, "rule": spec.rule,
+                                      "distractor_seed": spec.distractor_seed}
+                lmms.write_run(configs_dir / cfg.id, results, record)
+            distributed.barrier()
+            bar.update(1)
+            return results is not None
+
         try:
-            for cfg in todo:
-                headset = planned_headset(cfg, geometry, hf, dead, spec.allow_cross_model)
-                steerer.heads, steerer.bias = list(headset.heads), cfg.bias
-                bar.set_description(cfg.id)
-                results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs,
-                                        seed=spec.seed)
-                info = distributed.gather_dicts(steerer.info)  # every rank's docs, on rank 0
-                if results is not None:
-                    steerer.info = info
-                    for task, rows in (results.get("samples") or {}).items():
-                        for row in rows:
-                            row["vrh_steer"] = steerer.record(task, int(row["doc_id"]), row.get("vrh_record"))
-                    record = lm.vrh_record(config={"id": cfg.id, "kind": "steer", "k": cfg.k, "seed": cfg.seed})
-                    record["steering"] = {**cfg.to_dict(), "heads": headset.names, "rule": spec.rule,
-                                          "distractor_seed": spec.distractor_seed}
-                    lmms.write_run(configs_dir / cfg.id, results, record)
-                    done.add(cfg.id)
-                    _write_manifest(out, spec, done, unavailable)
-                distributed.barrier()
-                bar.update(1)
+            runner.run(steer_one)
         finally:
             bar.close()
             interceptor.uninstall()

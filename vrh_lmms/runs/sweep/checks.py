@@ -4,18 +4,17 @@
 under a second), the model name and model args, the checkpoint path, the heads file and its means, every
 configuration's k against the heads file, the output folder, the tasks (lmms-eval's TaskManager), and the geometry
 declared by the checkpoint's config.json against the heads file and every k. Only then is the folder claimed
-(`claim_folder`) and the model loaded, so a typo costs seconds, not a model load or a baseline run.
+(vrh_lmms.runs.runner) and the model loaded, so a typo costs seconds, not a model load or a baseline run.
 
-Output folder rules (`inspect_folder`): a folder holding anything vrh-lmms did not write is refused, even with
---force; a folder of the same sweep is resumed; a different sweep that has finished configurations is refused
-unless --force (which then removes exactly the sweep's own files); one that finished nothing (a run that failed
-early) never blocks: its leftovers are replaced.
+Output folder rules (`sweep_job`, applied by vrh_lmms.runs.runner): a folder holding anything vrh-lmms did not
+write is refused, even with --force; a folder of the same sweep is resumed; a different sweep that has finished
+configurations is refused unless --force (which then removes exactly the sweep's own files); one that finished
+nothing (a run that failed early) never blocks: its leftovers are replaced.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.runfile import RUN_FILE
+from vrh_lmms.runs.runner import Job, Manifest, Runner
 from vrh_lmms.runs.sweep.plan import planned_headset
 
 MANIFEST = "sweep.json"
@@ -47,7 +47,7 @@ INSTEAD = {
 CONFIG_ENTRY = owned.files_matching("results.json", "samples_*.jsonl")
 SWEEP_LAYOUT: dict[str, owned.Check | None] = {
     MANIFEST: owned.json_with("identity", "configurations"),
-    f".{MANIFEST}.tmp": owned.is_file,
+    f".{MANIFEST}.*": owned.is_file,  # its atomic write's temporary (`.sweep.json.tmp` before)
     CONFIGS: owned.folder_of({"*": CONFIG_ENTRY}),
     RUN_FILE: owned.is_file,  # the run file a finished `vrh-lmms sweep` writes (vrh_lmms.base.runfile)
     f".{RUN_FILE}.*": owned.is_file,
@@ -75,47 +75,12 @@ def data_identity(tasks: list[str]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------------------ the folder
-@dataclass
-class FolderState:
-    """What `claim_folder` will do: resume a manifest, or clear our leftovers first."""
-
-    out: Path
-    resume: bool
-    clear: bool
-
-
-def finished_configs(out: Path) -> list[str]:
-    configs = out / CONFIGS
-    return sorted(p.parent.name for p in configs.glob("*/results.json")) if configs.is_dir() else []
-
-
-def inspect_folder(out: Path, identity: dict[str, Any], force: bool) -> FolderState:
-    """Decide about `out` without changing it; refusals are raised here (see the module doc)."""
-    if out.is_symlink() or (out.exists() and not out.is_dir()):
-        raise VRHError(f"--output {out} exists and is not a folder; choose another --output")
-    if not out.exists() or not any(out.iterdir()):
-        return FolderState(out, resume=False, clear=False)
-    owned.refuse_foreign(out, owned.foreign_entries(out, SWEEP_LAYOUT))
-    manifest = out / MANIFEST
-    old = json.loads(manifest.read_text()).get("identity", {}) if manifest.is_file() else None
-    if old is not None:
-        differs = [k for k in sorted(set(identity) | set(old)) if old.get(k) != identity.get(k)]
-        if not differs:
-            return FolderState(out, resume=True, clear=False)
-    else:
-        differs = ["no sweep.json"]
-    done = finished_configs(out)
-    if done and not force:
-        raise VRHError(f"{out} holds a different sweep ({', '.join(differs)} differ) with {len(done)} finished "
-                       f"configuration(s); choose another --output or pass --force to discard it")
-    return FolderState(out, resume=False, clear=True)
-
-
-def claim_folder(state: FolderState) -> None:
-    """Apply `inspect_folder`'s decision: remove the sweep files of an unresumable sweep (nothing else)."""
-    if state.clear:
-        for path in owned.owned_entries(state.out, SWEEP_LAYOUT):
-            owned.remove(path)
+def sweep_job(out: Path, identity: dict[str, Any]) -> Job:
+    """The sweep as the runner's job (vrh_lmms.runs.runner): its folder rules are the module doc's; run_sweep adds
+    the configurations and the manifest's fields once the model's checks have passed."""
+    return Job(out=out, layout=SWEEP_LAYOUT, manifest=Manifest(out / MANIFEST), identity=identity,
+               units_dir=out / CONFIGS, what="sweep", unit="configuration", replace_unfinished=True,
+               log=out / LOG_NAME)
 
 
 # ------------------------------------------------------------------------------------------------ preflight
@@ -125,7 +90,7 @@ class Preflight:
     heads_file: Any  # HeadsFile | None
     means: Any  # torch.Tensor | None
     task_manager: Any
-    folder: FolderState
+    runner: Runner  # the sweep's folder, inspected (vrh_lmms.runs.runner)
     unavailable: dict[str, str] = field(default_factory=dict)  # configuration id -> why it cannot be drawn
     offsets: dict[str, int] = field(default_factory=dict)  # task -> leading docs left out (discovery's)
 
@@ -220,13 +185,14 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
         | ({"data": extra_data} if extra_data else {}) \
         | ({"excluded_docs": offsets} if offsets else {})
-    folder = inspect_folder(out, identity, force)
+    runner = Runner(sweep_job(out, identity), force)
+    runner.inspect()
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
         unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
-    return Preflight(identity, hf, means, tm, folder, unavailable, offsets)
+    return Preflight(identity, hf, means, tm, runner, unavailable, offsets)
 
 
 def discovery_offsets(spec, hf) -> dict[str, int]:

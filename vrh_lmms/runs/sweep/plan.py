@@ -111,14 +111,6 @@ def cell_slug(cell: str) -> str:
     return cell.replace(",", "-")
 
 
-def status_of(cfg, done: set[str], unavailable: dict[str, str]) -> dict[str, str]:
-    """A configuration's manifest status: done, pending, or unavailable with the reason (a control that cannot be
-    drawn from its pool)."""
-    if cfg.id in unavailable:
-        return {"status": "unavailable", "reason": unavailable[cfg.id]}
-    return {"status": "done" if cfg.id in done else "pending"}
-
-
 def unpackable_reason(cfg: Configuration) -> str | None:
     """Why a configuration must run alone rather than in a pack (None: it can share one)."""
     from vrh_lmms.model.ablation import UNIFORM_MODES

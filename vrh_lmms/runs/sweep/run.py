@@ -17,8 +17,6 @@ a pack's answers are generated before its passes, several docs per generate; `lm
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -28,6 +26,7 @@ from typing import Any
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.harness import sweep_engine as engine
+from vrh_lmms.runs.runner import Job
 from vrh_lmms.runs.sweep import checks, control_docs
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
 from vrh_lmms.runs.sweep.plan import (
@@ -36,7 +35,6 @@ from vrh_lmms.runs.sweep.plan import (
     from_dict,
     pack_groups,
     planned_headset,
-    status_of,
     unpackable_reason,
 )
 
@@ -90,18 +88,21 @@ class SweepSpec:
             | ({"control_docs": self.control_docs} if self.control_docs is not None else {})
 
 
-def _write_manifest(out: Path, spec: SweepSpec, identity: dict[str, Any], done: set[str], started: float,
-                    pack: int | None = None, unavailable: dict[str, str] | None = None,
-                    dead: list[str] | None = None, excluded: dict[str, Any] | None = None) -> None:
-    data = {"identity": identity, "heads_file": spec.heads_file, "batch_size": spec.batch_size, "pack": pack,
+def manifest_fields(spec: SweepSpec, started: float, pack: int | None = None, dead: list[str] | None = None,
+                    excluded: dict[str, Any] | None = None) -> dict[str, Any]:
+    """sweep.json's fields besides the identity and the configurations (written by vrh_lmms.runs.runner)."""
+    return {"heads_file": spec.heads_file, "batch_size": spec.batch_size, "pack": pack,
             **({"excluded_docs": excluded} if excluded is not None else {}),
             "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(started)),
-            "control_pool": spec.control_pool, "dead_heads": dead,
-            "configurations": [dict(c.to_dict(), **status_of(c, done, unavailable or {}))
-                               for c in spec.configurations], **spec.extra}
-    tmp = out / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(out / MANIFEST)
+            "control_pool": spec.control_pool, "dead_heads": dead}
+
+
+def describe_configurations(job: Job, spec: SweepSpec) -> None:
+    """Give the runner's job the sweep's configurations: its units, and how sweep.json lists them."""
+    by_id = {c.id: c for c in spec.configurations}
+    job.units = list(by_id)
+    job.describe = lambda uid: by_id[uid].to_dict()
+    job.extra = dict(spec.extra)
 
 
 def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
@@ -114,7 +115,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     control_docs.check_control_docs(spec.control_docs)
     distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
-    identity, hf, means, tm = ready.identity, ready.heads_file, ready.means, ready.task_manager
+    hf, means, tm = ready.heads_file, ready.means, ready.task_manager
     offsets = ready.offsets
     excluded = exclusion_record(offsets, spec.heads_file) if offsets else None
     subset = None
@@ -124,30 +125,32 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         spec = replace(spec, extra={**spec.extra, "control_docs": subset.record()})
     configs_dir = out / "configs"
     started = time.time()
-    unavailable = dict(ready.unavailable)
-    distributed.barrier()  # every rank has checked the folder before rank 0 changes it
-    done: set[str] = set()
+    runner = ready.runner
+    runner.lm, runner.unavailable = lm, dict(ready.unavailable)
     if distributed.is_main():
-        spec = replace(spec, configurations=spec.configurations + earlier_configurations(spec, ready.folder, out))
-        done = _claim(spec, ready.folder, out, identity, started, unavailable, excluded)
-    done = distributed.broadcast(done)  # every rank runs the same configurations, in the same order
-    todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
-    if not todo:
+        earlier = earlier_configurations(spec, runner.recorded(), configs_dir)
+        spec = replace(spec, configurations=spec.configurations + earlier)
+    describe_configurations(runner.job, spec)
+    pack: int | None = spec.pack
+    dead_names: list[str] | None = None
+    runner.job.fields = lambda: manifest_fields(spec, started, pack, dead_names, excluded)
+    runner.claim()  # nothing is written before every check has passed
+    if not runner.pending:
         return out
-    if lm is None:
-        lm = lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size)
+    lm = runner.model(lambda: lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size))
     geometry = lm.vrh_decoder.geometry
     dead = checks.dead_heads_of(lm)
     # the loaded model's own geometry and dead heads, before the first evaluation
-    unavailable = checks.check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
-    todo = [c for c in spec.configurations if c.id not in done and c.id not in unavailable]
+    unavailable = runner.unavailable = checks.check_headsets(spec.configurations, geometry, hf, dead,
+                                                             spec.allow_cross_model)
+    pending = set(runner.pending)
+    todo = [c for c in spec.configurations if c.id in pending]
     checks.check_modes(spec, lm.model)
     packable = [c for c in todo if unpackable_reason(c) is None]
     pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
     dead_names = checks.dead_head_names(lm)
     rank = distributed.rank()
-    if rank == 0:
-        _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names, excluded)
+    runner.write_manifest()
     if unavailable and rank == 0:
         first = next(iter(unavailable))
         more = f" and {len(unavailable) - 1} more" if len(unavailable) > 1 else ""
@@ -177,8 +180,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
             if subset_of(cfg) is not None:
                 record["doc_subset"] = subset.record()
             lmms.write_run(configs_dir / cfg.id, results, record)
-            done.add(cfg.id)
-            _write_manifest(out, spec, identity, done, started, pack, unavailable, dead_names, excluded)
+            runner.finish(cfg.id)
         distributed.barrier()  # a rank that died ends the job here, before any later configuration starts
         bar.update(1)
 
@@ -215,35 +217,19 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     return out
 
 
-def earlier_configurations(spec: SweepSpec, folder, out: Path) -> list[Configuration]:
+def earlier_configurations(spec: SweepSpec, recorded: dict[str, Any] | None, configs_dir: Path) -> list[Configuration]:
     """Configurations a resumed sweep finished in earlier runs that this run does not ask for (e.g. a k dropped from
-    --k): sweep.json keeps listing them, so it never disowns results its folder holds."""
-    if not folder.resume or not (out / MANIFEST).is_file():
+    --k): sweep.json keeps listing them, so it never disowns results its folder holds. `recorded` is the manifest
+    resumed (None: a fresh start)."""
+    if not recorded:
         return []
     asked = {c.id for c in spec.configurations}
     kept = []
-    for entry in json.loads((out / MANIFEST).read_text()).get("configurations") or []:
+    for entry in recorded.get("configurations") or []:
         if (isinstance(entry, dict) and entry.get("id") not in asked
-                and (out / "configs" / str(entry.get("id")) / "results.json").is_file()):
+                and (configs_dir / str(entry.get("id")) / "results.json").is_file()):
             kept.append(from_dict(entry, spec.control_pool))
     return kept
-
-
-def _claim(spec: SweepSpec, folder, out: Path, identity: dict[str, Any], started: float,
-           unavailable: dict[str, str], excluded: dict[str, Any] | None = None) -> set[str]:
-    """Rank 0: take the folder, clear leftovers of a killed run (redone), write the manifest; the ids done."""
-    checks.claim_folder(folder)
-    out.mkdir(parents=True, exist_ok=True)
-    console.log_to(out / checks.LOG_NAME)
-    configs_dir = out / "configs"
-    configs_dir.mkdir(exist_ok=True)
-    done = {c.id for c in spec.configurations if (configs_dir / c.id / "results.json").is_file()}
-    _write_manifest(out, spec, identity, done, started, spec.pack, unavailable, excluded=excluded)
-    if any(c.id not in done for c in spec.configurations):
-        for partial in configs_dir.iterdir():  # leftovers of a killed run: redo them
-            if partial.name.startswith(".") or (partial.is_dir() and not (partial / "results.json").is_file()):
-                shutil.rmtree(partial, ignore_errors=True)
-    return done
 
 
 def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:
