@@ -4,7 +4,9 @@ Each side is the real command line in its own process: `vrh-lmms sweep` on the s
 architecture, float32, CPU), the demo's 100 held-out evaluation scenes, a seeded random heads file, `--k 5` with the
 default 19 random draws (baseline + top-5 + 19 random-5 = 21 configurations), `max_new_tokens=16` as the demo uses,
 every other flag at its default. The older side runs the same command with PYTHONPATH pointing at a git worktree of
-the older commit (same virtual environment), e.g.
+the older commit (same virtual environment; a `sitecustomize` there points the editable install's mapped packages,
+`vrh_lmms.model_wrappers` and `vrh_lmms.tasks`, at that worktree's own and hides this checkout's modules from it, so
+the older side runs only the older code), e.g.
 
     git worktree add /tmp/engine-old 6ba5d6d
     python benchmarks/bench_sweep_engine.py --old /tmp/engine-old            # old default vs new default
@@ -42,6 +44,27 @@ def answers(out: Path) -> dict[str, tuple]:
     return found
 
 
+# the older side's start-up: its own mapped packages, not the ones the editable install maps to this checkout
+OLD_SITE = """import sys
+from importlib.util import spec_from_file_location
+
+OLD = {old!r}
+MAPPED = {{"vrh_lmms.model_wrappers": OLD + "/model_wrappers", "vrh_lmms.tasks": OLD + "/tasks"}}
+
+
+class OldMapped:
+    @classmethod
+    def find_spec(cls, fullname, path=None, target=None):
+        if fullname in MAPPED:
+            return spec_from_file_location(fullname, MAPPED[fullname] + "/__init__.py",
+                                           submodule_search_locations=[MAPPED[fullname]])
+        return None
+
+
+sys.meta_path[:] = [OldMapped] + [f for f in sys.meta_path if getattr(f, "__name__", "") != "_EditableFinder"]
+"""
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--old", help="a checkout of the older commit (git worktree); omitted: no older side")
@@ -76,7 +99,10 @@ def main() -> int:
                VRH_SYNTH_CONFIG=synth_config(demo, args.docs, EVAL_START))
     sides = {"new": (str(ROOT), [])}
     if args.old:
-        sides["old"] = (str(Path(args.old).resolve()), [])
+        old_site = work / "old_site"
+        old_site.mkdir()
+        (old_site / "sitecustomize.py").write_text(OLD_SITE.format(old=str(Path(args.old).resolve())))
+        sides["old"] = (f"{Path(args.old).resolve()}{os.pathsep}{old_site}", [])
     if args.lmms:
         sides["new_lmms"] = (str(ROOT), ["--engine", "lmms"])
 

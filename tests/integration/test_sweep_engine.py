@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import datasets
 import numpy as np
 import pytest
 import torch
@@ -66,7 +67,11 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
                          gen_kwargs=f"max_new_tokens={max_new}", engine=name)
         return run_sweep(spec, tmp_path / name, lm=lm, progress=False)
 
+    decodes = []  # every image the dataset decodes (a doc read from the dataset decodes its images)
+    decode = datasets.features.Image.decode_example
+    vrh_env.setattr(datasets.features.Image, "decode_example", lambda *a, **k: decodes.append(1) or decode(*a, **k))
     reference = sweep("lmms")
+    decoded_by_reference = len(decodes)
     built, kept = [], []
     from lmms_eval import evaluator
 
@@ -102,6 +107,12 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     else:
         assert max(rows) == 2 * len(configs) and len(rows) == 2, "each call run on its own as it is recorded"
     assert len(built) == 1, "the fast engine builds the task once for all four configurations"
+    decoded = len(decodes) - decoded_by_reference
+    # the synthetic grounding and VQA docs hold their images in an image column; the needle has none, the haystack
+    # redraws its scenes
+    assert (decoded > 0) == (decoded_by_reference > 0) == (task in ("vrh_synth_grounding", "vrh_synth_vqa"))
+    assert decoded * len(configs) <= decoded_by_reference, \
+        "each doc decoded once per sweep (for the backend and every pass's scoring), not once per configuration"
     assert kept and kept[-1] >= 3 * (len(kept) // 4), "the three later passes of the pack reuse the inputs"
     for cfg in configs:
         want, got = run_files(reference / "configs" / cfg.id), run_files(fast / "configs" / cfg.id)

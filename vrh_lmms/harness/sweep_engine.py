@@ -14,7 +14,9 @@ the head set once per sweep instead of once per configuration:
   calls the docs make, which then run for all the pack's configurations, several calls' rows stacked in one
   generate where their prompts are of equal length (no padding, so each answer is the one its own batch would
   give; rows per generate: `rows_limit` in vrh_lmms.runs.sweep.run); each configuration's pass gets its answers back;
-- the docs the backend reads are decoded once (`rows_once`: the dataset's image column is decoded on every read);
+- the docs the backend reads are decoded once (`rows_once`: the dataset's image column is decoded on every read),
+  and so are the docs each pass's requests and scoring iterate over (`task_dict_once` hands out tasks whose splits
+  keep their rows: `_Rows`, shared with the backend's);
 - the processor's output for a batch of docs (tokenising, resizing, normalising and patching the images) is kept
   from the first pass of a pack and handed back, keyed by the full content of the call (`InputsOnce`);
 - the backend's `accelerator.unwrap_model`, asked on every `lm.model`, answers once (`unwrap_once`).
@@ -49,7 +51,8 @@ def task_dict_once() -> Iterator[None]:
     """While active, lmms-eval's evaluator builds a task dict for the same task names and manager only once.
 
     Every evaluator pass still configures the tasks (generation kwargs, few-shot seed) and rebuilds its requests
-    from the docs, which is all a second `get_task_dict` would have changed."""
+    from the docs, which is all a second `get_task_dict` would have changed. The tasks' splits keep their rows
+    (`keep_rows`): every pass builds its requests from, and scores, the docs the first pass decoded."""
     from lmms_eval import evaluator
 
     original = evaluator.get_task_dict
@@ -62,18 +65,38 @@ def task_dict_once() -> Iterator[None]:
         key = (tuple(names), id(task_manager), task_type)
         if key not in built:
             built[key] = original(task_name_list, task_manager, task_type)
+            keep_rows(built[key])
         return built[key]
 
-    git_hash, version = evaluator.get_git_commit_hash, evaluator.get_lmms_eval_version_string
-    evaluator.get_task_dict = once
     # asked of git (subprocesses) on every pass; the same answer all sweep long
-    evaluator.get_git_commit_hash = functools.cache(git_hash)
-    evaluator.get_lmms_eval_version_string = functools.cache(version)
+    asked = ("get_git_commit_hash", "get_git_branch_name", "get_lmms_eval_version_string")
+    originals = {name: getattr(evaluator, name) for name in asked}
+    evaluator.get_task_dict = once
+    for name, function in originals.items():
+        setattr(evaluator, name, functools.cache(function))
     try:
         yield
     finally:
         evaluator.get_task_dict = original
-        evaluator.get_git_commit_hash, evaluator.get_lmms_eval_version_string = git_hash, version
+        for name, function in originals.items():
+            setattr(evaluator, name, function)
+
+
+def keep_rows(task_dict: dict, limit: int = DOC_ROWS) -> None:
+    """Every task in `task_dict` (groups included) reads its splits through `_Rows`: the first read of a doc decodes
+    it (its images included), later reads and iterations hand back that row. lmms-eval's evaluator iterates the
+    docs with their images to score every pass (`Task.doc_iterator`) and without them to build its requests
+    (`eval_docs_no_media`); both are kept."""
+    for task in task_dict.values():
+        if isinstance(task, dict):
+            keep_rows(task, limit)
+            continue
+        for name in ("dataset", "dataset_no_image"):
+            splits = getattr(task, name, None)
+            if isinstance(splits, dict):
+                for split in list(splits):
+                    if not isinstance(splits[split], _Rows):
+                        splits[split] = _Rows(splits[split], limit)
 
 
 @contextmanager
@@ -142,8 +165,8 @@ def generate_ahead(pack: Any, dry_pass: Callable[[], Any], rows_for: Callable[[i
 
 
 class _Rows:
-    """One split of a task's dataset, as the backend reads it (`rows[doc_id]`): each row decoded once (images
-    included), at most `limit` rows kept; everything else is the dataset's own."""
+    """One split of a task's dataset, as the backend and the evaluator read it (`rows[doc_id]`, `iter(rows)`): each
+    row decoded once (images included), at most `limit` rows kept; everything else is the dataset's own."""
 
     def __init__(self, split: Any, limit: int) -> None:
         self.__dict__.update(_split=split, _kept={}, _limit=limit)
@@ -154,8 +177,9 @@ class _Rows:
     def __len__(self) -> int:
         return len(self._split)
 
-    def __iter__(self):
-        return iter(self._split)
+    def __iter__(self) -> Iterator[Any]:
+        # by index, so a pass that stops early (`--limit`) decodes no more than it reads
+        return (self[i] for i in range(len(self._split)))
 
     def __getitem__(self, index: Any) -> Any:
         if not isinstance(index, int):
@@ -184,7 +208,8 @@ class _TaskRows(dict):
             return
         kept = self._wrapped.get(id(splits))
         if kept is None or kept[0] is not splits:  # the same dataset object on every pass: one cache per split
-            kept = self._wrapped[id(splits)] = (splits, {name: _Rows(splits[name], self._limit) for name in splits})
+            rows = {name: s if isinstance(s, _Rows) else _Rows(s, self._limit) for name, s in splits.items()}
+            kept = self._wrapped[id(splits)] = (splits, rows)
         super().__setitem__(task, kept[1])
 
 
