@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import inspect
 import os
 import sys
@@ -18,9 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from accelerate import DistributedType
+from lmms_eval.api.model import lmms
+from lmms_eval.utils import simple_parse_args_string
 from loguru import logger
+from transformers import PreTrainedModel
+from vrh_lmms.model_wrappers.manifests import WRAPPERS
 from vrh_lmms.model_wrappers.results_hook import publish_record
 
+from vrh_lmms.base.boxes import context
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import get_family
 from vrh_lmms.base.heads import kinds, paper, registry
@@ -32,6 +39,7 @@ from vrh_lmms.model.ablation import Ablator, RowConfig, check_method, check_mode
 from vrh_lmms.model.backbone import dead_heads, locate_decoder
 from vrh_lmms.model.decoding import check_decode
 from vrh_lmms.model.device import default_device, default_device_map
+from vrh_lmms.model.packing import PackedGenerate, packing_unsupported
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -53,8 +61,6 @@ def load_dtype(dtype: torch.dtype | None):
     if dtype is None:
         yield
         return
-    from transformers import PreTrainedModel
-
     original = PreTrainedModel.from_pretrained.__func__
 
     def patched(cls, *args, **kwargs):
@@ -254,8 +260,6 @@ class VRHMixin:
     def create_from_arg_string(cls, arg_string: str, additional_config: dict | None = None):
         """lmms-eval's constructor from `a=1,b=x`, with `pretrained=vrh-demo` expanded to the shipped demo model and
         the model args it was trained with (vrh_lmms.base.pretrained.named_model_args)."""
-        from lmms_eval.utils import simple_parse_args_string
-
         args = _named_args(None, simple_parse_args_string(arg_string or ""), cls.vrh_family)
         extra = {k: v for k, v in (additional_config or {}).items() if v is not None}
         return cls(**args, **extra)
@@ -307,16 +311,12 @@ class VRHMixin:
     @classmethod
     def vrh_model_id(cls) -> str:
         """The `--model` name this class is registered under (its class name when none is)."""
-        from vrh_lmms.model_wrappers.manifests import WRAPPERS
-
         return next((model_id for model_id, (_, simple, chat) in WRAPPERS.items() if cls.__name__ in (simple, chat)),
                     cls.__name__)
 
     def _ablation_method(self, requested: str) -> str:
         accelerator = getattr(self, "accelerator", None)
         if requested == "auto" and accelerator is not None and getattr(accelerator, "num_processes", 1) > 1:
-            from accelerate import DistributedType
-
             if accelerator.distributed_type == DistributedType.FSDP:
                 return "hook"  # FSDP flattens parameters; editing o_proj weights in place is not safe
         return requested
@@ -330,10 +330,6 @@ class VRHMixin:
 
     def _vrh_activate_box_convention(self, name: str) -> None:
         """Tell our tasks which box convention this model speaks (and its resize parameters)."""
-        try:
-            from vrh_lmms.base.boxes import context
-        except ImportError:  # tasks layer not installed
-            return
         params = {k: getattr(self, k) for k in ("min_pixels", "max_pixels") if getattr(self, k, None) is not None}
         context.set_active(name, **params)
 
@@ -350,8 +346,6 @@ class VRHMixin:
     def clean(self) -> None:
         """lmms-eval deletes the model after each evaluation; sweeps and discovery keep it for the next run."""
         if self.vrh_keep_loaded:
-            import gc
-
             pack = self._vrh_pack
             if pack is None or pack.current == pack.n - 1:  # within a pack, once at its end: replays allocate little
                 gc.collect()
@@ -372,15 +366,11 @@ class VRHMixin:
 
     def vrh_pack_unsupported(self) -> str | None:
         """Why this model cannot evaluate several head sets in one pass (None: it can)."""
-        from vrh_lmms.model.packing import packing_unsupported
-
         return packing_unsupported(self.model)
 
     def vrh_pack(self, headsets: list[HeadSet], modes: list[str], means: torch.Tensor | None = None):
         """Serve these head sets from shared generate calls (docs/sweeps.md); `vrh_serve(i)` picks the one whose
         lmms-eval pass runs now, `vrh_unpack()` ends it. The weights stay pristine meanwhile."""
-        from vrh_lmms.model.packing import PackedGenerate
-
         self.vrh_unpack()
         self.vrh_ablator.restore()
         configs = [RowConfig(tuple(hs.heads), mode if hs.heads else "zero") for hs, mode in zip(headsets, modes)]
@@ -434,8 +424,6 @@ def unavailable_backend(error: Callable[[], Exception]) -> type:
     """A stand-in for an lmms-eval backend whose module could not be imported (an optional extra is missing), so
     the wrapper class can still be defined and registered; constructing it raises `error()`, one line naming what to
     install."""
-    from lmms_eval.api.model import lmms
-
     class Unavailable(lmms):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             raise error()

@@ -27,6 +27,7 @@ INSTALL_HINT = ("install DeepSeek's code with: pip install git+https://github.co
 def import_deepseek_vl2() -> tuple[type, type]:
     """(DeepseekVLV2Processor, DeepseekVLV2ForCausalLM), or one clear error saying how to get them."""
     try:
+        # deferred: optional dependency (deepseek_vl2) may be absent
         from deepseek_vl2.models import DeepseekVLV2ForCausalLM, DeepseekVLV2Processor
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] == "deepseek_vl2":

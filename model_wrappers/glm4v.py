@@ -14,7 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import lmms_eval.models.simple.glm4v as _glm4v_module
+import transformers
 from lmms_eval.models.simple.glm4v import GLM4V as _Simple
+from transformers import AutoConfig
 from vrh_lmms.model_wrappers.base import VRHMixin
 
 from vrh_lmms.base.errors import VRHError
@@ -25,9 +27,6 @@ _CLASS_NAMES = {"glm4v": "Glm4vForConditionalGeneration", "glm4v_moe": "Glm4vMoe
 @contextlib.contextmanager
 def glm_class_from_config(pretrained: str) -> Iterator[None]:
     """While the backend loads, both of its class names point at the class the config asks for."""
-    import transformers
-    from transformers import AutoConfig
-
     model_type = getattr(AutoConfig.from_pretrained(pretrained), "model_type", None)
     if model_type not in _CLASS_NAMES:
         raise VRHError(f"vrh_glm4v: checkpoint {pretrained} has model_type {model_type!r}; expected glm4v or glm4v_moe")

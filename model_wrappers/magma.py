@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from PIL import Image
+from transformers import AutoModelForCausalLM, AutoProcessor
 from vrh_lmms.model_wrappers.base import VRHMixin
 from vrh_lmms.model_wrappers.own_backend import VRHOwnBackend
 
@@ -25,13 +26,9 @@ class MagmaBackend(VRHOwnBackend):
     remote_code = True
 
     def load_model(self, pretrained: str, **kwargs: Any) -> torch.nn.Module:
-        from transformers import AutoModelForCausalLM
-
         return AutoModelForCausalLM.from_pretrained(pretrained, trust_remote_code=self.trust_remote_code, **kwargs)
 
     def load_processor(self, pretrained: str) -> Any:
-        from transformers import AutoProcessor
-
         return AutoProcessor.from_pretrained(pretrained, trust_remote_code=self.trust_remote_code)
 
     def prompt(self, context: str, n_images: int) -> str:

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from vrh_lmms.base.families import FAMILIES
 from vrh_lmms.base.tables import DerivedTable
 
 if TYPE_CHECKING:
     from lmms_eval.models.registry_v2 import ModelManifest
 
 
-
 def _wrappers() -> dict[str, tuple[str, str | None, str | None]]:
-    from vrh_lmms.base.families import FAMILIES  # light: no backend, no torch
-
     return {w.model_id: (w.module, w.simple, w.chat) for fam in FAMILIES.values() for w in fam.wrappers}
 
 
@@ -29,11 +27,9 @@ WRAPPERS = DerivedTable(_wrappers, "vrh model")
 
 
 def manifests() -> list[ModelManifest]:
-    # Imported here, not at module level: lmms_eval.models' own import loads this entry point, and a module-level
-    # import from the same package would make `import vrh_lmms.model_wrappers.manifests` circular.
+    # deferred: import cycle: lmms_eval.models' own import loads this entry point, and a module-level import from the
+    # same package would make `import vrh_lmms.model_wrappers.manifests` circular.
     from lmms_eval.models.registry_v2 import ModelManifest
-
-    from vrh_lmms.base.families import FAMILIES
 
     out = []
     for fam in FAMILIES.values():

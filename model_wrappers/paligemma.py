@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from PIL import Image
+from transformers import PaliGemmaForConditionalGeneration, PaliGemmaProcessor
 from vrh_lmms.model_wrappers.base import VRHMixin
 from vrh_lmms.model_wrappers.own_backend import VRHOwnBackend
 
@@ -27,13 +28,9 @@ class PaliGemmaBackend(VRHOwnBackend):
     default_max_new_tokens = 64
 
     def load_model(self, pretrained: str, **kwargs: Any) -> torch.nn.Module:
-        from transformers import PaliGemmaForConditionalGeneration
-
         return PaliGemmaForConditionalGeneration.from_pretrained(pretrained, **kwargs)
 
     def load_processor(self, pretrained: str) -> Any:
-        from transformers import PaliGemmaProcessor
-
         return PaliGemmaProcessor.from_pretrained(pretrained)
 
     def build_inputs(self, contexts: list[str], images: list[list[Image.Image]]) -> dict[str, Any]:

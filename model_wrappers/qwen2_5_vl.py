@@ -11,6 +11,7 @@ from lmms_eval.models.chat.qwen2_5_vl import Qwen2_5_VL as _Chat
 from lmms_eval.models.simple.qwen2_5_vl import Qwen2_5_VL as _Simple
 from vrh_lmms.model_wrappers.base import VRHMixin, user_errors_exit
 
+from vrh_lmms.base.boxes import context
 from vrh_lmms.base.boxes.backends import backend_box_params
 from vrh_lmms.base.errors import VRHError
 
@@ -83,8 +84,6 @@ class BackendResizeMixin:
     the chat path does not (vrh_lmms.base.boxes.backends)."""
 
     def _vrh_activate_box_convention(self, name: str) -> None:
-        from vrh_lmms.base.boxes import context
-
         seen = backend_box_params(self)
         if seen is None or seen[0] != name:
             super()._vrh_activate_box_convention(name)

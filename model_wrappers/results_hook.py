@@ -16,6 +16,8 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
+from vrh_lmms.model_wrappers.manifests import WRAPPERS
+
 _RECORD: dict[str, Any] | None = None
 _OWNERS: frozenset[str] = frozenset()
 _ORIGINAL: Any = None  # the tracker's own method while the wrap is installed, else None
@@ -38,8 +40,6 @@ def _is_vrh_model(name: Any) -> bool:
         return False
     if name in _OWNERS:
         return True
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS
-
     return name in WRAPPERS
 
 
@@ -47,6 +47,7 @@ def _install() -> None:
     global _ORIGINAL
     if _ORIGINAL is not None:
         return
+    # deferred: keeps `vrh-lmms discover --help` free of lmms_eval
     from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 
     original = EvaluationTracker.save_results_aggregated
@@ -69,6 +70,7 @@ def uninstall() -> None:
     """Put lmms-eval's own method back and forget the record (nothing to do when no wrap is installed)."""
     global _ORIGINAL, _RECORD, _OWNERS
     if _ORIGINAL is not None:
+        # deferred: keeps `vrh-lmms discover --help` free of lmms_eval
         from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 
         EvaluationTracker.save_results_aggregated = _ORIGINAL

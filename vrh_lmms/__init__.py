@@ -1,4 +1,5 @@
 """vrh-lmms: find the Visual Retrieval Heads of vision-language models and test what they do (lmms-eval plugin)."""
+import importlib
 
 __version__ = "0.1.0"
 
@@ -9,7 +10,5 @@ API = ("load", "discover", "ablate", "evaluate")
 
 def __getattr__(name: str):
     if name in API:
-        import importlib
-
         return getattr(importlib.import_module("vrh_lmms.api"), name)
     raise AttributeError(f"module 'vrh_lmms' has no attribute {name!r}")

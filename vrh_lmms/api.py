@@ -19,9 +19,18 @@ from typing import Any
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import family_for_config, get_family
 from vrh_lmms.base.heads.geometry import HeadRef, parse_head
 from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file
 from vrh_lmms.base.heads.spec import HeadSet, resolve_spec
+from vrh_lmms.base.pretrained import DEMO_FAMILY, check_pretrained, is_demo_name
+from vrh_lmms.base.runfolder.samples import read_samples
+from vrh_lmms.base.stats import paired_drop
+from vrh_lmms.harness import lmms
+from vrh_lmms.harness.preload import HEAD_ARGS, load_config
+from vrh_lmms.model.ablation import ablated
+from vrh_lmms.report.pairing import align, pair
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
 
 Heads = HeadSet | Iterable[HeadRef | str] | None
 
@@ -55,13 +64,7 @@ class Model:
 
 def _model_name(pretrained: str) -> str:
     """The `vrh_*` model whose family claims the checkpoint's model_type (config.json, read without weights)."""
-    from vrh_lmms.base.families import family_for_config
-    from vrh_lmms.base.pretrained import DEMO_FAMILY, is_demo_name
-    from vrh_lmms.harness.preload import load_config
-
     if is_demo_name(pretrained):
-        from vrh_lmms.base.families import get_family
-
         return get_family(DEMO_FAMILY).wrappers[0].model_id
     return family_for_config(load_config(pretrained)).wrappers[0].model_id
 
@@ -70,10 +73,6 @@ def load(pretrained: str, model: str | None = None, batch_size: int = 1, **model
     """Load a checkpoint: "vrh-demo" (the shipped demo model, with its settings), a folder or a hub id. `model`
     names the `vrh_*` lmms-eval model (default: inferred from the checkpoint's model_type); keyword arguments are
     its model args (dtype="float32", min_pixels=..., ...)."""
-    from vrh_lmms.base.pretrained import check_pretrained
-    from vrh_lmms.harness import lmms
-    from vrh_lmms.harness.preload import HEAD_ARGS
-
     check_pretrained(pretrained)
     chosen = [k for k in model_args if k in HEAD_ARGS]
     if chosen:
@@ -113,8 +112,6 @@ def discover(model: Model, task: str, limit: int | None = 200, output: str | Pat
              **options: Any) -> Discovered:
     """`vrh-lmms discover` on one task (its default scoring, out,sum,mean); `options` are DiscoverySpec fields
     (primary=, cells=, key_tokens=, gen_kwargs=, ...). `output`: the heads file (default: a new temporary folder)."""
-    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
-
     out = Path(output) if output else atomic.scratch_dir("vrh-discover-") / "heads.json"
     spec = DiscoverySpec(model=model.name, model_args=model.model_args, tasks=[task], output=str(out),
                          limit=limit, **options)
@@ -126,8 +123,6 @@ def discover(model: Model, task: str, limit: int | None = 200, output: str | Pat
 def ablate(model: Model, heads: Heads, mode: str = "zero") -> Iterator[HeadSet]:
     """Ablate `heads` in the Hugging Face model for the block (any forward or generate); the weights and hooks come
     back exactly when it ends, also after an exception."""
-    from vrh_lmms.model.ablation import ablated
-
     headset = model.headset(heads)
     with ablated(model.hf, headset, mode=mode, decoder=model.lm.vrh_decoder):
         yield headset
@@ -159,15 +154,10 @@ class Result:
     heads: list[str]
 
     def table(self):
-        from vrh_lmms.base.runfolder.samples import read_samples
-
         return read_samples(self.folder / f"samples_{self.task}.jsonl")
 
     def drop_vs(self, other: Result, alpha: float = 0.05, n_resamples: int = 10_000, seed: int = 0) -> Drop:
         """How many points this run lost against `other` (its baseline) on their shared docs, clustered by image."""
-        from vrh_lmms.base.stats import paired_drop
-        from vrh_lmms.report.pairing import align, pair
-
         _, (base, mine) = align(f"task {self.task}", ["other", "this"], [other.table(), self.table()], 0, False)
         paired = pair(base, mine)
         d = paired_drop(paired.baseline, paired.other, paired.clusters, alpha=alpha, n_resamples=n_resamples,
@@ -180,8 +170,6 @@ def evaluate(model: Model, task: str, heads: Heads = None, limit: int | None = N
     """lmms-eval's evaluation of `task` with `heads` ablated (None: the intact model), as a sweep runs one
     configuration; the model is intact again afterwards. `output`: the run folder (default: a temporary one);
     `batch_size`: docs per generate call for this evaluation (default: the model's, 1 unless `load` said)."""
-    from vrh_lmms.harness import lmms
-
     lm = model.lm
     tm = lmms.task_manager(model.name, tasks=[task])
     lmms.check_tasks(tm, [task])

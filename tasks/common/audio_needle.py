@@ -16,6 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import datasets
 import numpy as np
 from vrh_lmms.tasks.common.records import vqa_result
 from vrh_lmms.tasks.common.sources import SourceError, env_json_config
@@ -90,8 +91,6 @@ def render(plan: Mapping[str, Any]) -> np.ndarray:
 
 def vrh_synth_audio_needle(dataset):
     """Docs of vrh_synth_audio_needle (lmms-eval passes only the placeholder dataset)."""
-    import datasets
-
     cfg = audio_config()
     rows = [make_doc(i, cfg) for i in range(int(cfg["n"]))]
     return datasets.Dataset.from_list([{**r, "vrh_key": f"{TASK}#{i}"} for i, r in enumerate(rows)])

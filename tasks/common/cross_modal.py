@@ -24,10 +24,14 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import datasets
 import numpy as np
+from PIL import Image, ImageDraw
 from vrh_lmms.tasks.common import audio_needle as audio
 from vrh_lmms.tasks.common.records import vqa_result
 from vrh_lmms.tasks.common.sources import SourceError, env_json_config
+
+from vrh_lmms.base.synth.scenes import COLOURS, SHAPES, SceneConfig, SceneObject, _background, _draw, _place
 
 CONFIG_ENV = "VRH_FACT_CONFIG"
 MODALITIES = ("text", "image", "audio")
@@ -54,8 +58,6 @@ def fact_config() -> dict[str, Any]:
 
 def fact(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The fact of doc i: a pure function of (seed, i) and value_max, the same in every modality."""
-    from vrh_lmms.base.synth.scenes import COLOURS, SHAPES
-
     rng = np.random.default_rng([int(cfg["seed"]), i, _FACT])
     count = int(rng.integers(1, int(cfg["value_max"]) + 1))
     colour, shape = str(rng.choice(list(COLOURS))), str(rng.choice(list(SHAPES)))
@@ -65,8 +67,6 @@ def fact(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
 def _others(rng: np.random.Generator, colour: str, shape: str, k: int) -> list[tuple[str, str]]:
     """k (colour, shape) pairs other than the fact's, each sharing its colour or its shape (so reading one attribute
     never suffices); distinct from each other while the pool lasts."""
-    from vrh_lmms.base.synth.scenes import COLOURS, SHAPES
-
     pool = [(colour, s) for s in SHAPES if s != shape] + [(c, shape) for c in COLOURS if c != colour]
     picks = rng.permutation(len(pool))
     return [pool[int(picks[j % len(pool)])] for j in range(k)]
@@ -104,8 +104,6 @@ def text_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def image_plan(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The picture's objects (shape, colour, COCO [x, y, w, h]): the fact's n copies first, then the distractors."""
-    from vrh_lmms.base.synth.scenes import SceneConfig, _place
-
     f = fact(i, cfg)
     rng = np.random.default_rng([int(cfg["seed"]), i, _FACT, _STREAM["image"]])
     size = int(cfg["size"])
@@ -151,8 +149,6 @@ def make_doc(modality: str, i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _dataset(modality: str):
-    import datasets
-
     cfg = fact_config()
     task = f"vrh_synth_fact_{modality}"
     rows = [make_doc(modality, i, cfg) for i in range(int(cfg["n"]))]
@@ -176,9 +172,6 @@ def vrh_synth_fact_audio(dataset):
 
 def render_image(plan: Mapping[str, Any]):
     """The picture of a plan, drawn with the synthetic scenes' renderer on their grey background."""
-    from PIL import ImageDraw
-
-    from vrh_lmms.base.synth.scenes import SceneConfig, SceneObject, _background, _draw
 
     scene = SceneConfig(image_size=int(plan["size"]))
     image = _background(scene)
@@ -198,8 +191,6 @@ def doc_to_visual(doc: Mapping[str, Any]) -> list:
     size = doc.get("vrh_image_size")
     if not size:
         return []
-    from PIL import Image
-
     return [Image.new("RGB", (int(size[0]), int(size[1])), (128, 128, 128))]
 
 

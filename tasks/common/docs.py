@@ -11,6 +11,7 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+from PIL import Image
 from vrh_lmms.tasks.common.sources import SourceError
 
 
@@ -23,6 +24,7 @@ def require_columns(dataset, columns: Sequence[str], origin: str) -> None:
 
 def encoded(dataset, column: str = "image"):
     """The dataset with ``column`` cast to undecoded images (bytes/path dicts); strings are read as paths."""
+    # deferred: keeps `vrh-lmms report` free of datasets
     import datasets
 
     return dataset.cast_column(column, datasets.Image(decode=False))
@@ -30,8 +32,6 @@ def encoded(dataset, column: str = "image"):
 
 def image_size(value: Any) -> tuple[int, int]:
     """(width, height) from an undecoded image value, reading only the file header."""
-    from PIL import Image
-
     if isinstance(value, dict) and value.get("bytes"):
         with Image.open(io.BytesIO(value["bytes"])) as im:
             return im.size
@@ -44,6 +44,7 @@ def image_size(value: Any) -> tuple[int, int]:
 
 def repeat_with(dataset, rows: Sequence[int], columns: dict[str, list], image_columns: Sequence[str] = ("image",)):
     """Docs = ``dataset``'s image columns at ``rows`` (repeats allowed) joined with per-doc ``columns``."""
+    # deferred: keeps `vrh-lmms report` free of datasets
     import datasets
 
     keep = [c for c in image_columns if c in dataset.column_names]
@@ -62,6 +63,7 @@ def repeat_with(dataset, rows: Sequence[int], columns: dict[str, list], image_co
 
 def from_records(records: list[dict[str, Any]], image_columns: Sequence[str] = ("image",)):
     """Docs from Python dicts whose image columns hold paths/URLs (decoded lazily when a doc is read)."""
+    # deferred: keeps `vrh-lmms report` free of datasets
     import datasets
 
     if not records:

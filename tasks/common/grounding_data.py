@@ -21,6 +21,7 @@ from vrh_lmms.tasks.common.refer import read_refer
 from vrh_lmms.tasks.common.sources import Source, SourceError, load_rows, resolve, spec_row
 
 from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
+from vrh_lmms.base.synth.cache import SPLIT, SynthSpec, ensure_hub_data, ensure_refer_data
 
 log = logging.getLogger("vrh_lmms.tasks")
 _COCO_ID = re.compile(r"COCO_[a-z]+\d*_(\d{6,12})")
@@ -151,6 +152,7 @@ def toloka_from_rows(rows, split: str, origin: str, options: dict | None = None)
 
 
 def toloka_local(source: Source, split: str):
+    # deferred: keeps `vrh-lmms report` free of datasets
     import datasets
 
     root = Path(source.require("root", "a folder with <split>.csv")).expanduser()
@@ -202,8 +204,6 @@ SYNTH_CONFIG_ENV = "VRH_SYNTH_CONFIG"
 
 def synth_spec(options: dict[str, Any], origin: str):
     """SynthSpec from spec keys, else ``VRH_SYNTH_CONFIG`` (JSON text or a .json file), else defaults."""
-    from vrh_lmms.base.synth.cache import SynthSpec
-
     data = {k: v for k, v in options.items() if k in ("n", "seed", "start", "scene")}
     if not data and os.environ.get(SYNTH_CONFIG_ENV, "").strip():
         raw = os.environ[SYNTH_CONFIG_ENV].strip()
@@ -220,16 +220,12 @@ def synth_spec(options: dict[str, Any], origin: str):
 
 def synth_local(source: Source, split: str):
     """Generate (once, cached) the synthetic hub-layout parquet and read it like RefCOCO."""
-    from vrh_lmms.base.synth.cache import SPLIT, ensure_hub_data
-
     folder = ensure_hub_data(synth_spec(dict(source.options), source.origin))
     rows = load_rows(Source("files", {"path": str(folder)}, source.origin), SPLIT)
     return refcoco_from_rows(rows, split, source.origin)
 
 
 def synth_refer_local(source: Source, split: str):
-    from vrh_lmms.base.synth.cache import SPLIT, ensure_refer_data
-
     if source.kind == "synth":
         root = ensure_refer_data(synth_spec(dict(source.options), source.origin))
         split = SPLIT

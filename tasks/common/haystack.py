@@ -17,12 +17,20 @@ images take in turn (different sizes exercise the per-image layouts); object siz
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
+import datasets
 import numpy as np
+from vrh_lmms.tasks.common.grounding import _convention_for, _scoring_convention
 from vrh_lmms.tasks.common.records import grounding_result, vqa_result
 from vrh_lmms.tasks.common.sources import SourceError, env_json_config
+
+from vrh_lmms.base.boxes import context
+from vrh_lmms.base.boxes.backends import backend_box_params, calling_backend
+from vrh_lmms.base.boxes.geometry import iou
+from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 
 TASK = "vrh_synth_haystack"
 CONFIG_ENV = "VRH_HAYSTACK_CONFIG"
@@ -45,8 +53,6 @@ def haystack_config() -> dict[str, Any]:
 
 
 def _scene_config(cfg: Mapping[str, Any], size: int):
-    from vrh_lmms.base.synth.scenes import SceneConfig
-
     kw = {k: tuple(v) if k in ("colours", "shapes", "background") else v for k, v in dict(cfg["scene"]).items()}
     base = SceneConfig()  # object sizes scale with the side, so small scenes fit their objects as 224 px ones do
     scaled = {"min_size": round(base.min_size * size / base.image_size),
@@ -55,15 +61,11 @@ def _scene_config(cfg: Mapping[str, Any], size: int):
 
 
 def scene_image(seed: int, scene_id: int, size: int, scene: Mapping[str, Any]):
-    from vrh_lmms.base.synth.scenes import generate_scene
-
     return generate_scene(int(scene_id), int(seed), _scene_config({"scene": scene}, size)).image
 
 
 def make_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
     """Doc i: a pure function of (seed, i) and the config."""
-    from vrh_lmms.base.synth.scenes import generate_scene
-
     seed, n_images = int(cfg["seed"]), int(cfg["n_images"])
     rng = np.random.default_rng([seed, i, 7])
     sides = [int(s) for s in cfg["sizes"]]
@@ -105,8 +107,6 @@ def make_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def vrh_synth_haystack(dataset):
     """Docs of vrh_synth_haystack (lmms-eval passes only the placeholder dataset)."""
-    import datasets
-
     cfg = haystack_config()
     rows = [make_doc(i, cfg) for i in range(int(cfg["n"]))]
     return datasets.Dataset.from_list([{**r, "vrh_key": f"{TASK}#{i}"} for i, r in enumerate(rows)])
@@ -114,9 +114,6 @@ def vrh_synth_haystack(dataset):
 
 def doc_to_visual(doc: Mapping[str, Any]) -> list:
     """The doc's scenes in order, redrawn; notes the backend's resize for box scoring, as grounding does."""
-    from vrh_lmms.base.boxes import context
-    from vrh_lmms.base.boxes.backends import backend_box_params, calling_backend
-
     if doc.get("vrh_key"):
         seen = backend_box_params(calling_backend())
         if seen is not None:
@@ -128,8 +125,6 @@ def doc_to_visual(doc: Mapping[str, Any]) -> list:
 
 def doc_to_text(doc: Mapping[str, Any], lmms_eval_specific_kwargs: Mapping[str, Any] | None = None) -> str:
     """locate: the box convention's request after a line saying one image shows the object; which: the question."""
-    from vrh_lmms.tasks.common.grounding import _convention_for
-
     if doc["vrh_mode"] == "which":
         return doc["vrh_prompt"]
     resolved = _convention_for(doc, lmms_eval_specific_kwargs)
@@ -139,8 +134,6 @@ def doc_to_text(doc: Mapping[str, Any], lmms_eval_specific_kwargs: Mapping[str, 
 def read_number(reply: str, n_images: int) -> str | None:
     """The reply's first whole number, as text, when it lies in 1..n_images; None when there is none, when it is out
     of range, or when a bracket opens before it (a box or list, whose coordinates are not an image's number)."""
-    import re
-
     match = re.search(r"\d+", reply or "")
     if match is None or any(b in reply[:match.start()] for b in "[({"):
         return None
@@ -155,9 +148,6 @@ def process_results(doc: Mapping[str, Any], results: list[str]) -> dict[str, Any
         return vqa_result(image_id=doc["image_id"], pred=pred, target=doc["vrh_target"],
                           correct=pred == str(doc["vrh_target"]), raw=reply, question_type="haystack_which",
                           question_id=doc.get("question_id"), image_index=k, n_images=n_images)
-    from vrh_lmms.tasks.common.grounding import _scoring_convention
-
-    from vrh_lmms.base.boxes.geometry import iou
 
     resolved = _scoring_convention(doc)
     size = (int(doc["image_width"]), int(doc["image_height"]))

@@ -14,6 +14,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import datasets
+from PIL import Image
+
 from vrh_lmms.base.errors import VRHError
 
 
@@ -62,8 +65,6 @@ class ImageFolder:
 
 
 def _header_size(path: str) -> list[int]:
-    from PIL import Image
-
     with Image.open(path) as im:
         return [int(im.size[0]), int(im.size[1])]
 
@@ -79,8 +80,6 @@ def read_limit(var: str) -> int | None:
 
 def doc_to_visual(doc: Mapping[str, Any]) -> list:
     """The doc's images, opened in prompt order (RGB)."""
-    from PIL import Image
-
     out = []
     for p in doc["vrh_images"]:
         with Image.open(p) as im:
@@ -95,8 +94,6 @@ def doc_to_text(doc: Mapping[str, Any], lmms_eval_specific_kwargs: Mapping[str, 
 
 def to_dataset(rows: list[dict[str, Any]], task: str):
     """The docs as a datasets.Dataset with `vrh_key`; `vrh_evidence` rows without evidence hold None."""
-    import datasets
-
     if not rows:
         raise VRHError(f"{task}: no docs to evaluate")
     return datasets.Dataset.from_list([{**r, "vrh_key": f"{task}#{i}"} for i, r in enumerate(rows)])

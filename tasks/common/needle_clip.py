@@ -19,11 +19,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import av
+import datasets
 import numpy as np
 from vrh_lmms.tasks.common.records import vqa_result
 from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.synth.cache import cache_root
+from vrh_lmms.base.synth.scenes import SHAPES, SceneConfig, generate_scene
 
 TASK = "vrh_synth_needle_clip"
 CONFIG_ENV = "VRH_CLIP_CONFIG"
@@ -33,8 +37,6 @@ DEFAULTS = {"n": 50, "seed": 0, "scenes": 6, "frames_per_scene": 4, "fps": 4, "s
 
 def clip_config() -> dict[str, Any]:
     cfg = env_json_config(CONFIG_ENV, DEFAULTS)
-    from vrh_lmms.base.synth.scenes import SHAPES, SceneConfig
-
     known = {f for f in SceneConfig.__dataclass_fields__} - {"image_size"}
     if not isinstance(cfg["scene"], dict) or set(cfg["scene"]) - known:
         raise SourceError(f"{CONFIG_ENV}: scene must map SceneConfig settings ({', '.join(sorted(known))})")
@@ -49,16 +51,12 @@ def clip_config() -> dict[str, Any]:
 
 
 def clip_folder(cfg: Mapping[str, Any]) -> Path:
-    from vrh_lmms.base.synth.cache import cache_root
-
     digest = hashlib.sha256(json.dumps(dict(cfg), sort_keys=True).encode()).hexdigest()[:12]
     return cache_root() / "needle_clip" / digest
 
 
 def clip_frames(i: int, cfg: Mapping[str, Any]) -> tuple[list[np.ndarray], int, str]:
     """Doc i's frames (RGB uint8), the needle scene's position and its colour: a pure function of (seed, i)."""
-    from vrh_lmms.base.synth.scenes import SHAPES, SceneConfig, generate_scene
-
     rng = np.random.default_rng([int(cfg["seed"]), i])
     size, needle = int(cfg["size"]), str(cfg["needle_shape"])
     scale = dict(image_size=size, min_size=max(8, size * 28 // 224), max_size=max(12, size * 64 // 224))
@@ -82,8 +80,6 @@ def clip_frames(i: int, cfg: Mapping[str, Any]) -> tuple[list[np.ndarray], int, 
 
 def write_mp4(path: Path, frames: list[np.ndarray], fps: int) -> None:
     """H.264 (lossless crf 0, yuv420p) at a constant `fps`, written to a temp name and renamed into place."""
-    import av
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.mp4")
     h, w = frames[0].shape[:2]
@@ -112,8 +108,6 @@ def make_doc(i: int, cfg: Mapping[str, Any], folder: Path) -> dict[str, Any]:
 
 def vrh_synth_needle_clip(dataset):
     """Docs of vrh_synth_needle_clip (lmms-eval passes only the placeholder dataset); clips written on first use."""
-    import datasets
-
     cfg = clip_config()
     folder = clip_folder(cfg)
     rows = [make_doc(i, cfg, folder) for i in range(int(cfg["n"]))]

@@ -13,6 +13,7 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+from pycocotools.coco import COCO
 from vrh_lmms.tasks.common.sources import SourceError, resolve_image_path
 
 from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
@@ -59,8 +60,6 @@ def image_dirs(root: Path, data_dir: Path, images: str | None) -> list[Path]:
 
 
 def load_coco(path: Path, origin: str):
-    from pycocotools.coco import COCO
-
     if not path.is_file():
         raise SourceError(f"{origin}: {path} is missing (the refer layout keeps instances.json beside refs(*).p)")
     with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress to stdout

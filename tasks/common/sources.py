@@ -17,11 +17,14 @@ hub id, or ``parquet`` + ``data_files``): ``process_docs`` then just normalises 
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from vrh_lmms.base.errors import VRHError
 
@@ -132,8 +135,6 @@ def is_snapshot(folder: Path) -> bool:
     text = readme.read_text(encoding="utf-8", errors="replace")
     if not text.startswith("---"):
         return False
-    import yaml
-
     try:
         header = yaml.safe_load(text.split("---", 2)[1]) or {}
     except yaml.YAMLError:
@@ -193,6 +194,7 @@ _BUILDERS = {".parquet": "parquet", ".jsonl": "json", ".json": "json", ".csv": "
 
 def load_files(source: Source, split: str):
     """Rows of ``split`` (and the source's config ``name``) from local files in the benchmark's hub schema."""
+    # deferred: keeps `vrh-lmms report` free of datasets
     import datasets
 
     path = Path(source.require("path", "a file or folder of <split>.parquet files")).expanduser()
@@ -210,6 +212,7 @@ def load_files(source: Source, split: str):
 
 def load_hub(source: Source, split: str):
     """Rows of ``split`` from a hub dataset (the local HF cache answers when HF_DATASETS_OFFLINE=1)."""
+    # deferred: keeps `vrh-lmms report` free of datasets
     import datasets
 
     path = source.require("path", "a hub dataset id")
@@ -255,8 +258,6 @@ def existing_dir(path: str | Path | None, origin: str) -> Path:
 def env_json_config(env: str, defaults: Mapping[str, Any]) -> dict[str, Any]:
     """A synthetic task's settings: `defaults` overridden by the JSON text or JSON file named in the environment
     variable `env` (unset or empty: the defaults). An unreadable value or an unknown key is one SourceError line."""
-    import json
-
     raw = os.environ.get(env, "").strip()
     data: dict[str, Any] = {}
     if raw:

@@ -14,15 +14,15 @@ from vrh_lmms.tasks.common.grounding_data import synth_spec
 from vrh_lmms.tasks.common.sources import Source, load_rows, resolve, spec_row
 from vrh_lmms.tasks.common.vqa_data import _push, vqa_columns
 
+from vrh_lmms.base.synth.cache import SPLIT, ensure_hub_data
+from vrh_lmms.base.synth.questions import evaluation_question
+from vrh_lmms.base.synth.scenes import generate_scenes
+
 READER = {"colour": "short", "shape": "short", "count": "number", "exists": "yes_no"}
 TASK = "vrh_synth_vqa"
 
 
 def synth_vqa_docs(options: dict, origin: str):
-    from vrh_lmms.base.synth.cache import SPLIT, ensure_hub_data
-    from vrh_lmms.base.synth.questions import evaluation_question
-    from vrh_lmms.base.synth.scenes import generate_scenes
-
     spec = synth_spec(options, origin)
     cfg = spec.scene_config()
     rows = load_rows(Source("files", {"path": str(ensure_hub_data(spec))}, origin), SPLIT)

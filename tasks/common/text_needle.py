@@ -17,9 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import datasets
 import numpy as np
+from PIL import Image
 from vrh_lmms.tasks.common.records import vqa_result
 from vrh_lmms.tasks.common.sources import SourceError, env_json_config
+
+from vrh_lmms.base.synth.text_tasks import RECALL_KEYS
 
 TASK = "vrh_synth_text_needle"
 CONFIG_ENV = "VRH_NEEDLE_CONFIG"
@@ -38,8 +42,6 @@ def needle_config() -> dict[str, Any]:
 
 def _keys(fmt: str) -> list[str]:
     if fmt == "recall":
-        from vrh_lmms.base.synth.text_tasks import RECALL_KEYS
-
         return list(RECALL_KEYS)
     return [f"{c} {s}" for c in COLOURS for s in SHAPES]
 
@@ -80,8 +82,6 @@ def make_doc(i: int, cfg: Mapping[str, Any]) -> dict[str, Any]:
 
 def vrh_synth_text_needle(dataset):
     """Docs of vrh_synth_text_needle (lmms-eval passes only the placeholder dataset)."""
-    import datasets
-
     cfg = needle_config()
     rows = [make_doc(i, cfg) for i in range(int(cfg["n"]))]
     return datasets.Dataset.from_list([{**r, "vrh_key": f"{TASK}#{i}"} for i, r in enumerate(rows)])
@@ -94,8 +94,6 @@ def doc_to_visual(doc: Mapping[str, Any]) -> list:
     size = doc.get("vrh_image_size")
     if not size:
         return []
-    from PIL import Image
-
     return [Image.new("RGB", (int(size[0]), int(size[1])), (128, 128, 128))]
 
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import networkx as nx
 
+from tools.hoist_imports import resolve as _resolve
+
 ROOT = Path(__file__).resolve().parents[2]
 # installed name -> folder in the repository (setup.py's ROOTS)
 PACKAGES = {"vrh_lmms": ROOT / "vrh_lmms", "vrh_lmms.model_wrappers": ROOT / "model_wrappers",
@@ -33,15 +35,6 @@ def module_files(packages: dict[str, Path] = PACKAGES) -> dict[str, Path]:
                 parts = parts[:-1]
             out[".".join([name, *parts])] = path
     return out
-
-
-def _resolve(name: str, modules: dict[str, Path]) -> str | None:
-    """The deepest known module `name` names (`a.b.func` -> `a.b`), or None outside the package."""
-    while name:
-        if name in modules:
-            return name
-        name = name.rpartition(".")[0]
-    return None
 
 
 def _package_of(module: str, path: Path) -> str:

@@ -49,7 +49,7 @@ def test_haystack_never_draws_the_needle_shape(monkeypatch):
         drawn.append([o.shape for o in s.objects])
         return s
 
-    monkeypatch.setattr(S, "generate_scene", spy)
+    monkeypatch.setattr(nc, "generate_scene", spy)  # the name the clip builder calls
     cfg = config(monkeypatch, n=1, scenes=8, size=112)
     _, at, _ = nc.clip_frames(0, cfg)
     assert drawn[at] == ["ring"]

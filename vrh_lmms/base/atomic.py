@@ -108,6 +108,7 @@ def publish_dir(staging: str | Path, target: str | Path) -> Path:
 
 def save_safetensors(tensors: dict, target: str | Path, metadata: dict[str, str] | None = None) -> Path:
     """safetensors' `save_file`, atomically and with umask modes (safetensors itself writes 0600)."""
+    # deferred: keeps `vrh-lmms --help` free of safetensors.torch
     from safetensors.torch import save_file
 
     with atomic_file(target, suffix=".safetensors") as tmp:

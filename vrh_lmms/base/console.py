@@ -24,6 +24,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
+from tqdm.auto import tqdm
+
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.owned import LOG_HEADER
 
@@ -48,8 +61,6 @@ class _Session:
 
     # ---------------------------------------------------------------------------------------------- capture
     def start(self) -> None:
-        from rich.console import Console
-
         if not self.verbose:
             _flush()
             self.capture = tempfile.TemporaryFile(mode="w+b")
@@ -61,15 +72,6 @@ class _Session:
         self.out = Console(file=self._terminal(1), highlight=False)
         # the display lives on a terminal only (piped or in a file, a redrawn bar is only noise)
         if self.show and not self.verbose and self.err.is_terminal:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                SpinnerColumn,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
             # library writes are captured at the descriptors, so the display must not redirect sys.stdout itself
             self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                                      MofNCompleteColumn(), TextColumn("{task.fields[unit]}"), TimeElapsedColumn(),
@@ -238,8 +240,6 @@ def note(text: str) -> None:
 
 
 def _plain(text: str) -> str:
-    from rich.markup import escape
-
     return escape(text if len(text) <= 60 else text[:57] + "...")
 
 
@@ -269,8 +269,6 @@ class _Bar:
 def bar(total: int | None, desc: str, unit: str, enabled: bool = True) -> Any:
     """A progress bar: the session's one display, or a tqdm bar where no session runs (or with --verbose)."""
     if _active is None or _active.verbose or not enabled:
-        from tqdm.auto import tqdm
-
         return tqdm(total=total, desc=desc, unit=unit, disable=not enabled)
     return _Bar(total, desc, unit)
 
@@ -288,9 +286,6 @@ def track(items: Iterable, total: int, desc: str, unit: str, enabled: bool = Tru
 def print_summary(*renderables: Any) -> None:
     """The end of a command: rendered on stdout (plain text where stdout is not a terminal). Text is never wrapped
     or cut (a path stays whole and can be copied); tables and markdown fit the width."""
-    from rich.console import Console
-    from rich.text import Text
-
     if _active is not None and not _active.show:
         return
     if _active is not None and _active.progress is not None:  # the summary ends the command: the display goes
@@ -306,8 +301,6 @@ def print_summary(*renderables: Any) -> None:
 
 def files_table(title: str, files: Iterable[tuple[str | Path, str]]) -> list[Any]:
     """`title` above one `path  what it is` line per file written (paths as given: relative where they were)."""
-    from rich.text import Text
-
     rows = [(str(path), what) for path, what in files]
     width = max((len(path) for path, _ in rows), default=0)
     return [Text(title, style="bold")] + [Text.assemble((path.ljust(width), "bold"), "  ", what)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import quote
 
 # one character (or an `_` at a word's edge) -> its escaped form; backslash escapes are the CommonMark ones, which
 # Python-Markdown (with its tables extension, for `|`) and GitHub both read; `<`, `>`, `&` as entities
@@ -46,6 +47,4 @@ def md_code(value: Any) -> str:
 def md_url(path: Any) -> str:
     """A relative path as a link or image destination: percent-encoded, so spaces, brackets and parentheses in a
     name a run gave cannot end the link early."""
-    from urllib.parse import quote
-
     return quote(str(path), safe="/._-")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -84,8 +85,6 @@ def held(output: str | Path, command: str, wait: bool = False,
          note: Callable[[str], None] | None = None) -> Iterator[Path]:
     """Hold the lock of `output` for the block. Taken: one VRHError line naming the holder (or, with `wait`, a note
     and a wait until it is free). `note` prints one-line notes (default: stderr)."""
-    import sys
-
     say = note or (lambda line: print(line, file=sys.stderr))
     path = lock_path(output)
     created = _first_missing(path.parent)  # folders this lock creates, removed again if the run leaves them empty

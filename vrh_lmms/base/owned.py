@@ -18,6 +18,9 @@ import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+import numpy as np
+from safetensors import safe_open
+
 from vrh_lmms.base import atomic, runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.folder_lock import SUFFIX as LOCK_SUFFIX
@@ -75,8 +78,6 @@ def files_matching(*patterns: str) -> Check:
 
 def npz_with(*keys: str) -> Check:
     def check(path: Path) -> bool:
-        import numpy as np
-
         try:
             with np.load(path) as data:
                 return all(k in data.files for k in keys)
@@ -89,8 +90,6 @@ def npz_with(*keys: str) -> Check:
 def safetensors_with(*keys: str) -> Check:
     def check(path: Path) -> bool:
         try:
-            from safetensors import safe_open
-
             with safe_open(str(path), framework="np") as f:
                 return all(k in f.keys() for k in keys)
         except Exception:  # safetensors raises its own error types for foreign files

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.resources
+import os
 from pathlib import Path
 
 
@@ -18,8 +19,6 @@ def assets_path() -> Path:
 def shown_path(path: str | Path, root: str | Path | None = None) -> str:
     """A local path as a report prints it, never absolute: relative to `root` (default: the working folder, where the
     run's paths were given) when inside it, `~/...` under the home folder, else relative to `root` with `..`."""
-    import os
-
     path = Path(os.path.abspath(Path(path).expanduser()))
     root = Path(os.path.abspath(root if root is not None else Path.cwd()))
     if path.is_relative_to(root):

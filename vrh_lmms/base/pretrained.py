@@ -10,7 +10,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import try_to_load_from_cache
+
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.paths import assets_path
+from vrh_lmms.base.synth.demo_spec import DemoSpec
 
 HUB_EXAMPLE = "Qwen/Qwen2.5-VL-7B-Instruct"
 DEMO_NAME = "vrh-demo"  # `pretrained=vrh-demo`: the shipped demo model, with the settings it was trained with
@@ -28,8 +32,6 @@ def hub_offline() -> bool:
 
 def _in_hub_cache(repo_id: str) -> bool:
     try:
-        from huggingface_hub import try_to_load_from_cache
-
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
     except Exception:  # an invalid repo id
         return False
@@ -37,8 +39,6 @@ def _in_hub_cache(repo_id: str) -> bool:
 
 def demo_folder() -> Path:
     """The shipped demo model's folder (vrh_lmms/assets/demo_model)."""
-    from vrh_lmms.base.paths import assets_path
-
     return assets_path() / "demo_model"
 
 
@@ -54,8 +54,6 @@ def named_model_args(args: dict[str, Any], family: str | None = None) -> dict[st
     if family is not None and family != DEMO_FAMILY:
         raise VRHError(f"pretrained={DEMO_NAME} is the shipped Qwen2.5-VL demo model; load it with --model vrh_qwen25")
     # demo.spec holds the model's data settings (it imports only vrh_lmms.base.synth.scenes)
-    from vrh_lmms.base.synth.demo_spec import DemoSpec
-
     folder = demo_folder()
     if not (folder / "config.json").is_file():
         raise VRHError(f"pretrained={DEMO_NAME}: the shipped demo model is missing from {folder}; reinstall vrh-lmms")
@@ -65,6 +63,7 @@ def named_model_args(args: dict[str, Any], family: str | None = None) -> dict[st
 @functools.lru_cache(maxsize=1)
 def _hub_answers() -> str | None:
     """None when the hub answers one HEAD request within the probe timeout, else why not (probed once a process)."""
+    # deferred: keeps `the base floor` free of requests
     import requests
 
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.tables import did_you_mean
@@ -76,8 +78,6 @@ def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 
 def load(path: str | Path, command: str) -> dict[str, Any]:
-    import yaml
-
     path = Path(path)
     if not path.is_file():
         raise VRHError(f"--config {path}: no such file")
@@ -211,8 +211,6 @@ def record(command: str, args: argparse.Namespace, parser: argparse.ArgumentPars
 
 def write(command: str, args: argparse.Namespace, parser: argparse.ArgumentParser, path: Path) -> Path:
     """Write the run file of a finished run to `path` (`run_file_path` of its output)."""
-    import yaml
-
     text = HEADER + ": rerun with `vrh-lmms " + command + " --config " + path.name + "`\n"
     text += yaml.safe_dump(record(command, args, parser), sort_keys=False, default_flow_style=False)
     return atomic.write_text(path, text)

@@ -14,6 +14,7 @@ from pathlib import Path
 from vrh_lmms.base import runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option
+from vrh_lmms.harness.distributed import error_prefix, is_main, world_size
 
 
 @dataclass(frozen=True)
@@ -196,11 +197,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _locked(args: argparse.Namespace, call):
     """Run `call` holding the lock of the command's output (rank 0 alone: the ranks of one job share it)."""
-    from vrh_lmms.harness.distributed import is_main
-
     dest = OUTPUT_OF.get(args.command)
     if dest is None or not getattr(args, dest, None) or not is_main():
         return call()
+    # deferred: keeps `vrh-lmms --help` free of filelock
     from vrh_lmms.base import folder_lock
 
     with folder_lock.held(getattr(args, dest), f"vrh-lmms {args.command}", wait=args.wait):
@@ -216,8 +216,6 @@ def _run_file_target(command: Command, args: argparse.Namespace) -> Path | None:
 def _write_run_file(command: Command, args: argparse.Namespace, parser: argparse.ArgumentParser,
                     target: Path) -> None:
     """A finished run keeps its run file beside its outputs (rank 0 only; nothing when it wrote no output)."""
-    from vrh_lmms.harness.distributed import is_main
-
     output = Path(getattr(args, command.output))
     wrote = output.is_file() if command.run_file == "beside" else output.is_dir()
     if is_main() and wrote:
@@ -226,8 +224,6 @@ def _write_run_file(command: Command, args: argparse.Namespace, parser: argparse
 
 def _one_process(command: str, call):
     def checked():
-        from vrh_lmms.harness.distributed import world_size
-
         if world_size() > 1:
             raise VRHError(f"`vrh-lmms {command}` runs in one process; start it without torchrun / accelerate launch "
                            f"(discover, sweep, steer and patch run on several ranks: docs/scaling.md)")
@@ -237,6 +233,7 @@ def _one_process(command: str, call):
 
 
 def _in_session(call, verbose: bool, threads: bool):
+    # deferred: keeps `vrh-lmms --help` free of filelock
     from vrh_lmms.base import console
 
     with console.session(verbose=verbose):
@@ -244,6 +241,7 @@ def _in_session(call, verbose: bool, threads: bool):
 
 
 def _with_threads(call):
+    # deferred: keeps `vrh-lmms --help` free of torch
     from vrh_lmms.model.device import choose_threads
 
     choose_threads()
@@ -254,8 +252,6 @@ def _guarded(call, output: str | None = None) -> int:
     try:
         return int(call() or 0)
     except VRHError as exc:
-        from vrh_lmms.harness.distributed import error_prefix
-
         print(f"vrh-lmms: error: {error_prefix()}{exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

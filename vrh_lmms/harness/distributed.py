@@ -42,15 +42,18 @@ def ensure_group() -> None:
     writes before the model loads. Nothing happens in a single process."""
     if world_size() <= 1:
         return
+    # deferred: keeps `vrh-lmms --help` free of torch
     import torch.distributed as dist
 
     if dist.is_available() and not dist.is_initialized():
+        # deferred: keeps `vrh-lmms --help` free of accelerate
         from accelerate import PartialState
 
         PartialState()
         if not dist.is_initialized():  # accelerate left it to the backend (e.g. MULTI_CPU): plain gloo
             dist.init_process_group(backend="gloo")
         if is_main():  # for the person: on the terminal, whatever a console session does with stderr
+            # deferred: keeps `vrh-lmms --help` free of filelock
             from vrh_lmms.base import console
 
             console.note(f"vrh-lmms: {world_size()} ranks ({_backend_name()}): lmms-eval splits the docs across them, "
@@ -58,6 +61,7 @@ def ensure_group() -> None:
 
 
 def _backend_name() -> str:
+    # deferred: keeps `vrh-lmms --help` free of torch
     import torch.distributed as dist
 
     try:
@@ -69,6 +73,7 @@ def _backend_name() -> str:
 def _group_ready() -> bool:
     if world_size() <= 1:
         return False
+    # deferred: keeps `vrh-lmms --help` free of torch
     import torch.distributed as dist
 
     return dist.is_available() and dist.is_initialized()
@@ -77,6 +82,7 @@ def _group_ready() -> bool:
 def barrier() -> None:
     """Wait for every rank (no-op in a single process)."""
     if _group_ready():
+        # deferred: keeps `vrh-lmms --help` free of torch
         import torch.distributed as dist
 
         dist.barrier()
@@ -86,6 +92,7 @@ def broadcast(value: Any) -> Any:
     """Rank 0's `value` on every rank (picklable values; no-op in a single process)."""
     if not _group_ready():
         return value
+    # deferred: keeps `vrh-lmms --help` free of torch
     import torch.distributed as dist
 
     box = [value if is_main() else None]
@@ -97,6 +104,7 @@ def gather_dicts(value: dict) -> dict | None:
     """Every rank's dict merged on rank 0 (rank 0's entries first, later ranks' added); None on other ranks."""
     if not _group_ready():
         return value
+    # deferred: keeps `vrh-lmms --help` free of torch
     import torch.distributed as dist
 
     parts: list | None = [None] * world_size() if is_main() else None
@@ -154,6 +162,7 @@ def doc_order() -> Iterator[None]:
     if ranks <= 1 or not is_main():
         yield
         return
+    # deferred: keeps `vrh-lmms --help` free of lmms_eval
     from lmms_eval.evaluator_utils import TaskOutput
 
     original = TaskOutput.calculate_aggregate_metric

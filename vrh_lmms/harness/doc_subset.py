@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from lmms_eval.api.task import Task
+
 from vrh_lmms.harness.lmms import leaf_tasks, limited
 
 
@@ -51,8 +53,6 @@ def restrict_docs(subsets: Mapping[str, set[int] | list[int]] | None) -> Iterato
     if not subsets:
         yield
         return
-    from lmms_eval.api.task import Task
-
     keep = {task: set(int(i) for i in ids) for task, ids in subsets.items()}
     original = Task.build_all_requests
 

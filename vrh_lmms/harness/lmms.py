@@ -3,8 +3,10 @@ and write results in lmms-eval's own file formats. The rest of the core stays fr
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -14,11 +16,14 @@ from typing import Any
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.paths import tasks_path
+from vrh_lmms.harness import distributed
 from vrh_lmms.model.device import default_device, default_device_map
+from vrh_lmms.model_wrappers import results_hook
 
 
 def build_model(model: str, model_args: str, batch_size: int = 1, extra_args: dict[str, Any] | None = None):
     """Instantiate a registered `vrh_*` model; its name and checkpoint path are checked before any weight loads."""
+    # deferred: keeps `vrh-lmms eval --help` free of filelock
     from vrh_lmms.harness.preload import check_pretrained, constructor_default, model_class, parse_model_args
 
     cls = model_class(model)
@@ -29,8 +34,6 @@ def build_model(model: str, model_args: str, batch_size: int = 1, extra_args: di
     lm.vrh_keep_loaded = True  # one load serves every configuration
     # Our runs write their results with the model's record themselves (`write_run`): the tracker wrap that puts it
     # into plain lmms-eval CLI runs' files is not needed here, and would outlive the run (nothing saves through it).
-    from vrh_lmms.model_wrappers import results_hook
-
     results_hook.uninstall()
     return lm
 
@@ -39,6 +42,7 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
                  tasks: list[str] | None = None):
     """A TaskManager that sees our tasks (and `include_path`). When every name in `tasks` is found there, lmms-eval's
     own ~6,500 task YAMLs are not indexed at all (that indexing alone takes ~10 s per manager on 2 cores)."""
+    # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval.tasks import TaskManager
 
     paths = [str(tasks_path())]
@@ -54,6 +58,7 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
 def leaf_tasks(tm, task: str):
     """(name, task object) of every task `task` names (itself, or each task of a group): lmms-eval's own objects,
     their datasets loaded and `process_docs` applied."""
+    # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval.tasks import get_task_dict
 
     stack = [get_task_dict([task], tm)]
@@ -82,8 +87,6 @@ def count_docs(tm, tasks: list[str], limit: int | None = None, skip: dict[str, i
 def limited(n: int, limit: int | float | None) -> int:
     """How many docs of a task of `n` an evaluator pass with this `limit` reads (lmms-eval's rule: a limit below 1
     is a share of the docs)."""
-    import math
-
     if limit is None or limit < 0:
         return n
     return int(math.ceil(n * limit)) if limit < 1.0 else int(limit)
@@ -117,8 +120,6 @@ def check_task_names(tasks: list[str], include_path: str | list[str] | None = No
     """Refuse task names that no task YAML mentions at all, in well under a second and without importing
     lmms-eval: every task, group and tag is named literally in some YAML of our task folder, lmms-eval's or
     `include_path`. (A name that is mentioned is then checked for real by a TaskManager.)"""
-    import importlib.util
-
     folders = [tasks_path()]
     spec = importlib.util.find_spec("lmms_eval")
     if spec is not None and spec.submodule_search_locations:
@@ -159,9 +160,8 @@ def evaluate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwa
 
 def _evaluate_once(lm, tasks: list[str], tm, limit, gen_kwargs, bootstrap_iters: int, seed: int,
                    offset: int) -> dict[str, Any] | None:
+    # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval import evaluator
-
-    from vrh_lmms.harness import distributed
 
     with distributed.doc_order():
         return evaluator.simple_evaluate(
@@ -185,6 +185,7 @@ def merge_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _default(o: Any):
+    # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval.utils import handle_non_serializable
 
     return handle_non_serializable(o)
@@ -215,6 +216,7 @@ def _add_device_map(model: str, model_args: str) -> str:
     if "device_map=" in (model_args or "") or default_device_map() == "auto":
         return model_args
     try:
+        # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
         from lmms_eval.models import get_model
 
         cls = get_model(model)
@@ -230,13 +232,14 @@ def passthrough(lmms_args: list[str]) -> int:
     rest = [a for a in lmms_args if a != "--"]
     sys.argv = ["lmms-eval", *rest]
     os.environ["VRH_LMMS_CLI"] = "1"
+    # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval.__main__ import cli_evaluate, parse_eval_args
 
     _, parsed = parse_eval_args()
     if parsed.model:
+        # deferred: keeps `vrh-lmms eval --help` free of lmms_eval, filelock
         from lmms_eval.models import list_available_models
 
-        from vrh_lmms.base.errors import VRHError
         from vrh_lmms.harness.preload import vrh_model_names
 
         if parsed.model not in list_available_models(include_aliases=True):

@@ -4,12 +4,14 @@ in seconds with one line naming the bad value."""
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import get_family
 from vrh_lmms.base.heads.geometry import Geometry
 from vrh_lmms.base.model_args import HEAD_ARGS, check_model_args  # noqa: F401  (HEAD_ARGS: callers)
 from vrh_lmms.base.pretrained import (  # noqa: F401  (check_pretrained: callers)
@@ -18,22 +20,21 @@ from vrh_lmms.base.pretrained import (  # noqa: F401  (check_pretrained: callers
     hub_offline,
     named_model_args,
 )
+from vrh_lmms.base.tables import did_you_mean
+from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
 # HEAD_ARGS: the model args that choose heads (the table: vrh_lmms.base.model_args); commands that set the heads
 # themselves (sweep, discover) refuse them.
 
 
 def vrh_model_names() -> list[str]:
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS
-
     return sorted(WRAPPERS)
 
 
 def check_model_name(name: str) -> None:
     """`name` is a registered vrh_* model; read from the registry, without importing any backend."""
+    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
     from lmms_eval.models import list_available_models
-
-    from vrh_lmms.base.tables import did_you_mean
 
     names = vrh_model_names()
     vrh = ", ".join(names)
@@ -47,6 +48,7 @@ def check_model_name(name: str) -> None:
 
 def model_class(name: str) -> type:
     """The lmms-eval class registered as `name`, which must be a vrh_* model (one with head ablation)."""
+    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
     from lmms_eval.models import get_model
 
     check_model_name(name)
@@ -54,6 +56,7 @@ def model_class(name: str) -> type:
         cls = get_model(name)
     except Exception as exc:  # an import error of the backend (a missing optional dependency)
         raise VRHError(f"--model {name!r} cannot be imported: {str(exc).splitlines()[0][:300]}") from None
+    # deferred: keeps `vrh-lmms demo --help` free of torch, loguru
     from vrh_lmms.model_wrappers.base import VRHMixin
 
     if not issubclass(cls, VRHMixin):
@@ -64,6 +67,7 @@ def model_class(name: str) -> type:
 
 def parse_model_args(text: str | None) -> dict[str, Any]:
     """lmms-eval's own parser (`a=1,b=x`), with a malformed entry named."""
+    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
     from lmms_eval.utils import simple_parse_args_string
 
     for item in [p for p in (text or "").split(",") if p.strip()]:
@@ -86,8 +90,6 @@ def refuse_head_args(args: dict[str, Any], command: str, instead: dict[str, str]
 
 def constructor_default(cls: type, name: str) -> Any:
     """Default of a constructor argument along the class chain (backends pass **kwargs up)."""
-    import inspect
-
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
@@ -108,6 +110,7 @@ def _namespace(value: Any) -> Any:
 def load_config(pretrained: str, trust_remote_code: bool = False) -> Any:
     """The checkpoint's config without weights: transformers' class where it has one (it moves old top-level
     text fields into text_config), else the raw config.json as attributes (remote-code families)."""
+    # deferred: keeps `vrh-lmms demo --help` free of transformers
     from transformers import AutoConfig, PretrainedConfig
 
     try:
@@ -128,6 +131,7 @@ def config_geometry(config: Any, family) -> Geometry | None:
     """Head geometry of the language decoder as the config declares it; None when the config does not say.
 
     Mirrors `vrh_lmms.model.backbone.locate_decoder` (which measures the loaded modules and stays the authority)."""
+    # deferred: keeps `vrh-lmms demo --help` free of torch
     from vrh_lmms.model.backbone import text_config_of
 
     text = text_config_of(config, family)
@@ -163,6 +167,7 @@ class ModelPlan:
 def plan_args(model: str, model_args: str | None) -> ModelPlan:
     """The checks on `--model` / `--model_args` that need no weights: registered name, every arg's name (against the
     vrh table and the backend constructor, so this imports the backend class), path."""
+    # deferred: keeps `vrh-lmms demo --help` free of torch, loguru
     from vrh_lmms.model_wrappers.base import backend_params, wrapper_params
 
     check_model_name(model)
@@ -177,8 +182,6 @@ def plan_args(model: str, model_args: str | None) -> ModelPlan:
 def plan_geometry(plan: ModelPlan) -> ModelPlan:
     """Import the backend class, resolve the checkpoint (its default when none is given) and read the head
     geometry its config.json declares; no weights are loaded."""
-    from vrh_lmms.base.families import get_family
-
     plan.cls = plan.cls or model_class(plan.name)
     pretrained = plan.args.get("pretrained", constructor_default(plan.cls, "pretrained"))
     plan.pretrained = None if pretrained is None else str(pretrained)

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
 from torch import nn
 
+from vrh_lmms.base.atomic import save_safetensors
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
 from vrh_lmms.base.heads.spec import HeadSet
@@ -139,6 +141,7 @@ class Ablator:
         if not heads:
             return
         if mode in UNIFORM_MODES:  # not a weight edit: answer rows attend uniformly (registered attention path)
+            # deferred: keeps `vrh-lmms export-masked --help` free of transformers
             from vrh_lmms.model.interventions.uniform import UNIFORM_OVER as OVER
             from vrh_lmms.model.interventions.uniform import UniformAblation
 
@@ -447,16 +450,12 @@ class HeadMeanCollector:
 
 
 def save_means(means: torch.Tensor, path: str | Path, geometry: Geometry, count: int) -> Path:
-    from vrh_lmms.base.atomic import save_safetensors
-
     meta = {k: str(v) for k, v in geometry.to_dict().items()}
     meta["tokens"] = str(count)
     return save_safetensors({"means": means.contiguous()}, path, metadata=meta)
 
 
 def load_means(path: str | Path) -> torch.Tensor:
-    from safetensors import safe_open
-
     path = Path(path)
     if not path.is_file():
         raise VRHError(f"means file {path} does not exist")

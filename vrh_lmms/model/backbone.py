@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import nn
 
 from vrh_lmms.base.errors import VRHError
@@ -289,8 +290,6 @@ def dead_heads(decoder: Decoder) -> tuple[HeadRef, ...] | None:
     the residual stream (pruned heads, as in the shipped demo model). Read from the weights, so call it before any
     weight-folding ablation. None when some o_proj weight cannot be read as a dense matrix (quantized, offloaded or
     sharded), so the caller knows the check did not run. Real checkpoints have none."""
-    import torch
-
     g = decoder.geometry
     width = g.heads * g.head_dim
     out: list[HeadRef] = []

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import time
 
 import torch
+
+from vrh_lmms.base.errors import VRHError
 
 
 def default_device() -> str:
@@ -40,8 +43,6 @@ def _busy_cores(cores: int, interval: float = 0.2) -> float:
 
     first = snapshot()
     if first is not None:
-        import time
-
         time.sleep(interval)
         second = snapshot()
         if second is not None and second[0] > first[0]:
@@ -81,8 +82,6 @@ def choose_threads() -> int | None:
         try:
             threads = int(choice)
         except ValueError:
-            from vrh_lmms.base.errors import VRHError
-
             raise VRHError(f"{THREADS_ENV}={choice!r}: expected a thread count or 'torch'") from None
     elif default_device() == "cpu":
         threads = free_cores()

@@ -10,6 +10,7 @@ at the end, so an interrupted export leaves no half-written checkpoint.
 from __future__ import annotations
 
 import datetime as _dt
+import fnmatch
 import json
 import shutil
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
 from torch import nn
 
 from vrh_lmms import __version__
@@ -52,6 +54,7 @@ def _dtype(name: str | None) -> torch.dtype | str:
 
 
 def load_config(pretrained: str, trust_remote_code: bool):
+    # deferred: keeps `vrh-lmms export-masked --help` free of transformers
     from transformers import AutoConfig
 
     try:
@@ -65,6 +68,7 @@ def load_config(pretrained: str, trust_remote_code: bool):
 
 def load_model(pretrained: str, family: Family, trust_remote_code: bool, dtype: torch.dtype | str) -> nn.Module:
     """The checkpoint in its stored dtype (default), with the class its config maps to."""
+    # deferred: keeps `vrh-lmms export-masked --help` free of transformers
     import transformers
 
     if family.remote_code and not trust_remote_code and family.hf_class is None:
@@ -87,8 +91,6 @@ def source_files_dir(pretrained: str) -> Path:
     path = Path(pretrained)
     if path.is_dir():
         return path
-    from huggingface_hub import snapshot_download
-
     try:
         return Path(snapshot_download(pretrained, ignore_patterns=list(WEIGHT_PATTERNS)))
     except (OSError, ValueError) as exc:  # offline without a cached snapshot, unknown repo (HTTP errors are OSErrors)
@@ -97,8 +99,6 @@ def source_files_dir(pretrained: str) -> Path:
 
 def copy_side_files(src: Path, dst: Path) -> list[str]:
     """Copy everything but weights and the files save_pretrained writes (processor, tokenizer, code, README)."""
-    import fnmatch
-
     copied = []
     for item in sorted(src.rglob("*")):
         rel = item.relative_to(src)
@@ -138,8 +138,6 @@ def output_layout(output: Path) -> owned.Layout:
     meta = output / MASKED_FILE
     extra: list[str] = []
     if owned.listed_files(output) is None and owned.json_with("copied_files", schema_prefix="vrh-masked/")(meta):
-        import fnmatch
-
         copied = json.loads(meta.read_text())["copied_files"]
         written = [p.name for p in output.iterdir() if p.is_file() and (p.name in MODEL_FILES or any(
             fnmatch.fnmatch(p.name, pat) for pat in WEIGHT_PATTERNS))]

@@ -18,6 +18,10 @@ from collections.abc import Collection, Sequence
 from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
+import markdown
+from markdown.extensions import Extension
+from markdown.treeprocessors import Treeprocessor
+
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 
@@ -97,9 +101,6 @@ def _sanitising_extension(base: Path, images: Collection[str] | None):
     """A markdown extension that makes the page safe to open: raw HTML is shown as text (never parsed), elements
     and attributes outside what markdown makes are dropped, links that leave the report folder become plain text,
     and only the report's own PNGs are embedded (as data URIs); any other image becomes its alt text."""
-    from markdown.extensions import Extension
-    from markdown.treeprocessors import Treeprocessor
-
     class Sanitise(Treeprocessor):
         def run(self, root):
             for parent in list(root.iter()):
@@ -138,8 +139,6 @@ def _sanitising_extension(base: Path, images: Collection[str] | None):
 def markdown_to_html(text: str, base: str | Path, images: Collection[str] | None = None) -> str:
     """One markdown document as a safe HTML fragment: tables kept, the report's own images (`images`, relative to
     `base`; None: its plots/ folder) embedded, wide tables scrollable."""
-    import markdown
-
     body = markdown.markdown(text, extensions=["tables", "sane_lists", _sanitising_extension(Path(base), images)],
                              output_format="html")
     return body.replace("<table>", '<div class="table"><table>').replace("</table>", "</table></div>")

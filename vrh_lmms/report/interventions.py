@@ -12,11 +12,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 import numpy as np
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.kinds import KINDS
 from vrh_lmms.base.paths import shown_path
 from vrh_lmms.base.stats import cluster_ci
@@ -24,6 +29,15 @@ from vrh_lmms.report.analysis import CONTROL_KINDS as NULL_KINDS
 from vrh_lmms.report.fmt import pct, pct_ci, pval
 from vrh_lmms.report.html import PATCH_MAP
 from vrh_lmms.report.pools import grouped_draws
+from vrh_lmms.runs.interventions.outputs import (
+    PATCH_LAYOUT,
+    PATCH_MANIFEST,
+    STEER_LAYOUT,
+    manifest_configs,
+    read_steer_records,
+)
+from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
+from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.runner import write_json
 
 NULL_LABELS = {k.name: k.legend for k in KINDS if k.control}
@@ -32,8 +46,6 @@ NULL_LABELS = {k.name: k.legend for k in KINDS if k.control}
 def steering_summary(folder: str | Path) -> dict[str, Any]:
     """Per configuration: steerable docs, share moved onto the distractor [95% CI], share still on target; per
     (k, bias): top-k beside the mean and range of each control over seeds."""
-    from vrh_lmms.runs.interventions.outputs import manifest_configs, read_steer_records
-
     folder = Path(folder)
     records = read_steer_records(folder)
     configs = [c for c in manifest_configs(folder) if c.id in records]
@@ -213,10 +225,6 @@ def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
 
 
 def patching_plot(result: dict[str, Any], scores: np.ndarray, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     result = upgrade_patch_result(result)
     mean = np.asarray(result["effect"]["mean"])
@@ -243,9 +251,6 @@ def write_patching_report(folder: str | Path, result: dict[str, Any] | None = No
     if result is None:
         result = json.loads((folder / "patch.json").read_text())
     if hf is None:
-        from vrh_lmms.base.heads.heads_file import load_heads_file
-        from vrh_lmms.runs.interventions.outputs import PATCH_MANIFEST
-
         hf = load_heads_file(json.loads((folder / PATCH_MANIFEST).read_text())["heads_file"])
     patching_plot(result, np.asarray(hf.scores, dtype=float), folder / "patch_map.png")
     text = patching_markdown(result, "patch_map.png")
@@ -255,10 +260,6 @@ def write_patching_report(folder: str | Path, result: dict[str, Any] | None = No
 def check_sources(steer_dir: str | Path | None = None, patch_dir: str | Path | None = None) -> None:
     """`report --steer/--patch`: each folder holds a finished run of its command (checked before the report is
     built, so a wrong path costs no statistics)."""
-    from vrh_lmms.runs.interventions.outputs import PATCH_LAYOUT, STEER_LAYOUT
-    from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
-    from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
-
     if steer_dir is not None and not STEER_LAYOUT[MANIFEST](Path(steer_dir) / MANIFEST):
         raise VRHError(f"--steer {steer_dir}: no {MANIFEST} of `vrh-lmms steer` there")
     if patch_dir is not None:
@@ -272,8 +273,6 @@ def append_to_report(report_dir: str | Path, steer_dir: str | Path | None = None
                      patch_dir: str | Path | None = None) -> Path:
     """Add the steering table and the patching map to a built report (report.md and interventions.md; the map
     is copied into plots/). Every file is written atomically."""
-    import json
-
     check_sources(steer_dir, patch_dir)
     report_dir = Path(report_dir)
     sections = []

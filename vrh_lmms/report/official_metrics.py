@@ -46,6 +46,7 @@ def _vaw_pairs(records: Iterable[Mapping[str, Any]]) -> list[tuple[str, int, int
 
 def _class_metrics(labels: np.ndarray, preds: np.ndarray) -> dict[str, float] | None:
     """One attribute's metrics with the official evaluator's conventions; None without both polarities."""
+    # deferred: keeps `vrh-lmms report` free of sklearn
     from sklearn.metrics import average_precision_score
 
     n_pos, n_neg = int(labels.sum()), int((1 - labels).sum())

@@ -12,17 +12,23 @@ from pathlib import Path
 from statistics import mean
 from typing import Any
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
 from vrh_lmms.base.paths import shown_model
 from vrh_lmms.report.fmt import pct
+from vrh_lmms.report.plots import legend_outside
+from vrh_lmms.runs.discovery.scoring import PRESETS
 
 PRIMARY = "primary"
 
 
 def cell_label(cell: str) -> str:
     """`in,sum,mean` -> `in,sum,mean (qrhead)`: the cell with the presets that name it."""
-    from vrh_lmms.runs.discovery.scoring import PRESETS
-
     names = [name for name, c in PRESETS.items() if c == cell and name != cell]
     return f"{cell} ({', '.join(names)})" if names else cell
 
@@ -82,15 +88,7 @@ def scorers_markdown(blocks: list[dict]) -> list[str]:
 def scorers_plot(block: dict, path: Path) -> Path:
     """Accuracy vs k, one line per scorer, random as a dashed line with its range."""
     if not any(str(k) in row["by_k"] for row in block["rows"] for k in block["ks"]):
-        from vrh_lmms.base.errors import VRHError
-
         raise VRHError(f"scorer comparison of {block['model']} / {block['task']}: no accuracy at any k to plot")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from vrh_lmms.report.plots import legend_outside
 
     fig, ax = plt.subplots(figsize=(6.5, 5), layout="constrained")
     if block["baseline"] is not None:

@@ -36,7 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic
+from vrh_lmms.base.boxes import get_convention, iou
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.owned import files_matching
+from vrh_lmms.base.runfolder.runs import read_run_meta
+from vrh_lmms.base.runfolder.samples import read_samples
+from vrh_lmms.base.synth.cache import SynthSpec
+from vrh_lmms.base.synth.scenes import expression_for, generate_scene, nameable_objects
+from vrh_lmms.runs.sweep.checks import SYNTH_TASKS
 
 CHOSEN_MODES = ("auto", "baseline", "ground-truth")
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -110,8 +117,6 @@ def _qwen_json(coords: list[int], expression: str) -> str:
 def format_ground_truth_box(convention: str, gt_box: list[float], image_size: list[float], expression: str,
                             params: Mapping[str, Any] | None = None) -> str:
     """The ground-truth box (original pixels) written the way a model of `convention` answers."""
-    from vrh_lmms.base.boxes import get_convention, iou
-
     try:
         conv = get_convention(convention)
     except ValueError as exc:
@@ -194,8 +199,6 @@ def _prompt(line: dict) -> str | None:
 
 
 def _read_lines(path: Path) -> dict[str, dict]:
-    from vrh_lmms.base.runfolder.samples import read_samples
-
     table = read_samples(path, keep_lines=True)  # validates vrh_record fields and doc_id uniqueness
     return dict(zip(table.doc_ids, table.raw_lines or [], strict=True))
 
@@ -220,8 +223,6 @@ def _config_folder(sweep: Path, config: str) -> Path:
 
 
 def _model_of(folder: Path) -> str:
-    from vrh_lmms.base.runfolder.runs import read_run_meta
-
     return read_run_meta(folder / "results.json").model
 
 
@@ -239,13 +240,8 @@ class ImageResolver:
     def _synthetic(self, record: dict, task: str, where: str) -> Path | None:
         """The scene of a synthetic sample, regenerated from the sweep's recorded scene config and checked
         against the sample (same expression, same box) before it is written."""
-        from vrh_lmms.runs.sweep.checks import SYNTH_TASKS
-
         if task not in SYNTH_TASKS or self.synth is None or record.get("image_id") in (None, ""):
             return None
-        from vrh_lmms.base.synth.cache import SynthSpec
-        from vrh_lmms.base.synth.scenes import expression_for, generate_scene, nameable_objects
-
         spec = SynthSpec.from_dict(dict(self.synth), "sweep.json synth")
         path = self.images_dir / f"{task}_{int(record['image_id']):08d}.png"
         scene = generate_scene(int(record["image_id"]), spec.seed, spec.scene_config())
@@ -431,8 +427,6 @@ def is_pairs_file(path: Path) -> bool:
 
 def is_pair_images(path: Path) -> bool:
     """A folder of image files only, as `ImageResolver` writes beside the JSONL (what --force may replace)."""
-    from vrh_lmms.base.owned import files_matching
-
     return files_matching(*(f"*{suffix}" for suffix in (*_IMAGE_SUFFIXES, ".svg")))(path)
 
 

@@ -30,6 +30,8 @@ from typing import Any
 from vrh_lmms import __version__
 from vrh_lmms.base import atomic, owned
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import family_for_config
+from vrh_lmms.runs.dpo import is_pairs_file
 
 RECORD_FILE = "dpo_train.json"
 SCHEMA = "vrh-dpo-train/1"
@@ -72,6 +74,7 @@ class TrainOptions:
 def require_trl():
     """TRL is an optional dependency (extra `dpo`): one line naming the extra when it is missing."""
     try:
+        # deferred: optional dependency (trl) may be absent
         import trl
     except ImportError:
         raise VRHError("dpo-train needs TRL, which is not installed: pip install 'vrh-lmms[dpo]'") from None
@@ -90,8 +93,6 @@ def sha256_of(path: Path) -> str:
 def read_pairs(path: str | Path, max_pairs: int | None = None) -> list[dict]:
     """The rows of a `dpo-pairs` file (the first `max_pairs`), each checked to be one of our pairs with its image
     files present; anything else is refused naming the file and line."""
-    from vrh_lmms.runs.dpo import is_pairs_file
-
     path = Path(path)
     if not path.is_file():
         raise VRHError(f"{path}: no such pairs file")
@@ -141,6 +142,7 @@ def _place_image(prompt: list[dict], image_position: str) -> list[dict]:
 def pairs_dataset(rows: list[dict], image_position: str = "before_prompt"):
     """A `datasets.Dataset` in TRL's conversational vision preference format: prompt / chosen / rejected message
     lists and an `images` column of decoded images (provenance columns dropped)."""
+    # deferred: keeps `vrh-lmms dpo-train --help` free of datasets
     import datasets
 
     records = [{"prompt": _place_image(r["prompt"], image_position), "chosen": r["chosen"],
@@ -225,10 +227,10 @@ def train(pairs: str | Path, model_dir: str, output: str | Path, options: TrainO
     check_output(output, model_dir, force)
     trl = require_trl()
     rows = read_pairs(pairs, options.max_pairs)
+    # deferred: keeps `vrh-lmms dpo-train --help` free of torch, transformers
     import torch
     import transformers
 
-    from vrh_lmms.base.families import family_for_config
     from vrh_lmms.model.export import copy_side_files, load_config, load_model, source_files_dir
 
     family = family_for_config(load_config(model_dir, trust_remote_code))

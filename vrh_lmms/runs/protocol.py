@@ -18,7 +18,7 @@ from typing import Any
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
-from vrh_lmms.runs.discovery.scoring import DEFAULT_CELL
+from vrh_lmms.runs.discovery.scoring import DEFAULT_CELL, parse_cells
 
 DISCOVER_PRESETS: dict[str, dict[str, Any]] = {
     "paper": {"limit": 200, "key_tokens": "any", "scoring": "out,sum,mean"},
@@ -54,8 +54,6 @@ SCORER_SETS["paper"] = [c for name in ("fig2", "fig3", "fig8b", "a8") for c in S
 def scorer_cells(text: str, primary: str) -> list[str]:
     """`--compare-cells`: a set name (fig2, fig3, fig8b, a8, paper) or a '+'-separated list of cells and presets, as the
     distinct cells to mask besides the heads file's primary one (a preset sharing a cell is masked once)."""
-    from vrh_lmms.runs.discovery.scoring import parse_cells
-
     names = SCORER_SETS.get(text.strip())
     cells = parse_cells("+".join(names) if names else text)
     return [c for c in cells if c != primary]

@@ -11,6 +11,8 @@ Pure functions; nothing here imports lmms-eval, torch or transformers.
 Model wrappers announce their convention with ``vrh_lmms.base.boxes.context.set_active(name, **params)``.
 """
 
+import importlib
+
 from vrh_lmms.base.boxes.conventions import BoxReading, Convention, PointReading
 from vrh_lmms.base.boxes.geometry import clip_box, iou, order_corners, xywh_to_xyxy
 from vrh_lmms.base.boxes.resize import qwen2_5_vl_model_size
@@ -23,8 +25,6 @@ _REGISTRY_BACKED = {"CONVENTIONS": "known", "get_convention": "known", "Resolved
 
 def __getattr__(name: str):
     if name in _REGISTRY_BACKED:
-        import importlib
-
         return getattr(importlib.import_module(f"vrh_lmms.base.boxes.{_REGISTRY_BACKED[name]}"), name)
     raise AttributeError(f"module 'vrh_lmms.base.boxes' has no attribute {name!r}")
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.pretrained import demo_folder
 
 ENV = "VRH_HEADS_REGISTRY"
 SCHEMA = "vrh-heads-registry/1"
@@ -75,8 +76,6 @@ def register(pretrained: str, tasks: list[str], heads_file: str | Path) -> Path:
 def shipped(key: dict[str, str | None]) -> list[dict[str, Any]]:
     """The heads the package ships for a checkpoint, registered at install: the demo model's own heads file
     (found by `vrh-lmms discover` on vrh_demo_discovery), when `key` is the shipped demo model's folder."""
-    from vrh_lmms.base.pretrained import demo_folder
-
     folder = demo_folder()
     heads_file = folder / SHIPPED_HEADS
     if not heads_file.is_file() or key != checkpoint_key(str(folder)):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic
+from vrh_lmms.base.synth.layouts import write_hub_layout, write_refer_layout
 from vrh_lmms.base.synth.scenes import SceneConfig
 
 CACHE_ENV = "VRH_CACHE_DIR"
@@ -97,8 +98,6 @@ def _build_once(target: Path, write) -> Path:
 
 def ensure_hub_data(spec: SynthSpec, root: Path | None = None) -> Path:
     """Folder holding ``test.parquet`` (lmms-lab RefCOCO layout) for ``spec``; generated on first use."""
-    from vrh_lmms.base.synth.layouts import write_hub_layout
-
     target = (root or cache_root() / "synth") / f"hub-{spec.digest()}"
     return _build_once(target, lambda d: write_hub_layout(d, {SPLIT: (spec.start, spec.n)}, spec.seed,
                                                           spec.scene_config(), spec.objects == "all"))
@@ -106,8 +105,6 @@ def ensure_hub_data(spec: SynthSpec, root: Path | None = None) -> Path:
 
 def ensure_refer_data(spec: SynthSpec, root: Path | None = None) -> Path:
     """Refer-layout root (``refcoco/refs(unc).p``, ``refcoco/instances.json``, ``images/``) for ``spec``."""
-    from vrh_lmms.base.synth.layouts import write_refer_layout
-
     if spec.objects != "target":
         raise ValueError("synthetic spec: objects='all' is available in the hub layout only (vrh_synth_grounding)")
     target = (root or cache_root() / "synth") / f"refer-{spec.digest()}"

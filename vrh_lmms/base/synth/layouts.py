@@ -62,6 +62,7 @@ def hub_rows(scenes: Sequence[Scene], all_objects: bool = False) -> list[dict]:
 def write_hub_layout(out_dir: str | Path, splits: dict[str, tuple[int, int]], seed: int = 0,
                      cfg: SceneConfig | None = None, all_objects: bool = False) -> dict[str, Path]:
     """Write `<out_dir>/<split>.parquet` for each split name -> (start scene id, count); see `hub_rows`."""
+    # deferred: keeps `the base floor` free of datasets
     import datasets
 
     out = Path(out_dir)

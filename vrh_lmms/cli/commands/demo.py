@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
+from vrh_lmms.base import console
+from vrh_lmms.base.synth.demo_spec import DemoSpec
+from vrh_lmms.cli.commands.demo_applications import run_applications
 from vrh_lmms.pipelines.demo.pipeline import DemoSettings, run_demo
+from vrh_lmms.pipelines.demo.stages import demo_model_args
 from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
@@ -51,12 +56,6 @@ def run(args: argparse.Namespace) -> int:
                             recall=args.recall)
     summary = run_demo(args.output, settings, force=args.force, model_path=args.pretrained)
     if args.applications:
-        from pathlib import Path
-
-        from vrh_lmms.base import console
-        from vrh_lmms.base.synth.demo_spec import DemoSpec
-        from vrh_lmms.cli.commands.demo_applications import run_applications
-        from vrh_lmms.pipelines.demo.stages import demo_model_args
 
         model = Path(summary["model"])
         spec = DemoSpec.load(model)

@@ -11,13 +11,16 @@ layer.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic, console
+from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
+from vrh_lmms.pipelines.demo.stages import EVAL_START, TASK, demo_model_args, scoped_env, synth_config
 
 FOLDER = "applications"
 SUMMARY = "applications.md"
@@ -28,15 +31,11 @@ LOCATOR_ARGS = ["--sigma", "0", "--threshold", "0.5"]
 
 def _run_command(name: str, argv: list[str]) -> None:
     """Run one vrh-lmms command in this process, as the command line would."""
-    import importlib
-
     module = importlib.import_module(f"vrh_lmms.cli.commands.{name}")
     parser = argparse.ArgumentParser(prog=f"vrh-lmms {name}")
     module.configure(parser)
     status = module.run(parser.parse_args(argv))
     if status:
-        from vrh_lmms.base.errors import VRHError
-
         raise VRHError(f"demo --applications: vrh-lmms {name} stopped with status {status}")
 
 
@@ -99,8 +98,6 @@ def run_applications(out: Path, model_args: str, spec, ks: list[int], random_see
                      n_train: int = 100) -> Path:
     """Locator and KV cache on the demo's evaluation scenes, ranker on its held-out scene stream, ranking-loss
     training on scenes from 200000 (disjoint from both); returns applications.md."""
-    from vrh_lmms.pipelines.demo.stages import EVAL_START, TASK, demo_model_args, scoped_env, synth_config
-
     folder = out / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     heads = str(out / "heads.json")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console
+from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.cli.commands.options import add_model_options
-from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
+from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.scoring import DEFAULT_CELL, PRESETS, all_cells, parse_cells
 from vrh_lmms.runs.protocol import DISCOVER_PRESETS, resolve
 
@@ -60,8 +61,6 @@ def run(args: argparse.Namespace) -> int:
     console.step(f"discovery: {args.model} on {', '.join(spec.tasks)}", line=False)
     path = run_discovery(spec, force=args.force)
     if path is not None:
-        from vrh_lmms.runs.discovery.run import sidecars
-
         side = sidecars(path)
         note = dead_heads_note(path)
         if note:
@@ -74,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
 
 def dead_heads_note(path) -> str | None:
     """One line when the model has heads that write nothing: how many, and the best rank one of them reached."""
-    from vrh_lmms.base.heads.heads_file import load_heads_file
-
     block = load_heads_file(path).extra.get("dead_heads") or {}
     heads = block.get("heads") or []
     if not heads:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import numpy as np
+
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.spec import resolve_spec
 
@@ -32,8 +34,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"model {hf.model.get('id')} ({hf.model.get('family')}): {g.layers} layers x {g.heads} heads "
           f"(kv {g.kv_heads}, head_dim {g.head_dim}); scoring {shown} on {hf.scoring.get('task')} "
           f"(n={hf.scoring.get('n_samples')})")
-    import numpy as np
-
     ranking = hf.cell_ranking(args.cell) if args.cell else hf.ranking
     scores = np.asarray(hf.cells[hf.cell_name(args.cell)]["scores"]) if args.cell else hf.scores
     for i, h in enumerate(ranking[:args.top], 1):

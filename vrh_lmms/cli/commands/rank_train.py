@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from vrh_lmms.base.errors import VRHError
 from vrh_lmms.runs.rank.loss import DEFAULT_TEMPERATURE
 from vrh_lmms.runs.rank.train import (
     DEFAULT_LM_WEIGHT,
@@ -47,8 +48,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vrh_lmms.base.errors import VRHError
-
     if args.data != "synth":
         raise VRHError(f"--data {args.data!r}: rank-train reads 'synth' only (MMDocIR training is not built)")
     options = RankTrainOptions(k=args.k, heads=args.heads, seed=args.seed, n=args.n, candidates=args.candidates,

@@ -15,6 +15,7 @@ from vrh_lmms.pipelines.replicate.plan import (
     ReplicateSpec,
     demo_spec,
 )
+from vrh_lmms.pipelines.replicate.run import run_replicate
 from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
@@ -81,8 +82,6 @@ def _cells(text: str) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from vrh_lmms.pipelines.replicate.run import run_replicate
-
     spec = spec_from_args(args)
     if args.calibrate_docs < 0:
         raise VRHError(f"--calibrate-docs must be >= 0, got {args.calibrate_docs}")

@@ -7,6 +7,8 @@ from pathlib import Path
 
 from vrh_lmms.base import console
 from vrh_lmms.report import ReportSettings, build_report
+from vrh_lmms.report.html import write_report_html
+from vrh_lmms.report.interventions import append_to_report, check_sources
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -60,15 +62,10 @@ def run(args: argparse.Namespace) -> int:
         arguments={k: v for k, v in vars(args).items() if k != "command"},
     )
     if args.steer or args.patch:
-        from vrh_lmms.report.interventions import check_sources
-
         check_sources(args.steer, args.patch)  # before the statistics
     console.step(f"report on {len(args.dirs)} folder(s)", line=False)
     report = build_report(args.dirs, args.output, settings)
     if args.steer or args.patch:
-        from vrh_lmms.report.html import write_report_html
-        from vrh_lmms.report.interventions import append_to_report
-
         append_to_report(args.output, args.steer, args.patch)
         write_report_html(args.output)  # report.md changed
     for warning in report["warnings"]:

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.synth.cache import SynthSpec
+from vrh_lmms.base.synth.layouts import write_hub_layout, write_refer_layout
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -32,6 +34,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def _synthetic_parquet(path: Path) -> bool:
     """A hub-layout parquet this command wrote: every file_name is a synthetic scene's."""
     try:
+        # deferred: keeps `vrh-lmms synth --help` free of pyarrow
         import pyarrow.parquet as pq
 
         names = pq.read_table(path, columns=["file_name"]).column("file_name").to_pylist()
@@ -50,6 +53,7 @@ def _synthetic_instances(path: Path) -> bool:
 
 def check_targets(args: argparse.Namespace, splits: dict[str, tuple[int, int]]) -> None:
     """Never overwrite a dataset file this command did not write; its own files only with --force."""
+    # deferred: keeps `vrh-lmms synth --help` free of filelock
     from vrh_lmms.base import owned
 
     out = Path(args.out_dir)
@@ -78,8 +82,6 @@ def parse_splits(items: list[str] | None, start: int) -> dict[str, tuple[int, in
 
 
 def scene_config(raw: str | None):
-    from vrh_lmms.base.synth.cache import SynthSpec
-
     if not raw:
         return SynthSpec().scene_config()
     try:
@@ -90,8 +92,6 @@ def scene_config(raw: str | None):
 
 
 def run(args: argparse.Namespace) -> int:
-    from vrh_lmms.base.synth.layouts import write_hub_layout, write_refer_layout
-
     splits = parse_splits(args.split, args.start)
     cfg = scene_config(args.scene)
     check_targets(args, splits)

@@ -6,8 +6,13 @@ clone (the repository root on the Python path), and says so in one line elsewher
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 from pathlib import Path
 
+from packaging.version import Version
+
+import vrh_lmms
 from vrh_lmms.base import atomic, owned
 from vrh_lmms.base.errors import VRHError
 
@@ -37,8 +42,6 @@ MIN_TRANSFORMERS = "5.18"
 
 
 def check_transformers(found: str) -> None:
-    from packaging.version import Version
-
     if Version(found) < Version(MIN_TRANSFORMERS):
         raise VRHError(f"train-tiny needs transformers >= {MIN_TRANSFORMERS} (it passes pre-encoded images as "
                        f"`mm_encoder_outputs`); this environment has {found}")
@@ -47,10 +50,6 @@ def check_transformers(found: str) -> None:
 def trainer():
     """The research/demo_model package (imported here, not at the top: the wheel does not hold it), found on the
     Python path or in the clone this package runs from (an editable install) or the current folder."""
-    import importlib
-    import sys
-
-    import vrh_lmms
 
     for root in (Path.cwd(), Path(vrh_lmms.__file__).resolve().parents[1]):
         if (root / "research" / "demo_model" / "__init__.py").is_file() and str(root) not in sys.path:
@@ -68,6 +67,7 @@ def trainer():
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: keeps `vrh-lmms train-tiny --help` free of transformers
     import transformers
 
     check_transformers(transformers.__version__)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from vrh_lmms.base.errors import VRHError
+
 
 def chunk_bounds(values: list[float], per_chunk: int) -> list[tuple[int, int]]:
     """[start, end) index ranges of `values` (non-decreasing time indices) cut where a value reaches the next
@@ -86,8 +88,6 @@ def audio_clip_positions(input_ids: torch.Tensor, tokens: dict[str, int], clip_t
     (`interleaved_offsets`, with that video's grid). `tokens`: ids of audio, video, audio_bos, audio_eos, vision_bos.
     `n_tokens`: the clip's token count by the audio layout, which the block must hold.
     """
-    from vrh_lmms.base.errors import VRHError
-
     ids = input_ids.flatten().tolist()
     bos = [i for i, t in enumerate(ids) if t == tokens["audio_bos"]]
     eos = [i for i, t in enumerate(ids) if t == tokens["audio_eos"]]

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import FAMILIES
 from vrh_lmms.base.tables import did_you_mean
 from vrh_lmms.model.capture.tilings import BUILDERS, Gap, Grid
 
@@ -55,8 +56,6 @@ class ImageTokenMap:
 
 def layout_name(family: str) -> str:
     """A family's layout (vrh_lmms.base.families), or the name itself when it already is a layout."""
-    from vrh_lmms.base.families import FAMILIES
-
     fam = FAMILIES.get(family)
     name = fam.layout if fam is not None and fam.layout else family
     if name not in BUILDERS:

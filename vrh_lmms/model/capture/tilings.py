@@ -13,8 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from transformers.image_processing_utils import select_best_resolution
+from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
+
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import FAMILIES, resolve_ref
 from vrh_lmms.base.tables import DerivedTable
+from vrh_lmms.model.capture.remote_logic import (
+    INTERNVL_TILINGS,
+    deepseek_vl2_best_resolution,
+    internvl_remote_grid,
+    phi4_hd_canvas,
+)
 
 Span = tuple[float, float]
 
@@ -82,11 +92,7 @@ def internvl_grid(w: int, h: int, extras: dict[str, Any]) -> tuple[int, int]:
     lo, hi = int(extras.get("min_patches", 1)), int(extras.get("max_patches", 12))
     tiling = extras.get("tiling", "hf")
     if tiling == "hf":
-        from transformers.models.got_ocr2.image_processing_got_ocr2 import get_optimal_tiled_canvas
-
         return get_optimal_tiled_canvas((h, w), (tile, tile), lo, hi)
-    from vrh_lmms.model.capture.remote_logic import INTERNVL_TILINGS, internvl_remote_grid
-
     if tiling not in INTERNVL_TILINGS:
         raise VRHError(f"unknown InternVL tiling {tiling!r}; use hf, {', '.join(INTERNVL_TILINGS)}")
     return internvl_remote_grid(w, h, tile, lo, hi, tiling)
@@ -112,8 +118,6 @@ def internvl_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
 
 # --- LLaVA-NeXT: base grid of the squashed image, then the unpadded any-res grid with a newline ending each row
 def llava_next_anyres(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
-    from transformers.image_processing_utils import select_best_resolution
-
     tile, base, pinpoints = _need(extras, "tile_size", "base_side", "grid_pinpoints")
     if extras.get("vision_feature_select_strategy", "default") != "default":
         raise VRHError("LLaVA-NeXT layout supports vision_feature_select_strategy='default' (CLS dropped) only")
@@ -192,8 +196,6 @@ def _vl2_tile_spans(n_tiles: int, size: int, per: int, tok_px: int, valid: int) 
 
 # --- DeepSeek-VL2 (remote code, read not run): global 384 view with newlines, separator, tiled local view
 def deepseek_vl2_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
-    from vrh_lmms.model.capture.remote_logic import deepseek_vl2_best_resolution
-
     size, patch, ratio, candidates = _need(extras, "image_size", "patch_size", "downsample_ratio",
                                            "candidate_resolutions")
     n_patch = size // patch  # the ViT sees n_patch * patch px of each 384 view
@@ -212,8 +214,6 @@ def deepseek_vl2_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
 
 # --- Phi-4 multimodal (HF port of the remote code): HD crops with a newline column, separator, global 16 x 17
 def phi4_dynamic_hd(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
-    from vrh_lmms.model.capture.remote_logic import phi4_hd_canvas
-
     crop, patch = _need(extras, "crop_size", "patch_size")
     max_crops = int(extras.get("dynamic_hd", 36))
     (tw, th), (new_w, new_h) = phi4_hd_canvas(w, h, crop, max_crops)
@@ -308,8 +308,6 @@ UNREGISTERED_LAYOUTS: dict[str, Builder] = {"deepseek_vl": deepseek_vl_padded}
 
 
 def _builders() -> dict[str, Builder]:
-    from vrh_lmms.base.families import FAMILIES, resolve_ref  # the registry names builders defined here
-
     rows = dict(UNREGISTERED_LAYOUTS)
     for fam in FAMILIES.values():
         if fam.layout and fam.layout_builder is not None:

@@ -29,8 +29,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import decord
 import numpy as np
 import torch
+from qwen_vl_utils import vision_process as vp
+from qwen_vl_utils.vision_process import smart_nframes
+from transformers.models.qwen2_vl.video_processing_qwen2_vl import smart_resize
 
 from vrh_lmms.base.errors import VRHError
 
@@ -57,8 +61,6 @@ def probe(path: str) -> SourceVideo:
     """Frame count, average fps and frame size by decord (the reader the backends use); a missing file is refused."""
     if not os.path.isfile(path):
         raise VRHError(f"video file {path} does not exist")
-    import decord
-
     try:
         reader = decord.VideoReader(path)
         height, width = reader[0].shape[:2]
@@ -69,8 +71,6 @@ def probe(path: str) -> SourceVideo:
 
 def qwen_vl_utils_indices(total: int, fps: float, ele: dict[str, Any]) -> list[int]:
     """The source frames qwen_vl_utils' decord reader returns for a video element (`fps` or `nframes` keys)."""
-    from qwen_vl_utils.vision_process import smart_nframes
-
     n = smart_nframes(dict(ele), total_frames=total, video_fps=fps)
     return torch.linspace(0, total - 1, n).round().long().tolist()
 
@@ -133,8 +133,6 @@ def fed_frames(backend: Any, videos: Sequence[SourceVideo]) -> list[list[int]]:
 def qwen_vl_utils_frame_size(height: int, width: int, nframes: int, min_pixels: int | None,
                              max_pixels: int | None, patch_size: int = 14) -> tuple[int, int]:
     """(h, w) qwen_vl_utils' fetch_video resizes `nframes` read frames to (its per-frame pixel budget)."""
-    from qwen_vl_utils import vision_process as vp
-
     factor = patch_size * vp.SPATIAL_MERGE_SIZE
     lo = min_pixels if min_pixels is not None else vp.VIDEO_MIN_TOKEN_NUM * factor * factor
     total_pixels = vp.MODEL_SEQ_LEN * factor * factor * 0.9
@@ -147,8 +145,6 @@ def predicted_grid(video: SourceVideo, fed: Sequence[int], read: int, video_proc
                    min_pixels: int | None, max_pixels: int | None) -> tuple[int, int, int]:
     """(t, h, w) the processor will report: qwen_vl_utils' resize of the `read` frames, then the video processor's
     own smart_resize (its `size` limits) and patching; `fed` frames padded to the temporal patch."""
-    from transformers.models.qwen2_vl.video_processing_qwen2_vl import smart_resize
-
     p, m, tp = video_processor.patch_size, video_processor.merge_size, video_processor.temporal_patch_size
     h, w = qwen_vl_utils_frame_size(video.height, video.width, read, min_pixels, max_pixels, patch_size=p)
     size = video_processor.size

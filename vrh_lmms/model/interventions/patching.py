@@ -98,6 +98,7 @@ def encode_images(model: nn.Module, inputs: Mapping[str, torch.Tensor]) -> dict[
 
 def teacher_forced(prompt: Mapping[str, torch.Tensor], answer: torch.Tensor) -> TeacherForced:
     """The backend's generate inputs (batch 1) extended by `answer` (1-D ids, without the stop token)."""
+    # deferred: keeps `vrh-lmms patch --help` free of transformers
     from vrh_lmms.model.capture.teacher_forced import teacher_forced_inputs
 
     answer = answer.detach().long().flatten().cpu()

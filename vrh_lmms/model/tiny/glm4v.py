@@ -9,6 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformers import (
+    Glm4vConfig,
+    Glm4vForConditionalGeneration,
+    Glm4vImageProcessor,
+    Glm4vProcessor,
+    Glm4vVideoProcessor,
+)
+
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -69,8 +77,6 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 
 
 def make_processor(tokenizer, *, min_pixels: int = 112 * 112, max_pixels: int = 28 * 28 * 256):
-    from transformers import Glm4vImageProcessor, Glm4vProcessor, Glm4vVideoProcessor
-
     size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
     image_processor = Glm4vImageProcessor(size=size, patch_size=14, merge_size=2, temporal_patch_size=2)
     video_processor = Glm4vVideoProcessor(size={"shortest_edge": min_pixels, "longest_edge": max_pixels * 4},
@@ -81,8 +87,6 @@ def make_processor(tokenizer, *, min_pixels: int = 112 * 112, max_pixels: int = 
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02):
-    from transformers import Glm4vConfig
-
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     # GLM's attention derives head_dim from hidden_size / heads; it has no head_dim field.
     if text_cfg.pop("head_dim", None) not in (None, text_cfg["hidden_size"] // text_cfg["num_attention_heads"]):
@@ -111,8 +115,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
           vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
           extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
     """Write a complete tiny GLM-4.1V checkpoint (config, weights, tokenizer, processor, template)."""
-    from transformers import Glm4vForConditionalGeneration
-
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, initializer_range)
     processor = make_processor(tokenizer, **(processor_kwargs or {}))

@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor, Idefics3Processor
+
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.model.tiny.llava_next import SPECIALS as LLAMA3_SPECIALS
 from vrh_lmms.model.tiny.vocab import build_tokenizer
@@ -58,8 +60,6 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 
 
 def make_processor(tokenizer, vision: dict[str, Any] | None = None, *, max_side: int = 2 * TILE):
-    from transformers import Idefics3ImageProcessor, Idefics3Processor
-
     v = {**DEFAULT_VISION, **(vision or {})}
     # Images are resized so the longest side is `max_side` (4 tiles in the real model), then split into tiles of
     # the vision image size; a downscaled global view follows the tiles.
@@ -73,8 +73,6 @@ def make_processor(tokenizer, vision: dict[str, Any] | None = None, *, max_side:
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02):
-    from transformers import Idefics3Config
-
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     ids = tokenizer.convert_tokens_to_ids
     text_cfg.update(model_type="llama", vocab_size=len(tokenizer), max_position_embeddings=8192,
@@ -91,8 +89,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
           vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
           extra_words: tuple[str, ...] = ()) -> Path:
     """Write a complete tiny Idefics3 checkpoint (config, weights, tokenizer, processor, template)."""
-    from transformers import Idefics3ForConditionalGeneration
-
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, initializer_range)
     processor = make_processor(tokenizer, vision)

@@ -7,7 +7,11 @@ template (PaliGemma2 "pt") get their raw prompt format instead: the image placeh
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+
+import torch
+from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2_5OmniForConditionalGeneration
 
 from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 
@@ -46,13 +50,8 @@ def processor_inputs(processor, n: int = 2, seed: int = 0, image_sizes: list[int
 
 def load_tiny(path: str | Path, model_cls=None, **kwargs):
     """Load a tiny checkpoint in float32 with its processor."""
-    import torch
-    from transformers import AutoModelForImageTextToText, AutoProcessor
-
     if model_cls is None and _model_type(path) == "qwen2_5_omni":
         # no Auto class maps Qwen2.5-Omni, and only its thinker has a forward and a text generate
-        from transformers import Qwen2_5OmniForConditionalGeneration
-
         model = Qwen2_5OmniForConditionalGeneration.from_pretrained(path, dtype=torch.float32, **kwargs).thinker
         return model.eval(), AutoProcessor.from_pretrained(path)
     cls = model_cls or AutoModelForImageTextToText
@@ -61,7 +60,5 @@ def load_tiny(path: str | Path, model_cls=None, **kwargs):
 
 
 def _model_type(path: str | Path) -> str | None:
-    import json
-
     config = Path(path) / "config.json"
     return json.loads(config.read_text()).get("model_type") if config.is_file() else None

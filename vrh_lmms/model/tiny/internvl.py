@@ -10,6 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformers import (
+    GotOcr2ImageProcessor,
+    InternVLConfig,
+    InternVLForConditionalGeneration,
+    InternVLProcessor,
+    InternVLVideoProcessor,
+)
+
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.model.tiny.qwen2_5_vl import SPECIALS as QWEN25_SPECIALS
 from vrh_lmms.model.tiny.vocab import build_tokenizer
@@ -57,8 +65,6 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 
 
 def make_processor(tokenizer, *, vision: dict[str, Any] | None = None, max_patches: int = 12):
-    from transformers import GotOcr2ImageProcessor, InternVLProcessor, InternVLVideoProcessor
-
     side = int({**DEFAULT_VISION, **(vision or {})}["image_size"][0])  # tile = the vision tower's input size
     size = {"height": side, "width": side}
     image_processor = GotOcr2ImageProcessor(size=size, crop_to_patches=True, min_patches=1, max_patches=max_patches,
@@ -71,8 +77,6 @@ def make_processor(tokenizer, *, vision: dict[str, Any] | None = None, max_patch
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02):
-    from transformers import InternVLConfig
-
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     ids = tokenizer.convert_tokens_to_ids
     text_cfg.update(model_type="qwen2", vocab_size=len(tokenizer), max_position_embeddings=4096,
@@ -94,8 +98,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
           vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
           extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
     """Write a complete tiny InternVL3-hf checkpoint (config, weights, tokenizer, processor, template)."""
-    from transformers import InternVLForConditionalGeneration
-
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, initializer_range)
     processor = make_processor(tokenizer, vision=vision, **(processor_kwargs or {}))

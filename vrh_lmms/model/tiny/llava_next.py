@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextImageProcessor, LlavaNextProcessor
+
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -63,8 +65,6 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 
 
 def make_processor(tokenizer):
-    from transformers import LlavaNextImageProcessor, LlavaNextProcessor
-
     clip_mean, clip_std = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
     image_processor = LlavaNextImageProcessor(size={"shortest_edge": TILE}, crop_size={"height": TILE, "width": TILE},
                                               image_grid_pinpoints=PINPOINTS, image_mean=clip_mean,
@@ -77,8 +77,6 @@ def make_processor(tokenizer):
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02):
-    from transformers import LlavaNextConfig
-
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     ids = tokenizer.convert_tokens_to_ids
     text_cfg.update(model_type="llama", vocab_size=len(tokenizer), max_position_embeddings=8192,
@@ -103,8 +101,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
           vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
           extra_words: tuple[str, ...] = ()) -> Path:
     """Write a complete tiny LLaVA-NeXT (Llama-3) checkpoint (config, weights, tokenizer, processor, template)."""
-    from transformers import LlavaNextForConditionalGeneration
-
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, initializer_range)
     processor = make_processor(tokenizer)

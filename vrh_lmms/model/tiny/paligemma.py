@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration, PaliGemmaProcessor, SiglipImageProcessor
+
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -52,8 +54,6 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 
 
 def make_processor(tokenizer, vision: dict[str, Any] | None = None):
-    from transformers import PaliGemmaProcessor, SiglipImageProcessor
-
     v = {**DEFAULT_VISION, **(vision or {})}
     image_processor = SiglipImageProcessor(size={"height": v["image_size"], "width": v["image_size"]},
                                            image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5],
@@ -63,8 +63,6 @@ def make_processor(tokenizer, vision: dict[str, Any] | None = None):
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02):
-    from transformers import PaliGemmaConfig
-
     text_cfg = {**DEFAULT_TEXT, **GEMMA2, **(text or {})}
     ids = tokenizer.convert_tokens_to_ids
     text_cfg.update(model_type="gemma2", vocab_size=len(tokenizer), max_position_embeddings=8192,
@@ -88,8 +86,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
           vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
           extra_words: tuple[str, ...] = ()) -> Path:
     """Write a complete tiny PaliGemma2 checkpoint (config, weights, tokenizer, processor)."""
-    from transformers import PaliGemmaForConditionalGeneration
-
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, initializer_range)
     processor = make_processor(tokenizer, vision)

@@ -12,6 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+from transformers import (
+    Qwen2_5OmniConfig,
+    Qwen2_5OmniForConditionalGeneration,
+    Qwen2_5OmniProcessor,
+    Qwen2VLImageProcessor,
+    Qwen2VLVideoProcessor,
+    WhisperFeatureExtractor,
+)
+
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -92,8 +102,6 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 
 def make_processor(tokenizer, *, min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 256,
                    feature_extractor: dict[str, Any] | None = None):
-    from transformers import Qwen2_5OmniProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor, WhisperFeatureExtractor
-
     image_processor = Qwen2VLImageProcessor(patch_size=14, merge_size=2, temporal_patch_size=2,
                                             min_pixels=min_pixels, max_pixels=max_pixels)
     video_processor = Qwen2VLVideoProcessor(patch_size=14, merge_size=2, temporal_patch_size=2,
@@ -105,8 +113,6 @@ def make_processor(tokenizer, *, min_pixels: int = 28 * 28 * 4, max_pixels: int 
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 audio: dict[str, Any] | None = None, initializer_range: float = 0.02):
-    from transformers import Qwen2_5OmniConfig
-
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     half = text_cfg["head_dim"] // 2
     ids = tokenizer.convert_tokens_to_ids
@@ -143,9 +149,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
           initializer_range: float = 0.02, extra_words: tuple[str, ...] = (),
           processor_kwargs: dict[str, Any] | None = None) -> Path:
     """Write a complete tiny Qwen2.5-Omni checkpoint (config, weights, tokenizer, processor, template, speakers)."""
-    import torch
-    from transformers import Qwen2_5OmniForConditionalGeneration
-
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, audio, initializer_range)
     processor = make_processor(tokenizer, **(processor_kwargs or {}))

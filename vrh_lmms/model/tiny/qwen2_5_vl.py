@@ -5,6 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformers import (
+    Qwen2_5_VLConfig,
+    Qwen2_5_VLForConditionalGeneration,
+    Qwen2_5_VLProcessor,
+    Qwen2VLImageProcessor,
+    Qwen2VLVideoProcessor,
+)
+
 from vrh_lmms.model.tiny.common import init_and_save
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -66,8 +74,6 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 
 def make_processor(tokenizer, *, patch_size: int = 14, merge_size: int = 2,
                    min_pixels: int = 28 * 28 * 4, max_pixels: int = 28 * 28 * 256):
-    from transformers import Qwen2_5_VLProcessor, Qwen2VLImageProcessor, Qwen2VLVideoProcessor
-
     image_processor = Qwen2VLImageProcessor(patch_size=patch_size, merge_size=merge_size, temporal_patch_size=2,
                                             min_pixels=min_pixels, max_pixels=max_pixels)
     video_processor = Qwen2VLVideoProcessor(patch_size=patch_size, merge_size=merge_size, temporal_patch_size=2,
@@ -79,8 +85,6 @@ def make_processor(tokenizer, *, patch_size: int = 14, merge_size: int = 2,
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02, rope_theta: float = 10000.0,
                 mrope_section: list[int] | None = None):
-    from transformers import Qwen2_5_VLConfig
-
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     vision_cfg = {**DEFAULT_VISION, **(vision or {})}
     vision_cfg["out_hidden_size"] = text_cfg["hidden_size"]
@@ -115,8 +119,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
           vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
           extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
     """Write a complete tiny Qwen2.5-VL checkpoint (config, weights, tokenizer, processor, template)."""
-    from transformers import Qwen2_5_VLForConditionalGeneration
-
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, initializer_range)
     processor = make_processor(tokenizer, **(processor_kwargs or {}))

@@ -9,6 +9,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from transformers import (
+    Qwen2VLImageProcessor,
+    Qwen3VLConfig,
+    Qwen3VLForConditionalGeneration,
+    Qwen3VLProcessor,
+    Qwen3VLVideoProcessor,
+)
+
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
 from vrh_lmms.model.tiny.qwen2_5_vl import SPECIALS as QWEN25_SPECIALS
 from vrh_lmms.model.tiny.vocab import build_tokenizer
@@ -165,8 +173,6 @@ def make_tokenizer(extra_words: tuple[str, ...] = ()):
 
 
 def make_processor(tokenizer, *, min_pixels: int = 32 * 32 * 4, max_pixels: int = 32 * 32 * 256):
-    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
-
     # Qwen3-VL normalises with mean = std = 0.5 and cuts 16 px patches, merged 2x2 into 32 px cells.
     common = {"patch_size": 16, "merge_size": 2, "temporal_patch_size": 2, "image_mean": [0.5, 0.5, 0.5],
               "image_std": [0.5, 0.5, 0.5]}
@@ -179,8 +185,6 @@ def make_processor(tokenizer, *, min_pixels: int = 32 * 32 * 4, max_pixels: int 
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02):
-    from transformers import Qwen3VLConfig
-
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     vision_cfg = {**DEFAULT_VISION, **(vision or {}), "out_hidden_size": text_cfg["hidden_size"],
                   "initializer_range": initializer_range}
@@ -210,8 +214,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
           vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
           extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
     """Write a complete tiny Qwen3-VL checkpoint (config, weights, tokenizer, processor, template)."""
-    from transformers import Qwen3VLForConditionalGeneration
-
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, initializer_range)
     processor = make_processor(tokenizer, **(processor_kwargs or {}))

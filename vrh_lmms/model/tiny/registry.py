@@ -7,12 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import FAMILIES
 from vrh_lmms.base.tables import DerivedTable, unknown_name
 
 
 def _factories() -> dict[str, str | Callable]:
-    from vrh_lmms.base.families import FAMILIES
-
     return {f.name: f.tiny for f in FAMILIES.values() if f.tiny is not None}
 
 
@@ -23,8 +22,8 @@ TINY_FACTORIES = DerivedTable(_factories, "tiny family")
 def build_tiny(family: str, out_dir: str | Path, seed: int = 0, force: bool = False, **overrides) -> Path:
     """Write a tiny checkpoint. A non-empty folder is refused unless it holds a tiny checkpoint written here
     (its file listing says so) and `force` is given; then exactly those files are replaced."""
+    # deferred: keeps `vrh-lmms make-tiny --help` free of filelock
     from vrh_lmms.base import atomic, owned
-    from vrh_lmms.base.families import FAMILIES
 
     if family not in TINY_FACTORIES:
         raise VRHError(unknown_name("tiny family", family, TINY_FACTORIES))

@@ -8,8 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.table import Table
+from rich.text import Text
+
 from vrh_lmms.base import console
 from vrh_lmms.base.heads import kinds
+from vrh_lmms.pipelines.demo.recall import recall_line
 from vrh_lmms.pipelines.demo.stages import demo_controls
 from vrh_lmms.report.fmt import pct, pct_ci, pct_opt_ci
 
@@ -30,8 +34,6 @@ def targets_cell(checks: dict[str, bool] | None) -> str:
 
 def k_table(summary: dict[str, Any]):
     """Per k: top-k drop [CI] beside the controls' mean drops ± SE (points), and whether the design targets hold."""
-    from rich.table import Table
-
     total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
     criteria = summary["criteria"]
     table = Table(box=None, padding=(0, 1), header_style="bold")
@@ -48,9 +50,6 @@ def k_table(summary: dict[str, Any]):
 
 def transfer_table(rows: list[dict[str, Any]]):
     """--transfer: per direction and k, the top-k drop with the model's own heads and with the other's."""
-    from rich.table import Table
-    from rich.text import Text
-
     table = Table(box=None, padding=(0, 1), header_style="bold",
                   title="Transfer: top-k heads ablated in the other model (drops in points)", title_justify="left")
     for name in ("model", "heads from", "k", "own heads", "other's heads"):
@@ -74,8 +73,6 @@ def files(out: Path, recall: bool = False) -> list[tuple[Path, str]]:
 
 def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     """Print the demo's closing summary (the whole demo_summary.md first with --verbose or outside a CLI run)."""
-    from rich.text import Text
-
     acc = summary["acceptance"]
     verdict = markdown.splitlines()[0]
     parts: list[Any] = []
@@ -89,8 +86,6 @@ def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     if summary.get("transfer"):
         parts += [Text(""), transfer_table(summary["transfer"])]
     if summary.get("recall"):
-        from vrh_lmms.pipelines.demo.recall import recall_line
-
         parts += [Text(""), Text(recall_line(summary["recall"]))]
     parts += [Text(""), *console.files_table(f"Written in {out} ({summary['seconds']:.0f} s)",
                                              files(out, bool(summary.get("recall"))))]

@@ -6,20 +6,19 @@ The k-curve protocol that computes such curves with a causal oracle on the demo 
 
 from __future__ import annotations
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 import numpy as np
 
 from vrh_lmms.base.heads import kinds
+from vrh_lmms.report.plots import DPI, legend_outside
 
 
 def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
     """Top-k, oracle-k and control drops against k (means with min-max bands); `pool` (the run's pool) names what the
     control draws without a pool of their own came from in the legend."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from vrh_lmms.report.plots import DPI, legend_outside
 
     rows = result["rows"]
     ks = [r["k"] for r in rows]

@@ -20,13 +20,27 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import sem
 
 from vrh_lmms.base import console, owned, runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.families import get_family
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.paths import assets_path, shown_model
-from vrh_lmms.pipelines.demo.recall import MAPS_PLOT, RECALL_DIR
+from vrh_lmms.base.stats import paired_drop
+from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
+from vrh_lmms.harness.preload import check_pretrained, config_geometry, load_config
+from vrh_lmms.pipelines.demo.console_summary import show
+from vrh_lmms.pipelines.demo.kcurve import plot_k_curve
+from vrh_lmms.pipelines.demo.recall import (
+    MAPS_PLOT,
+    RECALL_DIR,
+    plot_recall,
+    recall_markdown,
+    recall_summary,
+    run_recall,
+)
 from vrh_lmms.pipelines.demo.stages import (  # noqa: F401  (EVAL_START: the demo's scene ids, for its callers)
     EVAL_START,
     TASK,
@@ -39,8 +53,20 @@ from vrh_lmms.pipelines.demo.stages import (  # noqa: F401  (EVAL_START: the dem
 )
 from vrh_lmms.pipelines.demo.stages import scoped_env as _env
 from vrh_lmms.pipelines.demo.stages import synth_config as _synth_config
-from vrh_lmms.pipelines.demo.transfer import TRANSFER_DIR
+from vrh_lmms.pipelines.demo.transfer import (
+    TRANSFER_DIR,
+    agreement_markdown,
+    checked_second_model,
+    heads_agreement,
+    run_transfer,
+    transfer_figures,
+    transfer_markdown,
+)
+from vrh_lmms.report.build import REPORT_LAYOUT, ReportSettings, build_report
 from vrh_lmms.report.fmt import pct, pct_ci
+from vrh_lmms.report.html import write_report_html
+from vrh_lmms.report.interventions import append_to_report, write_patching_report, write_steering_report
+from vrh_lmms.runs.sweep.checks import SWEEP_LAYOUT
 
 INTERVENTION_START = 200_000  # scenes of the optional steering / patching step, every object named
 
@@ -80,9 +106,6 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
     (`vrh_lmms.base.stats.paired_drop`,
     the interval report.md prints), mean random / layer-matched drops and their number of draws, parse-failure
     rates — straight from the sample files."""
-    from scipy.stats import sem
-
-    from vrh_lmms.base.stats import paired_drop
 
     configs = sweep_dir / "configs"
     base = _load_records(configs / "baseline" / f"samples_{TASK}.jsonl")
@@ -137,8 +160,6 @@ def _draw_seed(config_name: str) -> int:
 
 def plot_acceptance_curve(acc: Acceptance, layers: int, heads: int, path: Path) -> Path:
     """The demo's k-curve: top-k, random-k and layer-matched random-k drops against k, from the sweep's samples."""
-    from vrh_lmms.pipelines.demo.kcurve import plot_k_curve
-
     rows = [{"k": r["k"], "top_drop": 100 * r["topk_drop"],
              **{f"{kind}_drops": [100 * d for d in r.get(f"{kind}_drops", [])] for kind in demo_controls()}}
             for r in acc.rows if r["random_drops"]]
@@ -177,8 +198,6 @@ DEMO_IMAGES = ("kcurve.png", "recall.png", f"{RECALL_DIR}/{MAPS_PLOT}")
 
 def write_demo_html(out: Path, model_name: str, markdown: str) -> Path:
     """report/report.html with the demo's verdict (demo_summary.md, its pictures relative to `out`) in front."""
-    from vrh_lmms.report.html import write_report_html  # the report package loads only where its page is written
-
     title = f"vrh-lmms demo: {model_name}"
     return write_report_html(out / "report", before=[(f"# {md(title)}\n\n{markdown}", out, DEMO_IMAGES)],
                              title=title)
@@ -295,11 +314,10 @@ def missed_everywhere(rows: list[dict], baseline_acc: float, checks: dict[int, d
 
 def demo_layout(out: Path) -> owned.Layout:
     """Everything a demo run writes into its folder (what --force may replace)."""
-    from vrh_lmms.report.build import REPORT_LAYOUT
+    # deferred: keeps `vrh-lmms demo --help` free of torch, transformers
     from vrh_lmms.runs.discovery.run import discovery_layout
     from vrh_lmms.runs.interventions.patch_run import PATCH_LAYOUT
     from vrh_lmms.runs.interventions.steer_run import STEER_LAYOUT
-    from vrh_lmms.runs.sweep.checks import SWEEP_LAYOUT
 
     synth_cache = owned.folder_of({"synth": owned.folder_of({"hub-*": owned.files_matching("*.parquet"),
                                                              ".hub-*": None})})
@@ -325,10 +343,6 @@ def _finished_anything(out: Path) -> bool:
 
 def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
     """The model folder, its demo spec and the settings, checked before anything is written or loaded."""
-    from vrh_lmms.base.families import get_family
-    from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
-    from vrh_lmms.harness.preload import check_pretrained, config_geometry, load_config
-
     for name, value, low in (("--n-discovery", settings.n_discovery, 1), ("--n-eval", settings.n_eval, 1),
                              ("--random-seeds", settings.random_seeds, 0)):
         if value < low:
@@ -349,16 +363,14 @@ def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
 
 def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bool = False,
              model_path: str | Path | None = None, progress: bool = True) -> dict[str, Any]:
+    # deferred: keeps `vrh-lmms demo --help` free of torch
     from vrh_lmms.harness import lmms
-    from vrh_lmms.report.build import ReportSettings, build_report
     settings = settings or DemoSettings()
     started = time.time()
     out = Path(output)
     model, spec = _checked_inputs(model_path, settings)
     transfer_model = None
     if settings.transfer_model:
-        from vrh_lmms.pipelines.demo.transfer import checked_second_model
-
         transfer_model = checked_second_model(settings.transfer_model, model, spec)
     sweeps = [out / "sweep"]
     # An earlier demo that finished nothing (no discovery part, no configuration) is a failed start: replaced.
@@ -380,12 +392,8 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
             f"other held-out scenes")
         sweep_heads(lm, model_args, spec, settings, heads, configs, out / "sweep", progress)
         if settings.transfer_model:
-            from vrh_lmms.pipelines.demo.transfer import run_transfer
-
             sweeps += run_transfer(lm, model_args, heads, transfer_model, spec, settings, ks, out, say, progress)
         if settings.recall:
-            from vrh_lmms.pipelines.demo.recall import run_recall
-
             sweeps += run_recall(lm, model_args, heads, spec, settings, min(ks), out, say, progress)
         if settings.interventions:
             t_interventions = time.time()
@@ -396,8 +404,6 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     build_report(sweeps, out / "report", ReportSettings(heads_files=heads_files, n_resamples=settings.n_resamples))
     intervention_summary = None
     if settings.interventions:
-        from vrh_lmms.report.interventions import append_to_report
-
         append_to_report(out / "report", out / "steer", out / "patch")
         intervention_summary = intervention_figures(out) | {"seconds": t_interventions}
     acc = acceptance_figures(out / "sweep", ks, settings.n_resamples)
@@ -411,19 +417,10 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     if intervention_summary is not None:
         summary["interventions"] = intervention_summary
     if settings.recall:
-        from vrh_lmms.pipelines.demo.recall import plot_recall, recall_summary
-
         report = json.loads((out / "report" / "report.json").read_text())
         summary["recall"] = recall_summary(out, heads, report, min(ks), TASK)
         plot_recall(summary["recall"], out / "recall.png")
     if settings.transfer_model:
-        from vrh_lmms.pipelines.demo.transfer import (
-            agreement_markdown,
-            heads_agreement,
-            transfer_figures,
-            transfer_markdown,
-        )
-
         summary["transfer"] = transfer_figures(json.loads((out / "report" / "report.json").read_text()))
         summary["transfer_heads"] = heads_agreement(heads, out / TRANSFER_DIR / "heads.json", ks)
     shown = summary | {"model": shown_model(summary["model"])}  # the file names no absolute path; the caller keeps it
@@ -434,15 +431,11 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     if settings.transfer_model:
         markdown += transfer_markdown(summary["transfer"]) + agreement_markdown(summary["transfer_heads"])
     if settings.recall:
-        from vrh_lmms.pipelines.demo.recall import recall_markdown
-
         markdown += recall_markdown(summary["recall"], "recall.png")
     markdown += "\n![k-curve](kcurve.png)\n"
     (out / "demo_summary.md").write_text(markdown)
     write_demo_html(out, model.name, markdown)
     if progress:
-        from vrh_lmms.pipelines.demo.console_summary import show
-
         show(summary, markdown, out)
     return summary
 
@@ -450,7 +443,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
 def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings: DemoSettings, say) -> None:
     """Steering (top-k vs random-k and layer-matched random-k at one bias) and activation patching, k = 10% of
     the heads, on held-out scenes where every uniquely nameable object has its own expression."""
-    from vrh_lmms.report.interventions import write_patching_report, write_steering_report
+    # deferred: keeps `vrh-lmms demo --help` free of torch, transformers
     from vrh_lmms.runs.interventions.patch_run import PatchSpec, run_patching
     from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
 

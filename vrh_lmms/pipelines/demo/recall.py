@@ -16,11 +16,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import numpy as np
+
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md, md_code
 from vrh_lmms.base.paths import assets_path, shown_path
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, scoped_env, sweep_heads
+from vrh_lmms.report.compare_plots import score_maps_plot
 from vrh_lmms.report.fmt import pct
+from vrh_lmms.report.head_compare import compare, load_inputs
+from vrh_lmms.runs.sweep.plan import plan_configurations
 
 RECALL_DIR = "recall"
 BACKBONE = "demo_backbone"  # under vrh_lmms/assets/
@@ -50,6 +59,7 @@ def backbone_path() -> Path:
 
 def needle_discovery(lm, model_args: str, output: Path) -> Path:
     """Text-recall heads: discovery on the needle task, ranked by the copy-paste `retrieval` cell."""
+    # deferred: keeps `vrh-lmms demo --help` free of torch
     from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
 
     lm.batch_size_per_gpu = 1  # discovery captures one doc at a time (the demo's sweep left it at its batch size)
@@ -62,8 +72,8 @@ def needle_discovery(lm, model_args: str, output: Path) -> Path:
 def run_recall(lm, model_args: str, grounding_heads: Path, spec, settings: DemoSettings, k: int, out: Path, say,
                progress: bool) -> list[Path]:
     """Both discoveries, the overlap and the cross-ablation sweeps; returns the sweep folders for the report."""
+    # deferred: keeps `vrh-lmms demo --help` free of torch
     from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.sweep.plan import plan_configurations
 
     folder = out / RECALL_DIR
     backbone = backbone_path()
@@ -94,16 +104,12 @@ def heads_files(out: Path, grounding_heads: Path) -> dict[str, Path]:
 def overlap_figures(files: dict[str, Path], k: int, plot: Path | None = None) -> list[dict[str, Any]]:
     """`compare-heads` on each pair of the three sets at k: overlap, chance and p over all heads and over the
     VLM's live heads, Spearman of the score maps (all heads, live heads); `plot`: the three score maps there."""
-    from vrh_lmms.report.head_compare import compare, load_inputs
-
     cells = [RECALL_CELL, RECALL_CELL, None]  # grounding: the demo discovery's primary cell
     items = load_inputs([str(files[s]) for s in SETS], cells)
     for item, s in zip(items, SETS, strict=True):
         item.label = LABELS[s]
     block = compare(items, k)
     if plot is not None:
-        from vrh_lmms.report.compare_plots import score_maps_plot
-
         score_maps_plot(items, block, plot)
     rows = []
     pairs = [(a, b) for i, a in enumerate(SETS) for b in SETS[i + 1:]]
@@ -151,8 +157,6 @@ def ablation_figures(report: dict[str, Any], k: int, grounding_task: str, backbo
 
 def dead_in_vlm(files: dict[str, Path], k: int) -> list[str]:
     """The backbone's top-k text-recall heads that the VLM's pruning left writing nothing."""
-    from vrh_lmms.report.head_compare import load_inputs
-
     backbone, vlm = load_inputs([str(files["backbone_recall"]), str(files["vlm_recall"])], RECALL_CELL)
     return [h for h in backbone.ranking[:k] if h in (vlm.dead or frozenset())]
 
@@ -231,11 +235,6 @@ def recall_markdown(summary: dict[str, Any], plot: str | None) -> str:
 
 def plot_recall(summary: dict[str, Any], path: Path) -> Path:
     """Drops of each head set's top-k on both tasks, with the random live draws of the needle task as points."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
 
     tasks = list(summary["ablation"])
     fig, axes = plt.subplots(1, len(tasks), figsize=(4.2 * len(tasks), 3.4), squeeze=False)

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL  # noqa: F401  (callers import them)
+from vrh_lmms.runs.sweep.plan import plan_configurations
+from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
 TASK = "vrh_synth_grounding"
 
@@ -75,6 +77,7 @@ def synth_config(spec, n: int, start: int) -> str:
 
 def discover_heads(lm, model_args: str, spec, settings: DemoSettings, output: Path) -> Path:
     """Discovery (default scoring, out,sum,mean) on the demo's discovery scenes; returns the heads file."""
+    # deferred: keeps `vrh-lmms demo --help` free of torch
     from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
 
     gen = f"max_new_tokens={settings.max_new_tokens}"
@@ -88,8 +91,6 @@ def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, 
                 gen_kwargs: str | None = None) -> None:
     """A packed sweep of `configs` (heads from `heads`) on `task`: by default the demo's evaluation scenes; `data`:
     the task's data-choosing environment instead (e.g. VRH_NEEDLE_CONFIG), `gen_kwargs` its generation settings."""
-    from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
-
     gen = gen_kwargs or f"max_new_tokens={settings.max_new_tokens}"
     pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
     lm.batch_size_per_gpu = settings.batch_size
@@ -102,8 +103,6 @@ def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, 
 def demo_plan(ks: Sequence[int], random_seeds: int) -> list:
     """The demo sweep's configurations: baseline, top-k, live random-k and layer-matched draws, and uniform random-k
     draws over all heads beside them."""
-    from vrh_lmms.runs.sweep.plan import plan_configurations  # the runs floor loads where the demo runs
-
     return plan_configurations(ks, random_seeds, True, ["zero"], uniform_random=True)
 
 

@@ -15,9 +15,14 @@ from typing import Any
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.families import get_family
 from vrh_lmms.base.paths import assets_path
+from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
+from vrh_lmms.harness.preload import check_pretrained, config_geometry, load_config
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, discover_heads, sweep_heads
 from vrh_lmms.report.fmt import pct_opt_ci
+from vrh_lmms.report.head_compare import compare, load_inputs
+from vrh_lmms.runs.sweep.plan import plan_configurations
 
 TRANSFER_DIR = "transfer"  # the second-VLM step's folder in a demo run
 SECOND_MODEL = "demo_model_b"  # the shipped second VLM, under vrh_lmms/assets/
@@ -29,10 +34,6 @@ FIRST_WITH_SECOND = "sweep_first_with_second_heads"
 def checked_second_model(value: str, first: Path, spec) -> Path:
     """The second model's folder ("shipped": the shipped one), refused unless it was trained on the first model's
     scenes with the same decoder geometry, and unless the report can tell the two apart by name."""
-    from vrh_lmms.base.families import get_family
-    from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
-    from vrh_lmms.harness.preload import check_pretrained, config_geometry, load_config
-
     path = assets_path() / SECOND_MODEL if value == "shipped" else Path(value)
     if value == "shipped" and not path.is_dir():
         raise VRHError(f"--transfer without a folder runs the shipped second model, and this version ships none "
@@ -59,8 +60,8 @@ def run_transfer(lm_first, args_first: str, heads_first: Path, second: Path, spe
                  ks: list[int], out: Path, say, progress: bool) -> list[Path]:
     """Discovery and the controlled sweep on the second model, then each model's top-k in the other; returns the
     sweep folders for the report."""
+    # deferred: keeps `vrh-lmms demo --help` free of torch
     from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.sweep.plan import plan_configurations
 
     folder = out / TRANSFER_DIR
     args_second = demo_model_args(second, spec)
@@ -88,8 +89,6 @@ def transfer_figures(report: dict[str, Any]) -> list[dict[str, Any]]:
 def heads_agreement(first: Path, second: Path, ks: list[int]) -> list[dict[str, Any]]:
     """`vrh-lmms compare-heads` on the two models' heads files at each k (those up to half the heads): top-k overlap
     against chance, hypergeometric p and Spearman over all heads and over heads live in both."""
-    from vrh_lmms.report.head_compare import compare, load_inputs
-
     items = load_inputs([str(first), str(second)])
     total = items[0].layers * items[0].heads
     rows = []

@@ -13,7 +13,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from vrh_lmms.harness import doc_subset, lmms
 from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
+from vrh_lmms.runs.discovery.scoring import parse_cells
+from vrh_lmms.runs.protocol import DISCOVER_PRESETS, SWEEP_PRESETS, scorer_cells
+from vrh_lmms.runs.sweep.control_docs import draw
+from vrh_lmms.runs.sweep.plan import plan_configurations
 
 
 @dataclass(frozen=True)
@@ -39,9 +44,6 @@ class StagePlan:
 
 def sweep_configurations(spec: ReplicateSpec, ks: list[int], controls: bool = True, cells: list[str] = ()):
     """The configurations of one of the replication's sweeps (the paper's controls unless `controls` is False)."""
-    from vrh_lmms.runs.protocol import SWEEP_PRESETS
-    from vrh_lmms.runs.sweep.plan import plan_configurations
-
     paper = SWEEP_PRESETS["paper"]
     return plan_configurations(ks, spec.random_seeds if controls else 0, False, ["zero"], random=controls,
                                controls=paper["controls"] if controls else [], cells=cells)
@@ -52,9 +54,6 @@ def planned_cells(spec: ReplicateSpec) -> list[str]:
     discovery preset's)."""
     if not spec.compare_cells:
         return []
-    from vrh_lmms.runs.discovery.scoring import parse_cells
-    from vrh_lmms.runs.protocol import DISCOVER_PRESETS, scorer_cells
-
     return scorer_cells(spec.compare_cells, parse_cells(DISCOVER_PRESETS["paper"]["scoring"])[0])
 
 
@@ -93,8 +92,6 @@ def count_docs(model: str, tasks: list[str], limit: int | None = None, skip: dic
                ) -> dict[str, int]:
     """Docs each task (or each task of a group, summed) evaluates, less the `skip` leading docs (discovery's), at
     most `limit`: counted on lmms-eval's own task objects (vrh_lmms.harness.lmms.count_docs)."""
-    from vrh_lmms.harness import lmms
-
     return lmms.count_docs(lmms.task_manager(model, tasks=tasks), tasks, limit, skip)
 
 
@@ -102,9 +99,6 @@ def count_control_docs(model: str, tasks: list[str], limit: int | None, skip: di
                        seed: int = 0) -> dict[str, int]:
     """Docs of each task's control subset (`--control-docs n`, the sweep's seed): drawn as the sweep draws it, from
     the docs the sweep evaluates (the `skip` leading docs left out), summed over a group's tasks."""
-    from vrh_lmms.harness import doc_subset, lmms
-    from vrh_lmms.runs.sweep.control_docs import draw
-
     tm = lmms.task_manager(model, tasks=tasks)
     return {task: sum(c["n_docs"] for c in draw(doc_subset.doc_images(tm, [task], limit, skip), n, seed)
                       .counts.values()) for task in tasks}
@@ -113,8 +107,6 @@ def count_control_docs(model: str, tasks: list[str], limit: int | None, skip: di
 def calibrate(lm, task: str, n_docs: int, gen_kwargs: str | None, model: str) -> float:
     """Seconds per generation of `n_docs` docs of `task` through lmms-eval (unpacked, the model as loaded; the first
     call's set-up included, so an upper bound for packed sweeps)."""
-    from vrh_lmms.harness import lmms
-
     tm = lmms.task_manager(model, tasks=[task])
     start = time.perf_counter()
     lmms.evaluate(lm, [task], tm, limit=n_docs, gen_kwargs=gen_kwargs)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.synth.demo_spec import DemoSpec
+from vrh_lmms.pipelines.demo.stages import DISCOVERY_START, EVAL_START, TASK, demo_model_args, synth_config
 from vrh_lmms.runs.sweep.control_docs import check_control_docs
 
 PAPER_KS = (1, 3, 5, 10, 20)  # Table A1's grid without k = 0, which is the baseline every sweep has
@@ -70,14 +72,14 @@ def demo_spec(partner: str | Path | None = None, random_seeds: int = 10, n_detec
               n_eval: int = DEMO_N_EVAL) -> ReplicateSpec:
     """The paper's protocol on the shipped demo model: synthetic detection scenes, disjoint evaluation scenes,
     `vrh_synth_vqa` for the cross-task test, the paper's k grid."""
-    from vrh_lmms.base.synth.demo_spec import DemoSpec
+    # deferred: keeps `vrh-lmms replicate --help` free of matplotlib, scipy, statsmodels
     from vrh_lmms.pipelines.demo.pipeline import demo_model_path
-    from vrh_lmms.pipelines.demo.stages import DISCOVERY_START, EVAL_START, TASK, demo_model_args, synth_config
 
     model = demo_model_path()
     spec = DemoSpec.load(model)
     partner_args = None
     if partner is not None:
+        # deferred: keeps `vrh-lmms replicate --help` free of matplotlib, scipy, statsmodels
         from vrh_lmms.pipelines.demo.transfer import checked_second_model
 
         partner_args = demo_model_args(checked_second_model(str(partner), model, spec), spec)

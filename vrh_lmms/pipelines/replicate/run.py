@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic, console, owned, runfile
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.pipelines.demo.stages import scoped_env
 from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
-from vrh_lmms.runs.protocol import DISCOVER_PRESETS, SWEEP_PRESETS
+from vrh_lmms.pipelines.replicate.summary import write_summary
+from vrh_lmms.runs.protocol import DISCOVER_PRESETS, SWEEP_PRESETS, scorer_cells
 from vrh_lmms.runs.runner import Job, Manifest, Runner
+from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
 SCHEMA = "vrh-replicate/1"
 MANIFEST = "replicate.json"
@@ -45,6 +49,7 @@ class Context:
     def lm(self, which: str = "model"):
         """The loaded model (built once per run)."""
         if which not in self.models:
+            # deferred: keeps `vrh-lmms replicate --help` free of torch
             from vrh_lmms.harness import lmms
 
             args = self.spec.model_args if which == "model" else self.spec.partner_model_args
@@ -54,8 +59,6 @@ class Context:
     @contextmanager
     def docs(self, which: str) -> Iterator[None]:
         """The detection or evaluation docs: synthetic scene sets for the demo, else the tasks as they are."""
-        from vrh_lmms.pipelines.demo.stages import scoped_env
-
         values = {"VRH_CACHE_DIR": str(self.out / "data")}
         if self.spec.scenes:
             values["VRH_SYNTH_CONFIG"] = self.spec.scenes[which]
@@ -71,7 +74,7 @@ Stage = Callable[[Context], dict[str, Any]]
 
 
 def _discover(ctx: Context, which: str, output: Path) -> Path:
-    from vrh_lmms.base.heads.heads_file import load_heads_file
+    # deferred: keeps `vrh-lmms replicate --help` free of torch
     from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
 
     if output.is_file():
@@ -91,8 +94,8 @@ def _sweep(ctx: Context, which: str, tasks: list[str], heads: Path, ks: list[int
            controls: bool = True, cells: list[str] = ()) -> Path:
     """A packed sweep of the top-k of `heads` at `ks`, with random and random-outside draws unless `controls` is
     False (transfer: the model's own sweep already holds its controls, on the same docs)."""
+    # deferred: keeps `vrh-lmms replicate --help` free of lmms_eval, torch
     from vrh_lmms.pipelines.replicate.budget import sweep_configurations
-    from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
     spec = ctx.spec
     paper = SWEEP_PRESETS["paper"]
@@ -119,9 +122,6 @@ def stage_discovery(ctx: Context) -> dict[str, Any]:
 def stage_grounding(ctx: Context) -> dict[str, Any]:
     cells = []
     if ctx.spec.compare_cells:
-        from vrh_lmms.base.heads.heads_file import load_heads_file
-        from vrh_lmms.runs.protocol import scorer_cells
-
         hf = load_heads_file(ctx.heads)
         cells = [c for c in scorer_cells(ctx.spec.compare_cells, hf.scoring.get("cell") or "") if c in hf.cells]
     out = _sweep(ctx, "model", ctx.spec.grounding_tasks, ctx.heads, ctx.spec.ks, ctx.out / "sweeps" / "grounding",
@@ -135,7 +135,7 @@ def stage_vqa(ctx: Context) -> dict[str, Any]:
 
 
 def stage_efficiency(ctx: Context) -> dict[str, Any]:
-    from vrh_lmms.base.heads.heads_file import load_heads_file
+    # deferred: keeps `vrh-lmms replicate --help` free of torch
     from vrh_lmms.runs.discovery.efficiency import (
         DEFAULT_NS,
         choose_k,
@@ -163,6 +163,7 @@ def stage_efficiency(ctx: Context) -> dict[str, Any]:
 
 def stage_distribution(ctx: Context) -> dict[str, Any]:
     """Share of heads above the paper's thresholds and the sorted scores (Fig 5)."""
+    # deferred: keeps `vrh-lmms replicate --help` free of matplotlib, scipy, statsmodels
     from vrh_lmms.report.compare_plots import distribution_plot
     from vrh_lmms.report.head_compare import load_inputs
     from vrh_lmms.report.score_distribution import PAPER_THRESHOLDS, distribution, distribution_markdown
@@ -179,6 +180,7 @@ def stage_distribution(ctx: Context) -> dict[str, Any]:
 
 def _compare_heads(ctx: Context, files: list[Path], k: int) -> dict[str, Any]:
     """Top-k overlap (against chance), Jaccard and Spearman between two heads files (Fig 7, Table A13)."""
+    # deferred: keeps `vrh-lmms replicate --help` free of matplotlib, scipy, statsmodels
     from vrh_lmms.report.compare_plots import score_maps_plot
     from vrh_lmms.report.head_compare import compare, compare_markdown, load_inputs
 
@@ -194,7 +196,7 @@ def _compare_heads(ctx: Context, files: list[Path], k: int) -> dict[str, Any]:
 
 def stage_maps(ctx: Context) -> dict[str, Any]:
     """Attention over the image of a few evaluation docs: all heads, the top-k VRHs, all but them (Figs A1/A2)."""
-    from vrh_lmms.base.heads.heads_file import load_heads_file
+    # deferred: keeps `vrh-lmms replicate --help` free of torch, scipy
     from vrh_lmms.harness import lmms
     from vrh_lmms.runs.maps.collect import collect_maps
     from vrh_lmms.runs.maps.locator import LocatorSettings
@@ -231,7 +233,7 @@ def stage_transfer(ctx: Context) -> dict[str, Any]:
 
 
 def stage_report(ctx: Context) -> dict[str, Any]:
-    from vrh_lmms.pipelines.replicate.summary import write_summary
+    # deferred: keeps `vrh-lmms replicate --help` free of matplotlib, scipy, statsmodels
     from vrh_lmms.report.build import ReportSettings, build_report
 
     sweeps = sorted(p for p in (ctx.out / "sweeps").iterdir() if (p / "sweep.json").is_file())
@@ -284,6 +286,7 @@ def replicate_job(spec: ReplicateSpec, out: Path, manifest: dict[str, Any]) -> J
 def print_plan(ctx: Context, calibrate_docs: int) -> dict[str, Any]:
     """Print the generations each stage will run and, after timing `calibrate_docs` generations on the first
     grounding task (0: no calibration), the time they take at that rate; returns the plan for the manifest."""
+    # deferred: keeps `vrh-lmms replicate --help` free of lmms_eval, torch
     from vrh_lmms.pipelines.replicate.budget import (
         calibrate,
         count_control_docs,

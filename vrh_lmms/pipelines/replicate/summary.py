@@ -14,6 +14,8 @@ from typing import Any
 from vrh_lmms.base import atomic
 from vrh_lmms.base.escape import md, md_code, md_url
 from vrh_lmms.base.paths import shown_model
+from vrh_lmms.base.runfolder.runs import same_model
+from vrh_lmms.harness.preload import parse_model_args
 from vrh_lmms.pipelines.replicate.paper_figures import match_paper_model, paper_row
 from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
 
@@ -44,8 +46,6 @@ def _control_text(row: dict[str, Any], kind: str) -> str:
 
 def _group(report: dict[str, Any], task: str, model: str | None = None) -> dict[str, Any] | None:
     """The report group of `task` for the replicated model (a partner's group of the same task is not it)."""
-    from vrh_lmms.base.runfolder.runs import same_model
-
     groups = [g for g in report["groups"] if g["task"] == task]
     if model:
         return next((g for g in groups if same_model(g["model"], model)), groups[0] if groups else None)
@@ -53,8 +53,6 @@ def _group(report: dict[str, Any], task: str, model: str | None = None) -> dict[
 
 
 def _model(spec: ReplicateSpec) -> str | None:
-    from vrh_lmms.harness.preload import parse_model_args
-
     return parse_model_args(spec.model_args).get("pretrained")
 
 
@@ -117,8 +115,6 @@ def transfer_verdict(report: dict[str, Any], stages: dict[str, Any], k: int, mod
     rows = [t for t in report.get("transfer", []) if t["k"] == k and t["mode"] == "zero"]
     if len(rows) < 2:
         return []
-    from vrh_lmms.base.runfolder.runs import same_model
-
     mine = [r for r in rows if model and same_model(r["model"], model)]
     a = mine[0] if mine else rows[0]
     b = next((r for r in rows if r is not a), rows[-1])
@@ -197,8 +193,6 @@ def scorer_verdicts(report: dict[str, Any], task: str, k: int) -> list[str]:
 
 def paper_table(spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
     """The first table: this run beside the paper, for the same model where the paper has it."""
-    from vrh_lmms.harness.preload import parse_model_args
-
     pretrained = parse_model_args(spec.model_args).get("pretrained")
     name = match_paper_model(pretrained)
     paper = paper_row(name)
@@ -256,6 +250,7 @@ _FIGURES = (  # (path under the replication folder, {m}_{t}: the report's plot n
 
 def figure_lines(out: Path, spec: ReplicateSpec, report: dict[str, Any]) -> list[str]:
     """The run's figures that exist, each with what it reproduces (people look before they read)."""
+    # deferred: keeps `vrh-lmms replicate --help` free of matplotlib, scipy, statsmodels
     from vrh_lmms.report.plots import slug
 
     group = _group(report, spec.grounding_tasks[0], _model(spec))

@@ -17,6 +17,9 @@ from typing import Any
 import torch
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model.capture.audio import AudioSettings, audio_token_count, clip_samples, tokens_in_seconds
+from vrh_lmms.model.capture.audio_video import audio_clip_positions
+from vrh_lmms.runs.discovery.evidence import EvidenceKeys, EvidenceKind, media_mask, register_evidence
 from vrh_lmms.runs.discovery.targets import doc_image_id
 
 KIND_AUDIO = "audio"
@@ -60,10 +63,6 @@ def audio_token_id(processor: Any) -> int:
 
 
 def audio_keys(target: AudioTarget, ctx):
-    from vrh_lmms.model.capture.audio import AudioSettings, audio_token_count, clip_samples, tokens_in_seconds
-    from vrh_lmms.model.capture.audio_video import audio_clip_positions
-    from vrh_lmms.runs.discovery.evidence import EvidenceKeys, media_mask
-
     mask_key = "feature_attention_mask"
     if ctx.tensors.get(mask_key) is None:
         raise VRHError(f"the backend's inputs carry no {mask_key}: the prompt has no audio to place "
@@ -96,8 +95,6 @@ def audio_keys(target: AudioTarget, ctx):
 
 
 def _register() -> None:
-    from vrh_lmms.runs.discovery.evidence import EvidenceKind, register_evidence
-
     register_evidence(EvidenceKind(KIND_AUDIO, audio_target, audio_keys, grid=False,
                                    doc="a span of a source audio's time, through the audio encoder's layout"))
 

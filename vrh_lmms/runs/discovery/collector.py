@@ -18,6 +18,7 @@ from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import lm_input_ids, main_view_grid
 from vrh_lmms.model.capture.teacher_forced import teacher_forced_inputs
 from vrh_lmms.runs.discovery import localization
+from vrh_lmms.runs.discovery.controls import IMAGE_MASS, NULL_EXPRESSION, NULL_PREFIX, content_free_prompt
 from vrh_lmms.runs.discovery.evidence import KeyContext, evidence_kind, get_kind
 from vrh_lmms.runs.discovery.interceptor import DocContext
 from vrh_lmms.runs.discovery.queries import (
@@ -90,8 +91,6 @@ class SampleCollector:
                                 "n_answer": n, "output_includes_prompt": output_includes_prompt, **info,
                                 "answer": self.tokenizer.decode(answer.tolist(), skip_special_tokens=True)}
         if self.null_query:
-            from vrh_lmms.runs.discovery.controls import NULL_EXPRESSION, NULL_PREFIX, content_free_prompt
-
             prompt_pieces = token_pieces(self.tokenizer, tensors["input_ids"][0].tolist())
             null = content_free_prompt(tensors, self.tokenizer, prompt_pieces, target.expression)
             if null is not None:
@@ -109,8 +108,6 @@ class SampleCollector:
                 ) -> tuple[dict[str, np.ndarray], dict[str, Any], np.ndarray | None, int]:
         """Per-head statistics of one teacher-forced prompt + answer (and the o_proj input sums for means).
         key: the doc's key, which seeds the `out_random1` draw (reruns agree)."""
-        from vrh_lmms.runs.discovery.controls import IMAGE_MASS
-
         # Positions count the sequence the language model sees (Magma expands its `<image>` in the forward).
         has_image = getattr(target, "image_size", None) is not None  # one image the family's layout maps
         extras = layout_extras(self.family.name, self.processor, tensors, 0, backend=self.lm) if has_image else {}

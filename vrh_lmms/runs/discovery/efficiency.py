@@ -36,6 +36,7 @@ def _cell_matrix(samples: Sequence[dict[str, np.ndarray]], cell: str, freq_top_k
     if parsed == RETRIEVAL:
         return per_sample_matrix(samples, RETRIEVAL), "mean"
     if parsed == LOCALIZATION:  # each sample's selection; their mean is the frequency
+        # deferred: keeps `vrh-lmms sample-efficiency --help` free of scipy
         from vrh_lmms.runs.discovery.localization import ENTROPY, IMAGE_SUM, selection
 
         pairs = zip(per_sample_matrix(samples, ENTROPY), per_sample_matrix(samples, IMAGE_SUM), strict=True)
@@ -83,9 +84,11 @@ def efficiency_markdown(rows: Sequence[EfficiencyRow], k: int, cell: str) -> str
 
 
 def efficiency_plot(rows: Sequence[EfficiencyRow], k: int, cell: str, path) -> None:
+    # deferred: keeps `vrh-lmms sample-efficiency --help` free of matplotlib
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: keeps `vrh-lmms sample-efficiency --help` free of matplotlib
     import matplotlib.pyplot as plt
 
     ns = [r.n for r in rows]

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.harness import lmms
 
 KIND_BOX = "box"
 KIND_TEXT = "text"
@@ -119,7 +120,5 @@ def check_docs(tm, tasks: list[str], limit: int | float | None = None, only: set
     text span, ...), read here by its evidence kind as the collector reads it, so that a bad doc is one line naming
     the task, doc id and field before any folder is claimed or weights load. The datasets load here once more
     (lmms-eval caches them)."""
-    from vrh_lmms.harness import lmms
-
     for task, doc_id, doc in lmms.eval_docs(tm, tasks, limit, only):
         get_kind(evidence_kind(doc)).target(doc, f"{task} doc {doc_id}")

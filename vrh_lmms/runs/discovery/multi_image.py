@@ -21,6 +21,7 @@ from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import box_key_mask
 from vrh_lmms.model.capture.multi_image import image_spans, image_token_maps
 from vrh_lmms.runs.discovery.evidence import EvidenceKeys, EvidenceKind, KeyContext, register_evidence
+from vrh_lmms.runs.discovery.targets import _expression, doc_image_id
 
 KIND_IMAGE = "image"
 KIND_IMAGE_BOX = "image_box"
@@ -57,8 +58,6 @@ def _sizes(doc: Mapping[str, Any], where: str, required: bool) -> tuple[tuple[in
 
 def image_target(doc: Mapping[str, Any], where: str) -> ImageTarget:
     """Read and check a doc's `image` / `image_box` evidence (one line naming the bad field)."""
-    from vrh_lmms.runs.discovery.targets import _expression, doc_image_id
-
     ev = doc["vrh_evidence"]
     kind = ev["kind"]
     index = ev.get("index")

@@ -18,11 +18,31 @@ from typing import Any
 import numpy as np
 import torch
 
+from vrh_lmms import __version__
 from vrh_lmms.base import console, owned
+from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import registry
+from vrh_lmms.base.heads.geometry import HeadRef, head_name
+from vrh_lmms.base.heads.heads_file import HeadsFile, save_heads_file
 from vrh_lmms.base.runfile import run_file_path
-from vrh_lmms.harness import distributed
+from vrh_lmms.harness import distributed, lmms, preload
+from vrh_lmms.model.ablation import means_path_for, save_means
+from vrh_lmms.runs.discovery.controls import corrected_stats, heads_file_extras
 from vrh_lmms.runs.discovery.evidence import check_docs, get_kind
+from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor, parse_key
+from vrh_lmms.runs.discovery.scoring import (
+    LOCALIZATION,
+    PRESETS,
+    all_cells,
+    default_freq_top_k,
+    parse_cell,
+    parse_cells,
+    presets_for,
+    rank,
+    score_all,
+)
+from vrh_lmms.runs.discovery.store import PartStore
 from vrh_lmms.runs.runner import Job, Manifest, Runner
 
 IDENTITY = "identity.json"
@@ -54,8 +74,6 @@ class DiscoverySpec:
         out = {"model": self.model, "model_args": self.model_args, "tasks": self.tasks, "limit": self.limit,
                "gen_kwargs": self.gen_kwargs, "seed": self.seed, "stats": STATS_VERSION}
         out |= {"key_tokens": self.key_tokens} if self.key_tokens != "overlap" else {}
-        from vrh_lmms.base.data_env import data_env
-
         out |= {"data": data} if (data := data_env()) else {}  # answers on other data are never replayed
         return out | ({"null_query": True} if self.null_query else {})
 
@@ -63,8 +81,6 @@ class DiscoverySpec:
 def sidecars(output: str | Path) -> dict[str, Path]:
     out = Path(output)
     stem = out.with_suffix("") if out.suffix == ".json" else out
-    from vrh_lmms.model.ablation import means_path_for
-
     return {"parts": Path(f"{stem}.parts"), "eval": Path(f"{stem}.eval"), "samples": Path(f"{stem}.samples.npz"),
             "means": means_path_for(out), "run": run_file_path(out, beside=True), "log": Path(f"{stem}.log")}
 
@@ -144,8 +160,6 @@ def _claim(spec: DiscoverySpec, runner: Runner, force: bool) -> dict[str, Path]:
 def preflight(spec: DiscoverySpec, force: bool, lm=None):
     """Every check that needs no forward pass, before the model loads; returns the task manager and what to do
     with earlier outputs. Writes nothing."""
-    from vrh_lmms.harness import lmms, preload
-
     if not spec.tasks:
         raise VRHError("--tasks names no task")
     lmms.check_task_names(list(spec.tasks))
@@ -153,6 +167,7 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
         raise VRHError(f"--limit must be positive (or -1 for all docs), got {spec.limit}")
     if spec.freq_top_k is not None and spec.freq_top_k < 1:
         raise VRHError(f"--freq-top-k must be at least 1, got {spec.freq_top_k}")
+    # deferred: keeps `vrh-lmms discover --help` free of transformers
     from vrh_lmms.model.capture.layouts import RULES
 
     if spec.key_tokens not in RULES:
@@ -177,18 +192,14 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
 def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:
     """Returns the heads file path (None on non-zero ranks). On several ranks every rank checks, rank 0 alone
     claims the folder and merges the parts every rank wrote (vrh_lmms.harness.distributed)."""
-    from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.discovery.scoring import all_cells, parse_cells
-
     cells = parse_cells("+".join(spec.cells)) if spec.cells else all_cells()
     primary = parse_cells(spec.primary)[0]
     if primary not in cells:
         cells = [primary, *cells]
     distributed.ensure_group()
     tm, runner = preflight(spec, force, lm=lm)  # nothing is written before every check has passed
+    # deferred: keeps `vrh-lmms discover --help` free of transformers, scipy
     from vrh_lmms.runs.discovery.collector import SampleCollector  # imports transformers: only once checks passed
-    from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor
-    from vrh_lmms.runs.discovery.store import PartStore
 
     if lm is not None and lm.vrh_headset.heads:
         raise VRHError(f"discovery scores the intact model, but model_args ablate {lm.vrh_headset.spec}; drop heads=")
@@ -201,8 +212,6 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     store = PartStore(paths["parts"])
     tracker = DocTracker(lm.task_dict)
     lm.task_dict = tracker
-    from vrh_lmms.runs.discovery.scoring import LOCALIZATION
-
     collector = SampleCollector(lm, store, collect_means=spec.collect_means, null_query=spec.null_query,
                                 key_tokens=spec.key_tokens, localization=LOCALIZATION in cells)
     interceptor = GenerateInterceptor(lm.model, tracker, collector, lambda ctx: store.cached_answer(ctx.key))
@@ -221,8 +230,6 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
 
 def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
     """Parts of exactly the docs this evaluation covered, in task then doc order."""
-    from vrh_lmms.runs.discovery.interceptor import parse_key
-
     wanted = {(task, int(row["doc_id"])) for task, rows in (results.get("samples") or {}).items() for row in rows}
     keys = [k for k in store.keys() if parse_key(k)[::2] in wanted]
     return sorted(keys, key=lambda k: parse_key(k)[::2])
@@ -231,8 +238,6 @@ def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
 def discovery_docs_block(keys: list[str]) -> dict[str, dict[str, Any]]:
     """Heads-file field `discovery_docs`: per task, the split and doc ids the heads were found on, so a sweep can
     leave them out (`vrh-lmms sweep --exclude-discovery-docs`, vrh_lmms.runs.sweep.exclusion)."""
-    from vrh_lmms.runs.discovery.interceptor import parse_key
-
     out: dict[str, dict[str, Any]] = {}
     for key in keys:
         task, split, doc_id = parse_key(key)
@@ -245,8 +250,6 @@ def discovery_docs_block(keys: list[str]) -> dict[str, dict[str, Any]]:
 def dead_heads_block(dead, ranking) -> dict[str, Any]:
     """Heads-file field `dead_heads`: the heads that write nothing (o_proj columns all zero), and where the ranking
     puts them, so a top-k that holds one says so (controls draw from the other, live heads)."""
-    from vrh_lmms.base.heads.geometry import head_name
-
     if dead is None:
         return {"dead_heads": {"heads": None, "rule": "o_proj weights could not be read; not checked"}}
     names = [str(h) for h in dead]
@@ -258,21 +261,6 @@ def dead_heads_block(dead, ranking) -> dict[str, Any]:
 
 
 def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> Path:
-    from vrh_lmms import __version__
-    from vrh_lmms.base.heads.geometry import HeadRef, head_name
-    from vrh_lmms.base.heads.heads_file import HeadsFile, save_heads_file
-    from vrh_lmms.harness import lmms
-    from vrh_lmms.model.ablation import save_means
-    from vrh_lmms.runs.discovery.scoring import (
-        LOCALIZATION,
-        PRESETS,
-        default_freq_top_k,
-        parse_cell,
-        presets_for,
-        rank,
-        score_all,
-    )
-
     keys = _evaluated_keys(results, store)
     if not keys:
         raise VRHError("no doc produced attention statistics; is the task a grounding task with images?")
@@ -281,8 +269,6 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     freq_k = spec.freq_top_k or default_freq_top_k(geometry.total_heads)
     stats = [p.stats for p in parts]
     if spec.null_query:  # score what the expression adds over the content-free query
-        from vrh_lmms.runs.discovery.controls import corrected_stats
-
         stats = corrected_stats(stats)
     evidence = sorted({p.meta.get("evidence", "box") for p in parts})
     skipped = {}
@@ -317,8 +303,6 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     scoring |= {"skipped_cells": skipped} if skipped else {}
     scoring |= {"preset": spec.primary} if spec.primary in PRESETS else {}
     primary_scores = np.nan_to_num(scored[primary], nan=0.0)
-    from vrh_lmms.runs.discovery.controls import heads_file_extras
-
     hf = HeadsFile(model={"id": str(lm.vrh_pretrained), "family": lm.vrh_family},
                    geometry=geometry, scores=primary_scores,
                    ranking=[HeadRef(l, h) for l, h in rank(scored[primary])],
@@ -348,8 +332,6 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
 def _register(pretrained: str, tasks: list[str], output: str) -> None:
     """Remember the heads file for this checkpoint and task (vrh_lmms.base.heads.registry), so `heads=top20` finds it;
     a registry that cannot be written costs a warning, not the discovery."""
-    from vrh_lmms.base.heads import registry
-
     try:
         registry.register(pretrained, tasks, output)
     except (OSError, VRHError) as exc:

@@ -150,6 +150,7 @@ def cell_scores(samples: Sequence[dict[str, np.ndarray]], cell: str, freq_top_k:
     if parsed == RETRIEVAL:
         return aggregate(per_sample_matrix(samples, RETRIEVAL), "mean", freq_top_k)
     if parsed == LOCALIZATION:
+        # deferred: keeps `vrh-lmms discover --help` free of scipy
         from vrh_lmms.runs.discovery.localization import ENTROPY, IMAGE_SUM, frequency
 
         return frequency(per_sample_matrix(samples, ENTROPY), per_sample_matrix(samples, IMAGE_SUM), freq_top_k)

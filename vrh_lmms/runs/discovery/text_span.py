@@ -14,8 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.runs.discovery.evidence import KIND_TEXT
+from vrh_lmms.model.capture.layouts import image_token_map
+from vrh_lmms.runs.discovery.evidence import KIND_TEXT, EvidenceKeys, EvidenceKind, register_evidence
+from vrh_lmms.runs.discovery.targets import _image_size, doc_image_id
 
 
 @dataclass(frozen=True)
@@ -103,8 +107,6 @@ class TextTarget:
 
 
 def text_target(doc: Mapping[str, Any], where: str) -> TextTarget:
-    from vrh_lmms.runs.discovery.targets import _image_size, doc_image_id
-
     evidence = text_evidence(doc, where)
     return TextTarget(evidence, evidence.query, doc_image_id(doc), _image_size(dict(doc)))
 
@@ -130,9 +132,6 @@ def with_query_replaced(evidence: TextEvidence, replacement: str) -> TextEvidenc
 
 def text_keys(target: TextTarget, ctx):
     """The needle's prompt tokens; the media key set is the doc's image tokens when it shows one."""
-    import torch
-
-    from vrh_lmms.runs.discovery.evidence import EvidenceKeys
 
     evidence = target.evidence if ctx.query_replaced_by is None else \
         with_query_replaced(target.evidence, ctx.query_replaced_by)
@@ -140,15 +139,11 @@ def text_keys(target: TextTarget, ctx):
     mask[span_positions(ctx.tokenizer, ctx.prompt_ids.tolist(), evidence)] = True
     if target.image_size is None:
         return EvidenceKeys(mask, torch.zeros(ctx.seq_len, dtype=torch.bool))
-    from vrh_lmms.model.capture.layouts import image_token_map
-
     tmap = image_token_map(ctx.family, ctx.prompt_ids, target.image_size, dict(ctx.extras or {}))
     return EvidenceKeys(mask, tmap.key_mask(ctx.seq_len))
 
 
 def _register() -> None:
-    from vrh_lmms.runs.discovery.evidence import EvidenceKind, register_evidence
-
     register_evidence(EvidenceKind(KIND_TEXT, text_target, text_keys, grid=False,
                                    doc="a span of the prompt text (the needle), by tokenizer offsets"))
 

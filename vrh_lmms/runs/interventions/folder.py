@@ -15,7 +15,9 @@ from typing import Any
 
 from vrh_lmms.base import owned
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.runs.runner import Job, Runner
+from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of
 
 
 def beside(manifest: str, check: owned.Check) -> owned.Check:
@@ -40,10 +42,9 @@ def preflight(spec, command: str, job: Job, configurations: Sequence, force: boo
     """Every check that needs no forward pass, cheapest first, before the model loads; writes nothing. `spec`
     has model, model_args, tasks, heads_file, limit, allow_cross_model; `configurations` (id, k, seed, spec, pool)
     are the head sets the run will resolve."""
-    from vrh_lmms.base.heads.heads_file import load_heads_file
+    # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.runs.discovery.evidence import check_docs
-    from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of
 
     if not spec.tasks:
         raise VRHError("--tasks names no task")

@@ -30,14 +30,22 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.stats import kendalltau, spearmanr
 
 from vrh_lmms.base import atomic, console
+from vrh_lmms.base.boxes import context
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
+from vrh_lmms.base.heads.spec import ControlUnavailable
+from vrh_lmms.base.stats import cluster_ci
+from vrh_lmms.harness import distributed, lmms
+from vrh_lmms.harness.preload import parse_model_args
 from vrh_lmms.model.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
+from vrh_lmms.runs.discovery.queries import answer_length
+from vrh_lmms.runs.dpo import format_ground_truth_box
 from vrh_lmms.runs.interventions.folder import preflight
 from vrh_lmms.runs.interventions.outputs import PATCH_LAYOUT  # noqa: F401  (the patching folder's names, for callers)
 from vrh_lmms.runs.interventions.outputs import PATCH_MANIFEST as MANIFEST
@@ -46,7 +54,7 @@ from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest, is_published_file, write_json
 from vrh_lmms.runs.sweep.checks import dead_head_names, dead_heads_of, sha256_of
-from vrh_lmms.runs.sweep.plan import planned_headset
+from vrh_lmms.runs.sweep.plan import plan_configurations, planned_headset
 
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
 
@@ -139,9 +147,6 @@ class _Recorder:
 def reference_answer(tokenizer, record: dict[str, Any], where: str) -> torch.Tensor:
     """The ground-truth box written in the box convention the task used (vrh_lmms.runs.dpo.format_ground_truth_box,
     with the active resize parameters), as token ids."""
-    from vrh_lmms.base.boxes import context
-    from vrh_lmms.runs.dpo import format_ground_truth_box
-
     name = record.get("convention")
     if not name or "gt_box" not in record or "image_size" not in record:
         raise VRHError(f"{where}: its vrh_record lacks convention, gt_box or image_size; use --answers model")
@@ -154,8 +159,6 @@ def reference_answer(tokenizer, record: dict[str, Any], where: str) -> torch.Ten
 
 def set_configurations(spec: PatchSpec) -> list:
     """The head sets patched together, as sweep configurations (their ids name the sets)."""
-    from vrh_lmms.runs.sweep.plan import plan_configurations
-
     return [c for c in plan_configurations(spec.ks, spec.random_seeds, spec.layer_matched, ["zero"],
                                            controls=spec.controls, control_tolerance=spec.control_tolerance,
                                            pool=spec.control_pool)
@@ -165,8 +168,6 @@ def set_configurations(spec: PatchSpec) -> list:
 def head_sets(spec: PatchSpec, hf, geometry, dead: tuple = ()) -> tuple[dict[str, dict], dict[str, str]]:
     """Named head sets (sweep configuration ids) patched together, controls drawn from the pool each carries with
     the model's `dead` heads; and the sets that cannot be drawn there, with the reason."""
-    from vrh_lmms.base.heads.spec import ControlUnavailable
-
     out, unavailable = {}, {}
     for c in set_configurations(spec):
         try:
@@ -195,9 +196,8 @@ def patch_job(spec: PatchSpec, out: Path) -> Job:
 def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Returns the path of patch.json. On several ranks the evaluation and the pairs are split across ranks, rank 0
     alone writes the evaluation and the result (vrh_lmms.harness.distributed)."""
-    from vrh_lmms.harness import distributed, lmms
+    # deferred: keeps `vrh-lmms patch --help` free of transformers
     from vrh_lmms.runs.discovery.collector import backend_processor, stop_token_ids
-    from vrh_lmms.runs.discovery.queries import answer_length
 
     if spec.pairs not in ("correct", "all"):
         raise VRHError(f"--pairs {spec.pairs!r}: use correct or all")
@@ -210,8 +210,6 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     if not spec.heads_file:
         raise VRHError("patching needs --heads-file (discovery's scores are compared with the recovery map)")
     if lm is None:
-        from vrh_lmms.harness.preload import parse_model_args
-
         if str(parse_model_args(spec.model_args).get("batch_size", 1)) != "1":
             raise VRHError("model arg batch_size: patching runs with batch_size 1 (one doc per generate call)")
     out = Path(output)
@@ -314,9 +312,6 @@ def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: Patc
     vrh_lmms.model.interventions.patching:
     recovery when denoising, the share destroyed when noising, larger = the head carries more either way), head sets
     with image-clustered CIs, and the rank correlation of the map with the heads file's scores."""
-    from scipy.stats import kendalltau, spearmanr
-
-    from vrh_lmms.base.stats import cluster_ci
 
     results = [PairResult(p["ld_clean"], p["ld_corrupt"], np.asarray(p["heads"], dtype=float), p["sets"])
                for p in parts]

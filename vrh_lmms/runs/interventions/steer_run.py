@@ -31,8 +31,13 @@ from vrh_lmms.base import console
 from vrh_lmms.base.boxes.geometry import iou
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.harness import distributed, lmms
+from vrh_lmms.model.capture.extras import layout_extras
+from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map, lm_input_ids
 from vrh_lmms.model.interventions.steering import SteerPlan, steer_attention
+from vrh_lmms.runs.discovery.collector import backend_processor
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
+from vrh_lmms.runs.discovery.queries import expression_rows, token_pieces
 from vrh_lmms.runs.interventions.folder import preflight
 from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering folder's names, for its callers)
     STEER_LAYOUT,
@@ -43,7 +48,7 @@ from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering f
 from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest
-from vrh_lmms.runs.sweep.checks import sha256_of
+from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of, sha256_of
 from vrh_lmms.runs.sweep.plan import Configuration, carried_pool, planned_headset
 
 MOVED_IOU = 0.5
@@ -99,8 +104,6 @@ class Steerer:
     """Per doc: the distractor and its key positions; per batch: the steering plan of the current configuration."""
 
     def __init__(self, lm, tracker: DocTracker, seed: int, rule: str) -> None:
-        from vrh_lmms.runs.discovery.collector import backend_processor
-
         self.family = lm.vrh_family_spec.name
         self.processor = backend_processor(lm)
         self.tokenizer = getattr(lm, "tokenizer", None) or self.processor.tokenizer
@@ -118,10 +121,6 @@ class Steerer:
 
     def row_keys(self, ctx: DocContext, tensors: dict, row: int, check_expression: bool) -> torch.Tensor:
         """(P,) bool steering keys of batch row `row` (the distractor's image tokens minus the doc's own box)."""
-        from vrh_lmms.model.capture.extras import layout_extras
-        from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map, lm_input_ids
-        from vrh_lmms.runs.discovery.queries import expression_rows, token_pieces
-
         idx = self.index(ctx.task, ctx.split)
         target = idx.targets[ctx.doc_id]
         extras = layout_extras(self.family, self.processor, tensors, row)
@@ -231,9 +230,6 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     """Run every configuration not yet done (the caller writes summary.json and report.md with
     vrh_lmms.report.interventions.write_steering_report). On several ranks every rank steers its shard of the docs,
     rank 0 alone writes (vrh_lmms.harness.distributed)."""
-    from vrh_lmms.harness import distributed, lmms
-    from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of
-
     out = Path(output)
     if spec.batch_size < 1:
         raise VRHError(f"--batch-size must be at least 1, got {spec.batch_size}")

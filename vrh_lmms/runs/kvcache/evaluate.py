@@ -14,6 +14,9 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.runfolder.samples import read_samples
+from vrh_lmms.harness import lmms
+from vrh_lmms.model.kvcache.apply import kv_compressed
 from vrh_lmms.model.kvcache.policy import KVPolicy, no_policy, random_policy, retrieval_policy, uniform_policy
 
 
@@ -65,8 +68,6 @@ def summarize_stats(stats: list[dict]) -> dict[str, float]:
 
 def read_outcome(name: str, policy: dict, folder: Path, cache: dict[str, float]) -> RunOutcome:
     """Per-doc outcomes of every task in an lmms-eval run folder (clusters: task and image)."""
-    from vrh_lmms.base.runfolder.samples import read_samples
-
     keys, scores, clusters, kinds = [], [], [], set()
     for path in sorted(folder.glob("samples_*.jsonl")):
         task = path.stem[len("samples_"):]
@@ -84,9 +85,6 @@ def read_outcome(name: str, policy: dict, folder: Path, cache: dict[str, float])
 def evaluate_policy(lm, planned: Planned, mode: str, tasks: list[str], tm, folder: Path, *, limit, gen_kwargs,
                     seed: int) -> RunOutcome:
     """Run lmms-eval with the policy applied to the loaded model and write the run folder."""
-    from vrh_lmms.harness import lmms
-    from vrh_lmms.model.kvcache.apply import kv_compressed
-
     with kv_compressed(lm.model, planned.policy, mode) as comp:
         results = lmms.evaluate(lm, tasks, tm, limit=limit, gen_kwargs=gen_kwargs, seed=seed)
     cache = summarize_stats(comp.stats)

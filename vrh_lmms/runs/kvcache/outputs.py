@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 import numpy as np
 
 from vrh_lmms.base.errors import VRHError
@@ -105,10 +109,6 @@ def markdown(data: dict[str, Any], plot_name: str) -> str:
 
 def curve(data: dict[str, Any], path) -> None:
     """Accuracy (with its interval) against the image KV kept, one line per policy, no compression as a band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
     none = data["rows"][0]["accuracy"]

@@ -12,6 +12,15 @@ import numpy as np
 import torch
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.harness import lmms
+from vrh_lmms.model.capture.extras import layout_extras
+from vrh_lmms.model.capture.layouts import image_token_map
+from vrh_lmms.model.capture.teacher_forced import teacher_forced_inputs
+from vrh_lmms.runs.discovery.collector import backend_processor, stop_token_ids
+from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor
+from vrh_lmms.runs.discovery.queries import answer_length, token_pieces
+from vrh_lmms.runs.discovery.targets import target_from_doc
+from vrh_lmms.runs.maps.capture import ROWS, image_attention, query_rows
 
 
 @dataclass
@@ -55,8 +64,6 @@ class MapCollector:
 
     def __init__(self, lm, rows: str, wanted: set[int] | None, keep_images: bool,
                  on_doc: Callable[[DocMaps], None] | None = None) -> None:
-        from vrh_lmms.runs.discovery.collector import backend_processor, stop_token_ids
-
         self.lm, self.rows, self.wanted, self.keep_images = lm, rows, wanted, keep_images
         self.model = lm.model
         self.family = lm.vrh_family_spec
@@ -74,13 +81,6 @@ class MapCollector:
 
     def __call__(self, ctx, tensors: dict[str, torch.Tensor], continuation: torch.Tensor,
                  output_includes_prompt: bool = True) -> None:
-        from vrh_lmms.model.capture.extras import layout_extras
-        from vrh_lmms.model.capture.layouts import image_token_map
-        from vrh_lmms.model.capture.teacher_forced import teacher_forced_inputs
-        from vrh_lmms.runs.discovery.queries import answer_length, token_pieces
-        from vrh_lmms.runs.discovery.targets import target_from_doc
-        from vrh_lmms.runs.maps.capture import image_attention, query_rows
-
         where = f"{ctx.task} doc {ctx.doc_id}"
         target = target_from_doc(ctx.doc, where=where)
         cont = continuation.detach().cpu()
@@ -130,10 +130,6 @@ def collect_maps(lm, tasks: Sequence[str], tm, docs: Sequence[int] | None, limit
     """Run `tasks` through lmms-eval on `lm` (batch size 1) and capture the maps of `docs` (None: every doc up to
     `limit`). Returns them in task, doc order. `on_doc` sees each doc as it is captured (and may drop its
     per_head maps to keep memory flat on long runs)."""
-    from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor
-    from vrh_lmms.runs.maps.capture import ROWS
-
     if rows not in ROWS:
         raise VRHError(f"--rows {rows!r}: use one of {', '.join(ROWS)}")
     if getattr(lm, "batch_size", 1) != 1:

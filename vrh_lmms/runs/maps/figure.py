@@ -6,7 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.patches import Rectangle
 
 from vrh_lmms.runs.maps.grid import CellGrid
 
@@ -14,8 +19,6 @@ Box = Sequence[float]
 
 
 def _draw_box(ax, box: Box | None, colour: str, style: str, label: str) -> None:
-    from matplotlib.patches import Rectangle
-
     if box is None:
         return
     x1, y1, x2, y2 = (float(v) for v in box)
@@ -32,10 +35,6 @@ def maps_figure(image: np.ndarray | None, grid: CellGrid, panels: Sequence[tuple
                 pred_box: Box | None, path: str | Path, title: str = "", located: Box | None = None) -> Path:
     """Write the PNG; panels: (title, (rows, cols) map) in order. Each panel's colour scale is its own (the maps'
     totals differ), so a panel shows where its heads look, not how much."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     w, h = grid.image_size
     fig, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 3.6), squeeze=False)

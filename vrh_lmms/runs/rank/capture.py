@@ -32,6 +32,7 @@ def messages(text: str, images: Sequence[Any], text_first: bool) -> list[dict]:
 
 def multi_image_inputs(processor, text: str, images: Sequence[Any], text_first: bool):
     """Processor outputs (batch of one) for the query over the candidates."""
+    # deferred: keeps `vrh-lmms rank-train --help` free of qwen_vl_utils
     from qwen_vl_utils import process_vision_info
 
     conv = messages(text, images, text_first)
@@ -42,6 +43,7 @@ def multi_image_inputs(processor, text: str, images: Sequence[Any], text_first: 
 
 def checked_spans(processor, inputs) -> list[np.ndarray]:
     """Candidate spans, checked against the processor's own count of each image's tokens (image_grid_thw)."""
+    # deferred: keeps `vrh-lmms rank-train --help` free of transformers
     from vrh_lmms.model.capture.extras import layout_extras
     from vrh_lmms.model.capture.multi_image import image_spans
 
@@ -59,6 +61,7 @@ def checked_spans(processor, inputs) -> list[np.ndarray]:
 def candidate_mass(model: torch.nn.Module, inputs: dict[str, torch.Tensor], spans: Sequence[np.ndarray],
                    base: str | None = None) -> np.ndarray:
     """(layers, heads, n_candidates) float64: each head's attention from the last prompt row to each span."""
+    # deferred: keeps `vrh-lmms rank-train --help` free of transformers
     from vrh_lmms.model.capture.attention import CapturePlan, capture_attention
 
     seq_len = int(inputs["input_ids"].shape[1])

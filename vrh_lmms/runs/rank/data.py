@@ -24,7 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.synth.scenes import expression_for, generate_scene, nameable_objects
 
 ANNOTATIONS = "MMDocIR_annotations.jsonl"
 PAGES = "MMDocIR_pages.parquet"
@@ -56,8 +59,6 @@ class RankData:
 
 def synth_set(n_queries: int, n_candidates: int, seed: int, start: int, cfg=None) -> RankData:
     """The synthetic multi-image set described in the module docstring."""
-    from vrh_lmms.base.synth.scenes import expression_for, generate_scene, nameable_objects
-
     if n_candidates < 2:
         raise VRHError(f"--candidates {n_candidates}: a ranking needs at least 2 candidates")
     if n_queries < 1:
@@ -90,6 +91,7 @@ def synth_set(n_queries: int, n_candidates: int, seed: int, start: int, cfg=None
 def load_mmdocir(folder: str | Path, limit: int | None = None, max_pages: int | None = None) -> RankData:
     """MMDocIR's page-level queries from `folder` (the two published files); documents with more than `max_pages`
     pages are left out (counted in `notes`). `limit`: at most this many queries, in file order."""
+    # deferred: keeps `vrh-lmms rank-train --help` free of pyarrow
     import pyarrow.parquet as pq
 
     root = Path(folder)
@@ -138,8 +140,8 @@ def load_mmdocir(folder: str | Path, limit: int | None = None, max_pages: int | 
 def _doc_pages(pages, name: str, first: int, last: int) -> CandidateSet:
     """Rows first..last (inclusive) of the pages parquet, reading only the row groups that hold them (the published
     file is 2.5 GB of JPEGs)."""
+    # deferred: keeps `vrh-lmms rank-train --help` free of pyarrow
     import pyarrow as pa
-    from PIL import Image
 
     groups, start = [], 0
     for i in range(pages.metadata.num_row_groups):

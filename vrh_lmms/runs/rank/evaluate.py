@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.heads.spec import resolve_spec
 from vrh_lmms.base.stats import accuracy
 from vrh_lmms.runs.rank.data import RankQuery
 from vrh_lmms.runs.rank.metrics import gold_rank, per_query, summarise
@@ -36,8 +37,6 @@ class RankSet:
 
 def rank_sets(heads_file, geometry: Geometry, ks: Sequence[int], seeds: int, dead: Sequence[HeadRef]) -> list[RankSet]:
     """top-k and `seeds` random-k draws per k, then all live heads."""
-    from vrh_lmms.base.heads.spec import resolve_spec
-
     out = []
     for k in ks:
         top = resolve_spec(f"top{k}", geometry, heads_file=heads_file, dead=tuple(dead))

@@ -25,6 +25,7 @@ from torch import nn
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.model.backbone import ATTN_ROWS, Hook, site_name
 
 DEFAULT_TEMPERATURE = 0.1
 
@@ -63,6 +64,7 @@ class RowGrabber:
 
     def observe(self, layer: int, module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                 attention_mask: torch.Tensor | None, kwargs: dict) -> None:
+        # deferred: keeps `vrh-lmms rank-train --help` free of transformers
         from vrh_lmms.model.capture.rows import mask_rows
 
         heads = self.by_layer.get(layer)
@@ -105,7 +107,7 @@ class RowGrabber:
 def head_rows(model: nn.Module, heads: Sequence[HeadRef], position: int) -> Iterator[RowGrabber]:
     """Within the scope, a forward of `model` leaves the chosen heads' differentiable attention row at `position`
     in the yielded grabber (sdpa output unchanged; the text stack's attention implementation is restored on exit)."""
-    from vrh_lmms.model.backbone import ATTN_ROWS, Hook, site_name
+    # deferred: keeps `vrh-lmms rank-train --help` free of transformers
     from vrh_lmms.model.capture.attention import TextAttentionSwitch
 
     if not heads:

@@ -15,6 +15,7 @@ import numpy as np
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.runs.maps.views import head_set_map
 
 NULL_QUERY = "N/A"
 
@@ -22,8 +23,6 @@ NULL_QUERY = "N/A"
 def candidate_scores(mass: np.ndarray, heads: Sequence[HeadRef]) -> np.ndarray:
     """(n_candidates,) mean over `heads` of mass (layers, heads, n_candidates): the locator's head-set mean, with
     candidates in place of image tokens."""
-    from vrh_lmms.runs.maps.views import head_set_map
-
     return head_set_map(np.asarray(mass, dtype=float), heads)
 
 

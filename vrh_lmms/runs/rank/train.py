@@ -33,7 +33,16 @@ import torch
 from vrh_lmms import __version__
 from vrh_lmms.base import atomic, owned
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.runs.rank.loss import DEFAULT_TEMPERATURE
+from vrh_lmms.base.families import family_for_config
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.spec import check_heads_file_fits, resolve_spec
+from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
+from vrh_lmms.model.backbone import dead_heads, locate_decoder
+from vrh_lmms.model.export import copy_side_files, load_config, load_model, source_files_dir
+from vrh_lmms.runs.dpo_train import vision_parameters
+from vrh_lmms.runs.rank.capture import checked_spans, multi_image_inputs
+from vrh_lmms.runs.rank.data import synth_set
+from vrh_lmms.runs.rank.loss import DEFAULT_TEMPERATURE, candidate_masses, head_rows, listwise_loss
 
 RECORD_FILE = "rank_train.json"
 SCHEMA = "vrh-rank-train/1"
@@ -62,8 +71,6 @@ class RankTrainOptions:
     freeze_vision: bool = False
 
     def check(self) -> None:
-        from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED
-
         if self.k < 1:
             raise VRHError(f"--k must be >= 1, got {self.k}")
         if self.heads not in HEAD_CHOICES:
@@ -95,8 +102,6 @@ def answer_ids(tokenizer, box: list[int]) -> list[int]:
 
 def build_examples(processor, data, template: str, text_first: bool, spec) -> list[dict[str, Any]]:
     """One training example per query: prompt + answer ids, labels on the answer only, candidate spans, gold."""
-    from vrh_lmms.runs.rank.capture import checked_spans, multi_image_inputs
-
     out = []
     for q in data.queries:
         inputs = multi_image_inputs(processor, template.format(query=q.text), data.sets[q.set_id].images, text_first)
@@ -150,8 +155,6 @@ class StepLoss:
 def ranking_step_loss(model, example: dict[str, Any], heads, temperature: float, lm_weight: float) -> StepLoss:
     """One example's loss: listwise ranking loss of `heads` (their rows at the example's query row) + lm_weight x
     the model's LM loss on the labelled answer tokens (not computed into the total when lm_weight is 0)."""
-    from vrh_lmms.runs.rank.loss import candidate_masses, head_rows, listwise_loss
-
     inputs = {k: v for k, v in example.items() if not k.startswith("rank_")}
     gold = int(example["rank_gold"])
     with head_rows(model, heads, int(example["rank_position"])) as grab:
@@ -165,6 +168,7 @@ def ranking_step_loss(model, example: dict[str, Any], heads, temperature: float,
 
 def make_trainer_class():
     """The `transformers.Trainer` subclass (built lazily: transformers is imported only when training)."""
+    # deferred: keeps `vrh-lmms rank-train --help` free of transformers
     import transformers
 
     class RankLossTrainer(transformers.Trainer):
@@ -201,8 +205,6 @@ def make_trainer_class():
 def keep_dead_heads_dead(model, dead) -> list:
     """Zero the o_proj gradient columns of `dead` heads (they stay exactly zero under Adam: no gradient, no
     update); returns the hook handles."""
-    from vrh_lmms.model.backbone import locate_decoder
-
     dec = locate_decoder(model)
     d = dec.geometry.head_dim
     handles = []
@@ -218,8 +220,6 @@ def keep_dead_heads_dead(model, dead) -> list:
 
 def choose_heads(options: RankTrainOptions, heads_file, geometry, dead) -> tuple:
     """top-k of the heads file, or k random live heads drawn with `seed` (the ranker's random-k draw)."""
-    from vrh_lmms.base.heads.spec import resolve_spec
-
     if options.k > len(heads_file.ranking):
         raise VRHError(f"--k {options.k} is more than the heads file ranks ({len(heads_file.ranking)})")
     spec = f"top{options.k}" if options.heads == "top" else f"random{options.k}"
@@ -247,16 +247,9 @@ def train(model_dir: str, heads_file_path: str, output: str | Path, options: Ran
     options.check()
     output = Path(output)
     check_output(output, model_dir, force)
+    # deferred: keeps `vrh-lmms rank-train --help` free of transformers
     import transformers
 
-    from vrh_lmms.base.families import family_for_config
-    from vrh_lmms.base.heads.heads_file import load_heads_file
-    from vrh_lmms.base.heads.spec import check_heads_file_fits
-    from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
-    from vrh_lmms.model.backbone import dead_heads, locate_decoder
-    from vrh_lmms.model.export import copy_side_files, load_config, load_model, source_files_dir
-    from vrh_lmms.runs.dpo_train import vision_parameters
-    from vrh_lmms.runs.rank.data import synth_set
 
     hf = load_heads_file(heads_file_path)
     family = family_for_config(load_config(model_dir, False))

@@ -15,17 +15,23 @@ nothing (a run that failed early) never blocks: its leftovers are replaced.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import owned
 from vrh_lmms.base.console import LOG_NAME
+from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
+from vrh_lmms.base.heads.geometry import parse_head
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.spec import ControlUnavailable, check_heads_file_fits
 from vrh_lmms.base.runfile import RUN_FILE
 from vrh_lmms.runs.runner import Job, Manifest, Runner
+from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
 from vrh_lmms.runs.sweep.plan import planned_headset
+from vrh_lmms.tasks.common.grounding_data import SYNTH_CONFIG_ENV, synth_spec
 
 MANIFEST = "sweep.json"
 CONFIGS = "configs"
@@ -64,9 +70,6 @@ def data_identity(tasks: list[str]) -> dict[str, Any]:
     match to resume, and what `vrh-lmms dpo-pairs` regenerates the images from."""
     if not any(t in SYNTH_TASKS for t in tasks):
         return {}
-    from dataclasses import asdict
-
-    from vrh_lmms.tasks.common.grounding_data import SYNTH_CONFIG_ENV, synth_spec
 
     try:
         return {"synth": asdict(synth_spec({}, SYNTH_CONFIG_ENV))}
@@ -97,8 +100,6 @@ class Preflight:
 
 def recorded_dead_heads(heads_file) -> tuple:
     """The dead heads a heads file recorded at discovery (the model's own are read again once it loads)."""
-    from vrh_lmms.base.heads.geometry import parse_head
-
     names = (heads_file.extra.get("dead_heads") or {}).get("heads") if heads_file is not None else None
     return tuple(parse_head(n) for n in names) if isinstance(names, list) else ()
 
@@ -123,8 +124,6 @@ def check_headsets(configurations, geometry, heads_file, dead: tuple = (), allow
     `geometry` and the model's `dead` heads (k too large, a heads file of another model), so no configuration fails
     after others have run. Returns the configurations whose control cannot be drawn from its pool (a layer without
     enough live heads), with the reason: they are reported as unavailable, never padded with dead heads."""
-    from vrh_lmms.base.heads.spec import ControlUnavailable, check_heads_file_fits
-
     if heads_file is not None:
         check_heads_file_fits(heads_file, geometry, allow_cross_model=allow_cross_model)
     unavailable: dict[str, str] = {}
@@ -142,6 +141,7 @@ def check_modes(spec, model) -> None:
     """What an ablation mode needs of the loaded model, before the first evaluation: `uniform_image` averages over
     the image tokens, so the model must name its image token id."""
     if any(c.mode == "uniform_image" for c in spec.configurations):
+        # deferred: keeps `vrh-lmms report` free of torch, transformers
         from vrh_lmms.model.interventions.uniform import image_token_ids
 
         image_token_ids(model)
@@ -150,7 +150,7 @@ def check_modes(spec, model) -> None:
 def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     """Every check that needs no forward pass, cheapest first (the task index and the backend import take
     seconds each); writes nothing."""
-    from vrh_lmms.base.heads.heads_file import load_heads_file
+    # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.model.ablation import load_means, means_path_for
 
@@ -179,8 +179,6 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     unavailable: dict[str, str] = {}
     if hf is not None:  # k against the heads file (the model's own geometry follows)
         unavailable = check_headsets(spec.configurations, hf.geometry, hf, dead, spec.allow_cross_model)
-    from vrh_lmms.base.data_env import data_env
-
     extra_data = data_env(skip=("VRH_SYNTH_CONFIG",))  # the synthetic scenes are in data_identity already
     identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
         | ({"data": extra_data} if extra_data else {}) \
@@ -200,8 +198,6 @@ def discovery_offsets(spec, hf) -> dict[str, int]:
     mode = getattr(spec, "exclude_discovery_docs", "off")
     if mode not in ("on", "auto"):
         return {}
-    from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
-
     if hf is None and mode == "auto":
         return {}
     if hf is None:

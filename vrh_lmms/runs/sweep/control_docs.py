@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.runs.sweep.plan import Configuration
@@ -51,8 +53,9 @@ class ControlDocs:
 
 def draw(images: dict[str, tuple[list[int], list[str]]], n: int, seed: int) -> ControlDocs:
     """The subset of each task from its docs' image ids (vrh_lmms.harness.doc_subset.doc_images)."""
-    import numpy as np
+    # deferred: keeps `vrh-lmms sweep --help` free of scipy, statsmodels
 
+    # deferred: keeps `vrh-lmms sweep --help` free of scipy, statsmodels
     from vrh_lmms.base.stats.subsample import image_subsample
 
     tasks, counts = {}, {}

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vrh_lmms.base.errors import VRHError
 
 
@@ -33,13 +35,12 @@ def discovery_docs(hf) -> dict[str, list[int]]:
 
 
 def _from_samples_file(hf) -> dict[str, list[int]]:
-    import numpy as np
-
     name = (hf.scoring or {}).get("samples_file")
     where = Path(hf.path).parent / name if hf.path is not None and name else None
     if where is None or not where.is_file():
         raise VRHError(f"{hf.path}: the heads file does not say which docs discovery used (no discovery_docs block, "
                        f"and its samples file {name or '(unnamed)'} is not beside it); rerun `vrh-lmms discover`")
+    # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.runs.discovery.run import discovery_docs_block
 
     with np.load(where) as data:

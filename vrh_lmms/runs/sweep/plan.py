@@ -85,6 +85,7 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
     if random_seeds < 0:
         raise VRHError("--random-seeds must be >= 0")
     kinds.check_pool(pool, "--control-pool")
+    # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.model.ablation import MODES
 
     for mode in modes:
@@ -113,6 +114,7 @@ def cell_slug(cell: str) -> str:
 
 def unpackable_reason(cfg: Configuration) -> str | None:
     """Why a configuration must run alone rather than in a pack (None: it can share one)."""
+    # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.model.ablation import UNIFORM_MODES
 
     if cfg.mode in UNIFORM_MODES:
