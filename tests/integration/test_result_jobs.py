@@ -89,3 +89,26 @@ def test_a_one_result_command_on_the_runner(command, tiny_qwen25, tmp_path, vrh_
     # with --force they replace it
     assert main([*args, *other, "--force"]) == 0 and builds == ["vrh_qwen25"] * 3
     assert json.loads((out / "identity.json").read_text())[field] != identity[field]
+
+
+@pytest.mark.slow
+def test_an_earlier_versions_kv_cache_folder_is_refused_then_replaced_with_force(tiny_qwen25, tmp_path, vrh_env,
+                                                                                  builds, capsys):
+    """A folder left before the runner (a result and its files, no identity.json) keeps working: refused without
+    --force, before any model load, and replaced with it."""
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 3, "seed": 4}))
+    heads = tmp_path / "heads.json"
+    model_args = tiny_heads_and_args(tiny_qwen25, heads)
+    out = tmp_path / "out"
+    (out / "runs" / "earlier_policy").mkdir(parents=True)
+    (out / "runs" / "earlier_policy" / "results.json").write_text("{}")
+    (out / "kv_cache.json").write_text(json.dumps({"schema": "vrh-kv-cache/1", "rows": []}))
+    (out / "kv_cache.md").write_text("# KV cache\n")
+    flags, *_ = COMMANDS["kv-cache"]
+    args = ["kv-cache", "--model", "vrh_qwen25", "--model_args", model_args, "--heads-file", str(heads), *flags,
+            "--output", str(out)]
+    assert main(args) != 0 and builds == []
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "(no identity.json: an earlier version's)" in err and "--force" in err, err
+    assert main([*args, "--force"]) == 0 and builds == ["vrh_qwen25"]
+    assert json.loads((out / "kv_cache.json").read_text())["rows"] and not (out / "runs" / "earlier_policy").exists()

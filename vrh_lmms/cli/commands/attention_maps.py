@@ -29,7 +29,8 @@ def add_map_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument("--force", action="store_true", help="replace an earlier result in the output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace another run's result in the output folder, or run this one again")
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -42,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument("--force", action="store_true", help="replace an earlier kv-cache result in the folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace another kv-cache run's result in the folder, or run this one again")
 
 
 def parse_budgets(text: str) -> list[float]:

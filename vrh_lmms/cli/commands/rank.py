@@ -32,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "are its candidates, in one prompt)")
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument("--force", action="store_true", help="replace an earlier result in the output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace another run's result in the output folder, or run this one again")
 
 
 def _ks(text: str) -> list[int]:
