@@ -1,6 +1,6 @@
 """`vrh-lmms kv-cache` end to end on the shipped demo model (in process, a handful of held-out scenes): the files,
 the table recomputed from the run folders, budget-1 rows equal to no compression, compress mode answering exactly
-like mask mode, and refusals of bad input and of an earlier result."""
+like mask mode, refusals of bad input and of another run's result, and nothing redone for the same run."""
 
 from __future__ import annotations
 
@@ -75,8 +75,12 @@ def test_refusals(runs, capsys):
     from vrh_lmms.base.errors import VRHError
 
     tmp, (kv, main) = runs
-    assert main(["kv-cache", *kv, "--output", str(tmp / "mask")]) == 2
-    assert "earlier kv-cache result" in capsys.readouterr().err
+    before = (tmp / "mask" / "kv_cache.json").read_text()
+    assert main(["kv-cache", *kv, "--output", str(tmp / "mask")]) == 0  # the same run, finished: nothing to do
+    assert "already holds this kv-cache run" in capsys.readouterr().err.replace("\n", " ")
+    assert main(["kv-cache", *kv, "--random-seeds", "1", "--output", str(tmp / "mask")]) == 2  # another run
+    assert "(random_seeds differ)" in capsys.readouterr().err
+    assert (tmp / "mask" / "kv_cache.json").read_text() == before
     one = [*kv[:-6], "--budgets", "1", "--random-seeds", "0", "--output", str(tmp / "force")]
     assert main(["kv-cache", *one]) == 0
     (tmp / "force" / "kv_cache.md").write_text("edited")

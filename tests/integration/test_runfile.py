@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support.tiny_runs import tiny_heads_and_args
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import Geometry
@@ -114,11 +115,8 @@ def test_locate_writes_its_run_file_and_reruns_from_it(tiny_qwen25, tmp_path, vr
     """A command that took flags only before (locate): a finished run writes run.yaml into its folder, and the run
     from that file (into another folder) writes the same result."""
     vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 3, "seed": 4}))
-    scores = np.random.default_rng(2).random((2, 4))
     heads = tmp_path / "heads.json"
-    save_heads_file(HeadsFile({"id": str(tiny_qwen25), "family": "qwen2_5_vl"}, Geometry(2, 4, 2, 16), scores,
-                              ranking_from_scores(scores)), heads)
-    model_args = f"pretrained={tiny_qwen25},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}"
+    model_args = tiny_heads_and_args(tiny_qwen25, heads)
     first = tmp_path / "first"
     assert main(["locate", "--model", "vrh_qwen25", "--model_args", model_args, "--tasks", "vrh_synth_grounding",
                  "--heads-file", str(heads), "--limit", "2", "--k", "1,2", "--random-seeds", "1", "--rows", "prompt",

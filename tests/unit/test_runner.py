@@ -148,3 +148,81 @@ def test_units_recorded_in_the_manifest_resume_without_files(tmp_path):
     (out / "units").mkdir()  # something of ours, no manifest: resumed, not refused
     record["stages"] = {}
     assert Runner(job()).inspect().resume and run() == UNITS
+
+
+# ------------------------------------------------------------------------------------------------ one result
+def _result_run(out: Path, seed: int = 0, force: bool = False, loads: list | None = None, fail: bool = False):
+    """A one-result job (attention-maps, locate, rank, kv-cache): a figure, then the result published last."""
+    from vrh_lmms.base import atomic
+
+    runner = Runner(_job(out, seed), force)
+    runner.inspect()
+    if runner.finished:
+        return runner
+    runner.claim()
+
+    def unit(_: str) -> None:
+        runner.model(lambda: (loads if loads is not None else []).append("model"))
+        atomic.write_text(out / "fig_1.png", "figure")
+        if fail:
+            raise RuntimeError("killed before the result")
+        atomic.write_text(out / "result.json", json.dumps({"seed": seed}))
+
+    runner.run(unit)
+    return runner
+
+
+def test_a_one_result_job_reruns_nothing_with_the_same_settings_and_refuses_others(tmp_path):
+    out = tmp_path / "run"
+    loads: list = []
+    _result_run(out, loads=loads)
+    assert loads == ["model"] and json.loads((out / "identity.json").read_text()) == {"command": "toy", "seed": 0}
+    before = (out / "result.json").stat().st_mtime_ns
+    runner = _result_run(out, loads=loads)
+    assert loads == ["model"] and runner.finished and runner.lm is None  # nothing done, no model
+    assert (out / "result.json").stat().st_mtime_ns == before
+    assert "already holds this toy run, finished, with the same settings" in runner.complete_note()
+    with pytest.raises(VRHError, match=r"holds a different toy run \(seed differ\); choose another --output or pass "
+                                       r"--force to discard it$"):
+        _result_run(out, seed=1, loads=loads)
+    _result_run(out, force=True, loads=loads)  # --force runs the same settings again
+    assert loads == ["model", "model"] and (out / "result.json").stat().st_mtime_ns != before
+    _result_run(out, seed=1, force=True, loads=loads)
+    assert json.loads((out / "result.json").read_text()) == {"seed": 1}
+
+
+def test_a_one_result_job_killed_before_its_result_never_reads_as_complete(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError):
+        _result_run(out, fail=True)
+    assert not (out / "result.json").exists() and (out / "fig_1.png").is_file()
+    assert Runner(_job(out)).inspect().clear  # redone whole, not resumed
+    loads: list = []
+    _result_run(out, loads=loads)  # the same settings: redone whole, no --force needed
+    assert loads == ["model"] and json.loads((out / "result.json").read_text()) == {"seed": 0}
+    with pytest.raises(RuntimeError):
+        _result_run(out, seed=2, force=True, fail=True)
+    _result_run(out, seed=3)  # other settings over a run that finished nothing: replaced without --force
+    assert json.loads((out / "result.json").read_text()) == {"seed": 3}
+
+
+def test_an_earlier_versions_result_folder_is_refused_then_replaced_with_force(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "result.json").write_text("{}")  # a result and no identity.json, as versions before the runner left it
+    (out / "fig_1.png").write_text("figure")
+    with pytest.raises(VRHError, match=r"\(no identity.json: an earlier version's\); .* --force to discard it$"):
+        _result_run(out)
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(VRHError, match="notes.txt"):  # what we did not write is refused, even with --force
+        _result_run(out, force=True)
+    (out / "notes.txt").unlink()
+    _result_run(out, force=True)
+    assert json.loads((out / "result.json").read_text()) == {"seed": 0}
+
+
+def _job(out: Path, seed: int = 0):
+    from vrh_lmms.runs.runner import result_job, result_layout
+
+    return result_job(out, result_layout(None, "result.json", "fig_*.png"), "result.json",
+                      {"command": "toy", "seed": seed}, "toy run")

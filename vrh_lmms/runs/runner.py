@@ -20,6 +20,13 @@ The runner owns the rest:
   (vrh_lmms.base.atomic; lmms.write_run stages whole folders the same way), so a killed run never leaves a unit that
   looks finished, and the manifest is rewritten after each.
 - the model: loaded once, on the first pending unit, never when every unit is done.
+
+A command that writes one result into its folder (attention-maps, locate, rank, kv-cache) is a job of one unit
+(`result_job`): its identity is `identity.json`, written when the folder is claimed, and its result file is
+published last; the same arguments into a finished folder do nothing (no model load) unless --force, which runs it
+again; a run killed before its result is redone from scratch by the same arguments, and replaced by other ones
+without --force (nothing finished is lost). A folder an earlier version left (a result, no identity.json) is
+refused unless --force, which replaces it.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base import atomic, console, owned
+from vrh_lmms.base import atomic, console, owned, runfile
+from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.harness import distributed
 
@@ -108,14 +116,15 @@ def inspect_folder(out: Path, layout: owned.Layout, manifest: Manifest, identity
     old = manifest.identity()
     if old is None and resume_without_manifest:
         return Decision(out, resume=True, clear=False)
-    differs = differing(old, identity) if old is not None else [f"no {manifest.path.name}"]
-    if not differs:
+    differs = differing(old, identity) if old is not None else None
+    if differs == []:
         return Decision(out, resume=True, clear=False)
     count = finished() if finished is not None else None
     if count == 0 or force:
         return Decision(out, resume=False, clear=True)
+    why = f"{', '.join(differs)} differ" if differs else f"no {manifest.path.name}: an earlier version's"
     lost = f" with {count} finished {unit}(s)" if count is not None else ""
-    raise VRHError(f"{out} holds a different {what} ({', '.join(differs)} differ){lost}; choose another {option} "
+    raise VRHError(f"{out} holds a different {what} ({why}){lost}; choose another {option} "
                    f"or pass --force to discard {'them' if count else 'it'}")
 
 
@@ -174,6 +183,35 @@ class Job:
         return sorted(p.name for p in self.units_dir.iterdir() if not p.name.startswith(".") and self.complete(p))
 
 
+# ------------------------------------------------------------------------------------------------ one result
+IDENTITY = "identity.json"
+RESULT_UNIT = "result"
+
+
+def result_layout(result: owned.Check | None, result_name: str, *written: str) -> owned.Layout:
+    """The layout of a one-result folder: identity.json, the result, the log, the run file, and the `written` names
+    (glob patterns: figures, tables, a folder of lmms-eval runs), which are ours beside our identity.json or, in an
+    earlier version's folder, beside our result; every name's atomic temporary too."""
+    identity_ok = owned.json_with("command")
+    result_ok = result or owned.is_file
+
+    def beside(path: Path) -> bool:
+        return not path.is_symlink() and (identity_ok(path.parent / IDENTITY) or result_ok(path.parent / result_name))
+
+    layout: dict[str, owned.Check | None] = {IDENTITY: identity_ok, result_name: result_ok, LOG_NAME: owned.log_file,
+                                             runfile.RUN_FILE: runfile.is_ours}
+    layout |= dict.fromkeys(written, beside)
+    layout |= {f".{name}.*": owned.is_file for name in (IDENTITY, result_name, runfile.RUN_FILE, *written)}
+    return layout
+
+
+def result_job(out: Path, layout: owned.Layout, result: str, identity: dict[str, Any], what: str) -> Job:
+    """A command that writes one result into `out` as a job of one unit (see the module doc); `identity` holds
+    `command` and everything the result depends on, `result` is published last."""
+    return Job(out=out, layout=layout, manifest=Manifest(out / IDENTITY, key=None), identity=identity,
+               units=[RESULT_UNIT], units_key=None, what=what, log=out / LOG_NAME, result=out / result)
+
+
 class Runner:
     """Runs one `Job`: inspect, claim, manifest, resume, lazy model (see the module doc). Collective calls (`claim`)
     are made by every rank; rank 0 alone changes the folder (vrh_lmms.harness.distributed)."""
@@ -188,10 +226,21 @@ class Runner:
     def inspect(self) -> Decision:
         job = self.job
         finished = (lambda: len(job.finished_units())) if job.replace_unfinished else None
+        one_result = job.result is not None and job.units_dir is None
+        if one_result and not job.result.is_file():
+            finished = lambda: 0  # noqa: E731 - a one-result run killed before its result is replaced freely
         self.decision = inspect_folder(job.out, job.layout, job.manifest, job.identity, self.force, what=job.what,
                                        finished=finished, unit=job.unit,
                                        resume_without_manifest=job.resume_without_manifest)
+        if one_result and self.decision.resume and (self.force or not job.result.is_file()):
+            # its one unit is redone whole: what a killed run left (or, with --force, the finished run) goes first
+            self.decision = Decision(job.out, resume=False, clear=True)
         return self.decision
+
+    def complete_note(self) -> str:
+        """What a rerun into a finished folder says (it does nothing)."""
+        return (f"{self.job.out} already holds this {self.job.what}, finished, with the same settings: nothing to "
+                f"do (pass --force to run it again)")
 
     def recorded(self) -> dict[str, Any] | None:
         """The manifest of the run this one resumes (None when it starts afresh)."""
@@ -220,6 +269,7 @@ class Runner:
             self.done = done
             self.write_manifest()
         self.done = set(distributed.broadcast(done))  # every rank runs the same units, in the same order
+        self.decision.clear = False  # applied: what is in the folder now is this run's
         return self.done
 
     def _clear_leftovers(self) -> None:
@@ -242,7 +292,10 @@ class Runner:
     # ---- units
     @property
     def finished(self) -> bool:
-        """Whether the run has nothing left to do: its result is published, or every unit is done."""
+        """Whether the run has nothing left to do: its result is published, or every unit is done (never for a folder
+        the inspection decided to clear and that is not claimed yet)."""
+        if self.decision is not None and self.decision.clear:
+            return False
         if self.job.result is not None:
             return self.job.result.is_file()
         return not self.pending

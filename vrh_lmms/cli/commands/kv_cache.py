@@ -8,18 +8,13 @@ import argparse
 import json
 from pathlib import Path
 
-from vrh_lmms.base import console, owned, runfile
+from vrh_lmms.base import console, owned
+from vrh_lmms.runs.runner import result_layout
 
 RESULT, MARKDOWN, PLOT, RUNS = "kv_cache.json", "kv_cache.md", "kv_cache.png", "runs"
-_OURS = owned.json_with("rows", schema_prefix="vrh-kv-cache/")
-LAYOUT: dict[str, owned.Check | None] = {
-    RESULT: _OURS,
-    MARKDOWN: lambda p: p.is_file() and _OURS(p.with_name(RESULT)),
-    PLOT: lambda p: p.is_file() and _OURS(p.with_name(RESULT)),
-    RUNS: lambda p: p.is_dir() and _OURS(p.parent / RESULT),
-    "vrh-lmms.log": owned.log_file, runfile.RUN_FILE: runfile.is_ours,
-    f".{RESULT}.*": owned.is_file, f".{MARKDOWN}.*": owned.is_file,
-}
+# what `vrh-lmms kv-cache` writes into its folder (vrh_lmms.runs.runner.result_layout); `runs` holds one lmms-eval
+# run folder per configuration
+LAYOUT = result_layout(owned.json_with("rows", schema_prefix="vrh-kv-cache/"), RESULT, MARKDOWN, PLOT, RUNS)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -47,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument("--force", action="store_true", help="replace an earlier kv-cache result in the folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace another kv-cache run's result in the folder, or run this one again")
 
 
 def parse_budgets(text: str) -> list[float]:
@@ -64,13 +60,17 @@ def parse_budgets(text: str) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """A job of the runner with one unit (vrh_lmms.runs.runner.result_job): the same arguments into a finished
+    folder do nothing and load no model. The accuracies depend on the model, the heads file (its sha256 is in the
+    identity), the data and these settings (the random draws are seeded), as a sweep's results do; --force
+    evaluates again. A run killed part way is redone whole (its lmms-eval runs are removed first)."""
     from vrh_lmms.base import atomic
-    from vrh_lmms.base.console import LOG_NAME
     from vrh_lmms.base.errors import VRHError
     from vrh_lmms.model.kvcache.policy import topk_budget
     from vrh_lmms.runs.kvcache.evaluate import evaluate_policy, plan
     from vrh_lmms.runs.kvcache.outputs import curve, markdown, table
-    from vrh_lmms.runs.maps.setup import prepare
+    from vrh_lmms.runs.maps.setup import prepare, run_identity
+    from vrh_lmms.runs.runner import result_job
     from vrh_lmms.runs.sweep.checks import dead_heads_of
 
     budgets = parse_budgets(args.budgets)
@@ -79,11 +79,19 @@ def run(args: argparse.Namespace) -> int:
     if args.sink < 0 or args.recent < 0:
         raise VRHError(f"--sink {args.sink} / --recent {args.recent}: give counts >= 0")
     out = Path(args.output)
-    owned.prepare_output(out, LAYOUT, force=args.force, what="an earlier kv-cache result")
+
+    def job(tasks: list[str], heads_file):
+        identity = run_identity("kv-cache", {**vars(args), "budgets": budgets}, IDENTITY, args.heads_file, tasks)
+        return result_job(out, LAYOUT, RESULT, identity, "kv-cache run")
+
     console.step(f"kv-cache: {args.model} on {args.tasks}", line=False)
     run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model,
                    limit=args.limit, command="kv-cache",
-                   why="the KV policies run on the intact model; the heads file orders the groups")
+                   why="the KV policies run on the intact model; the heads file orders the groups",
+                   job=job, force=args.force)
+    if run_.finished:
+        console.step(run_.runner.complete_note())
+        return 0
     geometry = run_.lm.vrh_decoder.geometry
     ranking = list(run_.heads_file.ranking)
     if args.k is not None:
@@ -91,23 +99,32 @@ def run(args: argparse.Namespace) -> int:
     dead = set(dead_heads_of(run_.lm, run_.heads_file))
     live = [h for h in geometry.all_heads() if h not in dead]
     planned = plan(ranking, live, geometry, budgets, args.random_seeds, args.sink, args.recent)
-    out.mkdir(parents=True, exist_ok=True)
-    console.log_to(out / LOG_NAME)
-    runs = []
-    for i, p in enumerate(planned, 1):
-        console.step(f"[{i}/{len(planned)}] {p.name}")
-        runs.append(evaluate_policy(run_.lm, p, args.mode, run_.tasks, run_.tm, out / RUNS, limit=args.limit,
-                                    gen_kwargs=args.gen_kwargs, seed=args.seed))
-    data = {"model": args.model, "model_args": args.model_args, "tasks": run_.tasks,
-            "heads_file": str(Path(args.heads_file).resolve()), "mode": args.mode, "sink": args.sink,
-            "recent": args.recent, "k": args.k, "geometry": geometry.to_dict(), "dead_heads": len(dead),
-            "random_seeds": args.random_seeds, **table(runs, budgets, args.seed)}
-    data = {"schema": data.pop("schema"), **data}
-    path = atomic.write_text(out / RESULT, json.dumps(data, indent=1))
-    curve(data, out / PLOT)
-    md = atomic.write_text(out / MARKDOWN, markdown(data, PLOT))
+    done: dict[str, Path] = {}
+
+    def unit(_: str) -> None:
+        runs = []
+        for i, p in enumerate(planned, 1):
+            console.step(f"[{i}/{len(planned)}] {p.name}")
+            runs.append(evaluate_policy(run_.lm, p, args.mode, run_.tasks, run_.tm, out / RUNS, limit=args.limit,
+                                        gen_kwargs=args.gen_kwargs, seed=args.seed))
+        data = {"model": args.model, "model_args": args.model_args, "tasks": run_.tasks,
+                "heads_file": str(Path(args.heads_file).resolve()), "mode": args.mode, "sink": args.sink,
+                "recent": args.recent, "k": args.k, "geometry": geometry.to_dict(), "dead_heads": len(dead),
+                "random_seeds": args.random_seeds, **table(runs, budgets, args.seed)}
+        data = {"schema": data.pop("schema"), **data}
+        curve(data, out / PLOT)  # the curve and the table first, the JSON last (its presence: the run finished)
+        done["md"] = atomic.write_text(out / MARKDOWN, markdown(data, PLOT))
+        done["json"] = atomic.write_text(out / RESULT, json.dumps(data, indent=1))
+
+    run_.runner.run(unit)
     console.print_summary(*console.files_table("KV cache done", [
-        (md, "accuracy against image KV kept, per policy and budget"), (path, "the same with every figure"),
+        (done["md"], "accuracy against image KV kept, per policy and budget"),
+        (done["json"], "the same with every figure"),
         (out / PLOT, "the curve"), (out / RUNS, "one lmms-eval run folder per configuration"),
         *console.log_row()]))
     return 0
+
+
+# what the accuracies depend on, besides the heads file and the data (vrh_lmms.runs.maps.setup.run_identity)
+IDENTITY = ("model", "model_args", "tasks", "k", "budgets", "random_seeds", "mode", "sink", "recent", "limit",
+            "gen_kwargs", "allow_cross_model", "seed")

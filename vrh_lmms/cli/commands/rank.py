@@ -32,7 +32,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "are its candidates, in one prompt)")
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument("--force", action="store_true", help="replace an earlier result in the output folder")
+    parser.add_argument("--force", action="store_true",
+                        help="replace another run's result in the output folder, or run this one again")
 
 
 def _ks(text: str) -> list[int]:
@@ -75,83 +76,121 @@ def load_data(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    """A job of the runner with one unit (vrh_lmms.runs.runner.result_job): the same arguments into a finished
+    folder do nothing and load no model. The ranks depend on the model (the demo spec beside it chooses the
+    synthetic scenes), the heads file (its sha256 is in the identity), these settings (the scenes and draws are
+    seeded) and, for --data mmdocir, the two files of the folder: their sizes and modification times are in the
+    identity too, so a changed data set is another run, refused without --force; --force ranks again."""
     import numpy as np
 
-    from vrh_lmms.base.console import LOG_NAME
     from vrh_lmms.base.errors import VRHError
     from vrh_lmms.base.heads.heads_file import load_heads_file
     from vrh_lmms.base.heads.spec import check_heads_file_fits
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.runs.discovery.collector import backend_processor
-    from vrh_lmms.runs.maps.setup import check_output
+    from vrh_lmms.runs.maps.setup import run_identity
     from vrh_lmms.runs.rank import outputs
     from vrh_lmms.runs.rank.capture import QUERY_ROW, candidate_mass, checked_spans, multi_image_inputs
     from vrh_lmms.runs.rank.data import parse_data
     from vrh_lmms.runs.rank.evaluate import evaluate, query_ranks, rank_sets
     from vrh_lmms.runs.rank.scoring import NULL_QUERY
+    from vrh_lmms.runs.runner import Runner, result_job
     from vrh_lmms.runs.sweep.checks import dead_heads_of
 
-    parse_data(args.data)  # a bad --data is refused before anything loads
+    kind, folder = parse_data(args.data)  # a bad --data is refused before anything loads
     ks = _ks(args.k)
     if args.random_seeds < 0:
         raise VRHError(f"--random-seeds must be >= 0, got {args.random_seeds}")
     out = Path(args.output)
-    check_output(out, outputs.RESULT, args.force)
     hf = load_heads_file(args.heads_file)
     if ks[-1] > len(hf.ranking):
         raise VRHError(f"--k {ks[-1]} is more than the heads file ranks ({len(hf.ranking)})")
     plan = preload.plan_args(args.model, args.model_args)
     preload.refuse_head_args(plan.args, "the ranker", {k: "the ranker reads the intact model; heads are chosen "
                                                           "with --heads-file and --k" for k in preload.HEAD_ARGS})
+    identity = run_identity("rank", {**vars(args), "k": ks}, IDENTITY, args.heads_file) | _data_files(kind, folder)
+    runner = Runner(result_job(out, outputs.LAYOUT, outputs.RESULT, identity, "rank run"), args.force)
+    runner.inspect()
+    if runner.finished:
+        console.step(runner.complete_note())
+        return 0
     console.step(f"ranker: {args.model} on {args.data}", line=False)
     data, template = load_data(args)
-    lm = lmms.build_model(args.model, args.model_args, batch_size=1)
+    geometry = preload.plan_geometry(plan).geometry
+    if geometry is not None:  # the checkpoint's config.json: a heads file of another model, before the folder
+        check_heads_file_fits(hf, geometry, allow_cross_model=args.allow_cross_model)
+    runner.claim()
+    lm = runner.model(lambda: lmms.build_model(args.model, args.model_args, batch_size=1))
     geometry = lm.vrh_decoder.geometry
     check_heads_file_fits(hf, geometry, allow_cross_model=args.allow_cross_model)
     dead = dead_heads_of(lm, hf)
     sets = rank_sets(hf, geometry, ks, args.random_seeds, dead)
-    out.mkdir(parents=True, exist_ok=True)
-    console.log_to(out / LOG_NAME)
-    processor = backend_processor(lm)
-    text_first = getattr(lm, "vrh_image_position", "before_prompt") == "after_prompt"
+    done: dict[str, Any] = {}
 
-    def mass(text: str, set_id: str) -> np.ndarray:
-        inputs = multi_image_inputs(processor, template.format(query=text), data.sets[set_id].images, text_first)
-        return candidate_mass(lm.model, dict(inputs), checked_spans(processor, inputs))
+    def unit(_: str) -> None:
+        processor = backend_processor(lm)
+        text_first = getattr(lm, "vrh_image_position", "before_prompt") == "after_prompt"
 
-    query_mass: dict[str, np.ndarray] = {}
-    null_mass: dict[str, np.ndarray] = {}
-    console.step("capturing attention over the candidates")
-    bar = console.bar(len(data.queries) + len(data.sets), "forwards (queries + null queries)", "forward")
-    try:
-        for set_id in data.sets:
-            null_mass[set_id] = mass(NULL_QUERY, set_id)
-            bar.update(1)
-        for q in data.queries:
-            query_mass[q.query_id] = mass(q.text, q.set_id)
-            bar.update(1)
-    finally:
-        bar.close()
-    ranks = query_ranks(data.queries, query_mass, null_mass, sets)
-    n_cands = sorted({len(s.images) for s in data.sets.values()})
-    chance = float(np.mean([min(1.0, len(q.gold) / len(data.sets[q.set_id].images)) for q in data.queries]))
-    result: dict[str, Any] = {
-        "model": args.model, "model_args": args.model_args, "data": data.name, "data_arg": args.data,
-        "notes": data.notes, "heads_file": str(Path(args.heads_file).resolve()), "ks": ks,
-        "random_seeds": args.random_seeds, "query_row": QUERY_ROW, "null_query": NULL_QUERY,
-        "prompt_template": template, "text_first": text_first, "dead_heads": [str(h) for h in dead],
-        "n_queries": len(data.queries), "n_sets": len(data.sets),
-        "candidates": n_cands[0] if len(n_cands) == 1 else f"{n_cands[0]}-{n_cands[-1]}",
-        "chance_recall@1": chance, "results": evaluate(data.queries, ranks, sets, ks),
-        "head_sets": {s.id: [str(h) for h in s.heads] for s in sets},
-        "queries": [{"id": q.query_id, "set": q.set_id, "text": q.text, "gold": q.gold,
-                     "ranks": {sc: {sid: int(r[i]) for sid, r in by.items()} for sc, by in ranks.items()}}
-                    for i, q in enumerate(data.queries)]}
-    js, md, png = outputs.write(result, out)
+        def mass(text: str, set_id: str) -> np.ndarray:
+            inputs = multi_image_inputs(processor, template.format(query=text), data.sets[set_id].images, text_first)
+            return candidate_mass(lm.model, dict(inputs), checked_spans(processor, inputs))
+
+        query_mass: dict[str, np.ndarray] = {}
+        null_mass: dict[str, np.ndarray] = {}
+        console.step("capturing attention over the candidates")
+        bar = console.bar(len(data.queries) + len(data.sets), "forwards (queries + null queries)", "forward")
+        try:
+            for set_id in data.sets:
+                null_mass[set_id] = mass(NULL_QUERY, set_id)
+                bar.update(1)
+            for q in data.queries:
+                query_mass[q.query_id] = mass(q.text, q.set_id)
+                bar.update(1)
+        finally:
+            bar.close()
+        ranks = query_ranks(data.queries, query_mass, null_mass, sets)
+        n_cands = sorted({len(s.images) for s in data.sets.values()})
+        chance = float(np.mean([min(1.0, len(q.gold) / len(data.sets[q.set_id].images)) for q in data.queries]))
+        result: dict[str, Any] = {
+            "model": args.model, "model_args": args.model_args, "data": data.name, "data_arg": args.data,
+            "notes": data.notes, "heads_file": str(Path(args.heads_file).resolve()), "ks": ks,
+            "random_seeds": args.random_seeds, "query_row": QUERY_ROW, "null_query": NULL_QUERY,
+            "prompt_template": template, "text_first": text_first, "dead_heads": [str(h) for h in dead],
+            "n_queries": len(data.queries), "n_sets": len(data.sets),
+            "candidates": n_cands[0] if len(n_cands) == 1 else f"{n_cands[0]}-{n_cands[-1]}",
+            "chance_recall@1": chance, "results": evaluate(data.queries, ranks, sets, ks),
+            "head_sets": {s.id: [str(h) for h in s.heads] for s in sets},
+            "queries": [{"id": q.query_id, "set": q.set_id, "text": q.text, "gold": q.gold,
+                         "ranks": {sc: {sid: int(r[i]) for sid, r in by.items()} for sc, by in ranks.items()}}
+                        for i, q in enumerate(data.queries)]}
+        done.update(result=result, files=outputs.write(result, out))
+
+    runner.run(unit)
+    result, (js, md, png) = done["result"], done["files"]
     console.print_summary(summary_table(result), *console.files_table("Ranker done", [
         (js, "every figure and each query's gold rank per head set"), (md, "the tables with 95% intervals"),
         (png, "Recall@1 and MRR per head set"), *console.log_row()]))
     return 0
+
+
+
+# what the ranks depend on, besides the heads file and the data files (vrh_lmms.runs.maps.setup.run_identity)
+IDENTITY = ("model", "model_args", "data", "k", "random_seeds", "limit", "candidates", "scene_seed", "scene_start",
+            "max_pages", "allow_cross_model")
+
+
+def _data_files(kind: str, folder: str | None) -> dict[str, Any]:
+    """--data mmdocir: each published file's size and modification time (reading them whole to hash would take
+    longer than the check is worth); a missing file is refused later, by the loader."""
+    if kind != "mmdocir":
+        return {}
+    from vrh_lmms.runs.rank.data import ANNOTATIONS, PAGES
+
+    files = {}
+    for name in (ANNOTATIONS, PAGES):
+        path = Path(folder) / name
+        files[name] = [path.stat().st_size, path.stat().st_mtime_ns] if path.is_file() else None
+    return {"data_files": files}
 
 
 def summary_table(result: dict[str, Any]):

@@ -12,13 +12,17 @@ import numpy as np
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.base.owned import json_with
 from vrh_lmms.runs.maps.collect import DocMaps
 from vrh_lmms.runs.maps.grid import cell_grid
 from vrh_lmms.runs.maps.locator import LocatorSettings, locate_box
 from vrh_lmms.runs.maps.views import VIEW_TITLES, VIEWS, view_maps
+from vrh_lmms.runs.runner import result_layout
 
 RESULT = "attention_maps.json"
 SCHEMA = "vrh-attention-maps/1"
+# what `vrh-lmms attention-maps` writes into its folder (vrh_lmms.runs.runner.result_layout)
+LAYOUT = result_layout(json_with("docs", schema_prefix="vrh-attention-maps/"), RESULT, "map_*.png")
 
 
 def png_name(doc: DocMaps) -> str:

@@ -9,11 +9,15 @@ from typing import Any
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.owned import json_with
+from vrh_lmms.runs.runner import result_layout
 
 RESULT = "rank.json"
 TABLE = "rank.md"
 PLOT = "rank.png"
 SCHEMA = "vrh-rank/1"
+# what `vrh-lmms rank` writes into its folder (vrh_lmms.runs.runner.result_layout)
+LAYOUT = result_layout(json_with("results", schema_prefix="vrh-rank/"), RESULT, TABLE, PLOT)
 
 
 def _ci(m: dict[str, Any]) -> str:
