@@ -80,11 +80,10 @@ def test_plan_with_control_docs_counts_the_subset(tmp_path, capsys):
 
 def test_replicate_passes_control_docs_to_its_sweeps(monkeypatch, tmp_path):
     from vrh_lmms.pipelines.replicate import run as replicate_run
-    from vrh_lmms.runs.sweep import run as sweep_run
 
-    seen = []
-    monkeypatch.setattr(sweep_run, "run_sweep", lambda spec, output, **kw: seen.append(spec) or output)
-    monkeypatch.setattr(sweep_run, "choose_pack", lambda *a: 1)
+    seen = []  # patched where replicate calls them
+    monkeypatch.setattr(replicate_run, "run_sweep", lambda spec, output, **kw: seen.append(spec) or output)
+    monkeypatch.setattr(replicate_run, "choose_pack", lambda *a: 1)
     spec = demo_spec(random_seeds=2, n_detect=16, n_eval=24)
     spec.control_docs = 7
 
