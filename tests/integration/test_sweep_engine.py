@@ -5,6 +5,7 @@ samples line are equal, while the fast engine built each task once and reused th
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from vrh_lmms.base import gc_startup
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 from vrh_lmms.harness import lmms
@@ -72,13 +74,14 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     vrh_env.setattr(datasets.features.Image, "decode_example", lambda *a, **k: decodes.append(1) or decode(*a, **k))
     reference = sweep("lmms")
     decoded_by_reference = len(decodes)
-    built, kept = [], []
+    built, kept, collector = [], [], []
     from lmms_eval import evaluator
 
     original_get, original_memo = evaluator.get_task_dict, engine.InputsOnce.__call__
 
     def counting_get(*args, **kwargs):
         built.append(args[0])
+        collector.append((gc.isenabled(), gc.get_freeze_count() > 0))
         return original_get(*args, **kwargs)
 
     def counting_memo(self, *args, **kwargs):
@@ -97,7 +100,8 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     engine.InputsOnce.__call__ = counting_memo
     lm.vrh_pack = keeping_pack
     try:
-        fast = sweep("fast")
+        with gc_startup.paused():  # as the sweep command runs it
+            fast = sweep("fast")
     finally:
         evaluator.get_task_dict, engine.InputsOnce.__call__ = original_get, original_memo
         del lm.vrh_pack
@@ -107,6 +111,7 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     else:
         assert max(rows) == 2 * len(configs) and len(rows) == 2, "each call run on its own as it is recorded"
     assert len(built) == 1, "the fast engine builds the task once for all four configurations"
+    assert collector == [(True, True)], "collection back on, start-up's objects frozen, once the model has loaded"
     decoded = len(decodes) - decoded_by_reference
     # the synthetic grounding and VQA docs hold their images in an image column; the needle has none, the haystack
     # redraws its scenes
