@@ -72,8 +72,13 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     decodes = []  # every image the dataset decodes (a doc read from the dataset decodes its images)
     decode = datasets.features.Image.decode_example
     vrh_env.setattr(datasets.features.Image, "decode_example", lambda *a, **k: decodes.append(1) or decode(*a, **k))
+    templates = []  # every chat template the processor renders
+    render = type(lm.processor).apply_chat_template
+    vrh_env.setattr(type(lm.processor), "apply_chat_template",
+                    lambda *a, **k: templates.append(1) or render(*a, **k))
     reference = sweep("lmms")
     decoded_by_reference = len(decodes)
+    rendered_by_reference = len(templates)
     built, kept, collector = [], [], []
     from lmms_eval import evaluator
 
@@ -119,6 +124,9 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     assert decoded * len(configs) <= decoded_by_reference, \
         "each doc decoded once per sweep (for the backend and every pass's scoring), not once per configuration"
     assert kept and kept[-1] >= 3 * (len(kept) // 4), "the three later passes of the pack reuse the inputs"
+    rendered = len(templates) - rendered_by_reference
+    assert rendered_by_reference > 0 and rendered * len(configs) == rendered_by_reference, \
+        "chat templates rendered by the dry pass only, replayed to every configuration's pass"
     for cfg in configs:
         want, got = run_files(reference / "configs" / cfg.id), run_files(fast / "configs" / cfg.id)
         assert sorted(want[0]) == sorted(got[0]), cfg.id
@@ -160,3 +168,73 @@ def test_inputs_once_hands_back_equal_calls_only():
     small = engine.InputsOnce(Processor(), budget=0)  # nothing fits: every call runs the processor
     small(["a"]), small(["a"])
     assert small.hits == 0
+
+
+def test_a_pass_with_the_same_requests_replays_the_recorded_calls(monkeypatch):
+    """`InputsOnce.begin(key)`: a later `generate_until` with the same requests gets the recorded processor outputs and
+    templates back without reading pixels; a call that differs from its record ends the replay."""
+    from PIL import Image
+
+    calls, templates, read = [], [], []
+
+    class Processor:
+        def __call__(self, text, images=None):
+            calls.append(text)
+            return {"ids": torch.tensor([ord(c) for c in text[0]])}
+
+        def apply_chat_template(self, messages):
+            templates.append(messages)
+            return [m["text"] + "!" for m in messages]
+
+    tobytes = Image.Image.tobytes
+    monkeypatch.setattr(Image.Image, "tobytes", lambda self, *a, **k: read.append(1) or tobytes(self, *a, **k))
+    memo = engine.InputsOnce(Processor())
+    red = Image.new("RGB", (4, 4), "red")
+
+    def backend_pass(key, text="a"):
+        memo.begin(key)
+        texts = memo.apply_chat_template([{"text": text}])
+        out = memo(texts, images=[red])
+        memo.end()
+        return texts, out
+
+    first = backend_pass(("doc 0",))
+    assert (len(calls), len(templates)) == (1, 1) and read
+    read.clear()
+    again = backend_pass(("doc 0",))
+    assert again[0] == first[0] and again[1] is first[1]
+    assert (len(calls), len(templates), len(read), memo.replayed) == (1, 1, 0, 2), "replayed, no pixel read"
+    other = backend_pass(("doc 1",), text="b")  # other requests: computed, recorded under their own key
+    assert other[0] == ["b!"] and (len(calls), len(templates)) == (2, 2)
+    diverged = backend_pass(("doc 0",), text="c")  # same requests, other text: the record is not used
+    assert diverged[0] == ["c!"] and (len(calls), len(templates)) == (3, 3)
+
+
+def test_doc_callables_answer_once_per_doc_object():
+    """`InputsOnce.docs_once`: the task's doc_to_messages runs once per doc object per sweep; another object for the
+    same slot (a doc decoded again) runs it again."""
+    from lmms_eval.api.instance import Instance
+
+    seen = []
+
+    def doc_to_messages(doc):
+        seen.append(doc["id"])
+        return [{"role": "user", "content": [{"type": "text", "text": doc["q"]}]}]
+
+    docs = [{"id": 0, "q": "where?"}, {"id": 1, "q": "what?"}]
+    requests = [Instance("generate_until", ("ctx", doc_to_messages, {"max_new_tokens": 4}, i, "t", "test"), i,
+                         {"task": "t", "doc_id": i, "repeats": 1}) for i in range(len(docs))]
+    memo = engine.InputsOnce(object())
+    key = engine.request_key(requests)
+    assert key is not None and key == engine.request_key(requests)
+    answers = []
+    for _ in range(3):  # the dry pass records, two passes replay
+        memo.begin(key)
+        answers.append([r.args[1](d) for r, d in zip(memo.docs_once(requests), docs)])
+        memo.end()
+    assert seen == [0, 1] and answers[0] == answers[1] == answers[2]
+    assert requests[0].args[1] is doc_to_messages, "the evaluator's own requests are left as they are"
+    memo.begin(key)
+    memo.docs_once(requests)[0].args[1](dict(docs[0]))  # an equal doc, another object: asked again
+    memo.end()
+    assert seen == [0, 1, 0]
