@@ -101,6 +101,11 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
         packs.append(original_pack(*args, **kwargs))
         return packs[-1]
 
+    from lmms_eval.tasks import TaskManager
+
+    managers = []  # every TaskManager the sweep builds (each indexes the task YAMLs it sees)
+    index = TaskManager.__init__
+    vrh_env.setattr(TaskManager, "__init__", lambda self, *a, **k: managers.append(k) or index(self, *a, **k))
     evaluator.get_task_dict = counting_get
     engine.InputsOnce.__call__ = counting_memo
     lm.vrh_pack = keeping_pack
@@ -116,6 +121,8 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     else:
         assert max(rows) == 2 * len(configs) and len(rows) == 2, "each call run on its own as it is recorded"
     assert len(built) == 1, "the fast engine builds the task once for all four configurations"
+    assert len(managers) == 1 and managers[0].get("include_defaults") is False, \
+        "one TaskManager per sweep (checks and passes), indexing only our task folder when it holds every task"
     assert collector == [(True, True)], "collection back on, start-up's objects frozen, once the model has loaded"
     decoded = len(decodes) - decoded_by_reference
     # the synthetic grounding and VQA docs hold their images in an image column; the needle has none, the haystack
