@@ -72,6 +72,13 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     decodes = []  # every image the dataset decodes (a doc read from the dataset decodes its images)
     decode = datasets.features.Image.decode_example
     vrh_env.setattr(datasets.features.Image, "decode_example", lambda *a, **k: decodes.append(1) or decode(*a, **k))
+    from lmms_eval import evaluator
+
+    scorers = []  # the threads lmms-eval scores each evaluator pass's docs with
+    thread_map = evaluator._thread_map_ordered
+    vrh_env.setattr(evaluator, "_thread_map_ordered",
+                    lambda f, items, max_workers, on_complete=None: scorers.append(max_workers)
+                    or thread_map(f, items, max_workers, on_complete))
     templates = []  # every chat template the processor renders
     render = type(lm.processor).apply_chat_template
     vrh_env.setattr(type(lm.processor), "apply_chat_template",
@@ -79,6 +86,7 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     reference = sweep("lmms")
     decoded_by_reference = len(decodes)
     rendered_by_reference = len(templates)
+    assert scorers == [4] * len(configs), "the reference engine scores as lmms-eval does by default"
     built, kept, collector = [], [], []
     from lmms_eval import evaluator
 
@@ -131,6 +139,7 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     assert decoded * len(configs) <= decoded_by_reference, \
         "each doc decoded once per sweep (for the backend and every pass's scoring), not once per configuration"
     assert kept and kept[-1] >= 3 * (len(kept) // 4), "the three later passes of the pack reuse the inputs"
+    assert scorers[len(configs):] == [1] * (len(configs) + 1), "our tasks' docs scored in one thread"
     rendered = len(templates) - rendered_by_reference
     assert rendered_by_reference > 0 and rendered * len(configs) == rendered_by_reference, \
         "chat templates rendered by the dry pass only, replayed to every configuration's pass"
@@ -245,3 +254,18 @@ def test_doc_callables_answer_once_per_doc_object():
     memo.docs_once(requests)[0].args[1](dict(docs[0]))  # an equal doc, another object: asked again
     memo.end()
     assert seen == [0, 1, 0]
+
+
+def test_own_tasks_are_those_of_our_task_folder(tmp_path):
+    """Only tasks whose YAML lies in our task folder are scored in the calling thread; lmms-eval's own or a user's
+    (whose scoring may wait on a network judge) keep lmms-eval's scoring threads."""
+    from types import SimpleNamespace
+
+    from vrh_lmms.base.paths import tasks_path
+
+    tm = SimpleNamespace(task_index={"ours": {"yaml_path": str(tasks_path() / "synth" / "grounding.yaml")},
+                                     "theirs": {"yaml_path": str(tmp_path / "theirs.yaml")},
+                                     "python_task": {"yaml_path": -1}})
+    assert lmms.own_tasks(tm, ["ours"])
+    assert not lmms.own_tasks(tm, ["ours", "theirs"])
+    assert not lmms.own_tasks(tm, ["python_task"]) and not lmms.own_tasks(tm, ["unknown"])

@@ -102,6 +102,27 @@ def keep_rows(task_dict: dict, limit: int = DOC_ROWS) -> None:
 
 
 @contextmanager
+def scoring_in_thread() -> Iterator[None]:
+    """While active, lmms-eval's evaluator scores each pass's docs in the calling thread rather than in its pool
+    of `process_docs_parallel` threads. For our own tasks (scoring in plain Python, which the GIL runs one thread
+    at a time) the pool only adds its hand-offs: ~0.4 s of CPU over the demo's 22 passes. lmms-eval returns the
+    scores in doc order either way, so scores, samples and results.json (which records the threads asked for) are
+    the same."""
+    from lmms_eval import evaluator
+
+    original = evaluator._thread_map_ordered
+
+    def in_thread(function, items, max_workers, on_complete=None):
+        return original(function, items, 1, on_complete)
+
+    evaluator._thread_map_ordered = in_thread
+    try:
+        yield
+    finally:
+        evaluator._thread_map_ordered = original
+
+
+@contextmanager
 def unwrap_once(lm: Any) -> Iterator[None]:
     """While active, the backend's `accelerator.unwrap_model` (asked on every access of `lm.model`, ~2 ms each for
     its package probes) answers from the first call for the same model object and arguments."""

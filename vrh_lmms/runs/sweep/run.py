@@ -188,7 +188,8 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     try:
         with engine.task_dict_once() if fast else contextlib.nullcontext(), \
                 engine.rows_once(lm) if fast else contextlib.nullcontext(), \
-                engine.unwrap_once(lm) if fast else contextlib.nullcontext():
+                engine.unwrap_once(lm) if fast else contextlib.nullcontext(), \
+                engine.scoring_in_thread() if fast and lmms.own_tasks(tm, spec.tasks) else contextlib.nullcontext():
             # controls on the doc subset run in packs of their own, so a pack's generations cover one doc set
             on_subset = [c for c in todo if subset_of(c) is not None]
             groups = pack_groups([c for c in todo if subset_of(c) is None], pack) + pack_groups(on_subset, pack)
