@@ -66,15 +66,16 @@ def config_contents(out: Path) -> dict[str, tuple]:
 def test_killed_sweep_resumes_to_the_same_files(tiny_qwen25, sweep_inputs):
     root, heads, env = sweep_inputs
     full, resumed = root / "full", root / "resumed"
-    subprocess.run(sweep_cmd(tiny_qwen25, heads, full), env=env, check=True, capture_output=True, timeout=600)
-    proc = subprocess.Popen(sweep_cmd(tiny_qwen25, heads, resumed), env=env, stdout=subprocess.DEVNULL,
+    alone = ["--pack", "1"]  # each configuration generates on its own, so the kill lands between configurations
+    subprocess.run(sweep_cmd(tiny_qwen25, heads, full) + alone, env=env, check=True, capture_output=True, timeout=600)
+    proc = subprocess.Popen(sweep_cmd(tiny_qwen25, heads, resumed) + alone, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline:
         done = list((resumed / "configs").glob("*/results.json")) if (resumed / "configs").exists() else []
         if len(done) >= 3 or proc.poll() is not None:
             break
-        time.sleep(0.05)  # packed passes after the first take well under a second
+        time.sleep(0.05)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     done = {p.parent.name for p in (resumed / "configs").glob("*/results.json")}
@@ -85,7 +86,7 @@ def test_killed_sweep_resumes_to_the_same_files(tiny_qwen25, sweep_inputs):
         (partial / "samples_vrh_synth_grounding.jsonl").write_text("garbage\n")
     manifest = json.loads((resumed / "sweep.json").read_text())
     assert {c["id"] for c in manifest["configurations"] if c["status"] == "done"} <= done
-    finished = subprocess.run(sweep_cmd(tiny_qwen25, heads, resumed), env=env, capture_output=True, text=True,
+    finished = subprocess.run(sweep_cmd(tiny_qwen25, heads, resumed) + alone, env=env, capture_output=True, text=True,
                               timeout=600)
     assert finished.returncode == 0, finished.stderr[-2000:]
     a, b = config_contents(full), config_contents(resumed)
@@ -98,10 +99,16 @@ def test_killed_sweep_resumes_to_the_same_files(tiny_qwen25, sweep_inputs):
     assert b["top2"][1]["ablation"]["heads"] == [str(h) for h in sorted(ranking_from_scores(
         np.random.default_rng(1).random((2, 4)))[:2])]
     # A different sweep into the same folder is refused, not mixed in.
-    other = sweep_cmd(tiny_qwen25, heads, resumed)
+    other = sweep_cmd(tiny_qwen25, heads, resumed) + alone
     other[other.index("--limit") + 1] = "2"
     refused = subprocess.run(other, env=env, capture_output=True, text=True, timeout=300)
     assert refused.returncode == 2 and "different sweep" in refused.stderr
+
+
+def finished_in(out: Path) -> list[str]:
+    """The configurations the sweep's manifest records as done."""
+    manifest = json.loads((out / "sweep.json").read_text())
+    return [c["id"] for c in manifest["configurations"] if c["status"] == "done"]
 
 
 @pytest.mark.slow
@@ -115,7 +122,9 @@ def test_two_sweeps_never_mix_and_an_interrupted_one_is_not_reported_as_whole(ti
     scores = np.random.default_rng(2).random((2, 4))
     save_heads_file(HeadsFile({"id": str(tiny_qwen25), "family": "qwen2_5_vl"}, Geometry(2, 4, 2, 16), scores,
                               ranking_from_scores(scores)), other)
-    first = subprocess.Popen(sweep_cmd(tiny_qwen25, heads, out), env=env, stdout=subprocess.DEVNULL,
+    # long enough to outlast the second command's start-up: 51 configurations, each generating on its own
+    slow = ["--random-seeds", "12", "--pack", "1"]
+    first = subprocess.Popen(sweep_cmd(tiny_qwen25, heads, out) + slow, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
@@ -125,14 +134,14 @@ def test_two_sweeps_never_mix_and_an_interrupted_one_is_not_reported_as_whole(ti
                                 timeout=300)
         assert second.returncode == 2
         assert f"is in use by pid {first.pid} (vrh-lmms sweep, started" in second.stderr.strip().splitlines()[-1]
-        while time.time() < deadline and first.poll() is None and not list(out.glob("configs/*/results.json")):
+        while time.time() < deadline and first.poll() is None and not finished_in(out):
             time.sleep(0.05)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
-    done = sorted(p.parent.name for p in out.glob("configs/*/results.json"))
-    assert 1 <= len(done) < 11, done
+    done = finished_in(out)  # the manifest's (a results.json written just before the kill may not be in it yet)
     manifest = json.loads((out / "sweep.json").read_text())
+    assert 1 <= len(done) < len(manifest["configurations"]), done
     assert manifest["heads_file"] == str(heads)
     again = subprocess.run(sweep_cmd(tiny_qwen25, other, out), env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 2 and "heads_file_sha256 differ" in again.stderr

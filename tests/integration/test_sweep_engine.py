@@ -5,6 +5,7 @@ samples line are equal, while the fast engine built each task once and reused th
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from vrh_lmms.base import gc_startup
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
 from vrh_lmms.harness import lmms
@@ -70,15 +72,29 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     decodes = []  # every image the dataset decodes (a doc read from the dataset decodes its images)
     decode = datasets.features.Image.decode_example
     vrh_env.setattr(datasets.features.Image, "decode_example", lambda *a, **k: decodes.append(1) or decode(*a, **k))
+    from lmms_eval import evaluator
+
+    scorers = []  # the threads lmms-eval scores each evaluator pass's docs with
+    thread_map = evaluator._thread_map_ordered
+    vrh_env.setattr(evaluator, "_thread_map_ordered",
+                    lambda f, items, max_workers, on_complete=None: scorers.append(max_workers)
+                    or thread_map(f, items, max_workers, on_complete))
+    templates = []  # every chat template the processor renders
+    render = type(lm.processor).apply_chat_template
+    vrh_env.setattr(type(lm.processor), "apply_chat_template",
+                    lambda *a, **k: templates.append(1) or render(*a, **k))
     reference = sweep("lmms")
     decoded_by_reference = len(decodes)
-    built, kept = [], []
+    rendered_by_reference = len(templates)
+    assert scorers == [4] * len(configs), "the reference engine scores as lmms-eval does by default"
+    built, kept, collector = [], [], []
     from lmms_eval import evaluator
 
     original_get, original_memo = evaluator.get_task_dict, engine.InputsOnce.__call__
 
     def counting_get(*args, **kwargs):
         built.append(args[0])
+        collector.append((gc.isenabled(), gc.get_freeze_count() > 0))
         return original_get(*args, **kwargs)
 
     def counting_memo(self, *args, **kwargs):
@@ -93,11 +109,17 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
         packs.append(original_pack(*args, **kwargs))
         return packs[-1]
 
+    from lmms_eval.tasks import TaskManager
+
+    managers = []  # every TaskManager the sweep builds (each indexes the task YAMLs it sees)
+    index = TaskManager.__init__
+    vrh_env.setattr(TaskManager, "__init__", lambda self, *a, **k: managers.append(k) or index(self, *a, **k))
     evaluator.get_task_dict = counting_get
     engine.InputsOnce.__call__ = counting_memo
     lm.vrh_pack = keeping_pack
     try:
-        fast = sweep("fast")
+        with gc_startup.paused():  # as the sweep command runs it
+            fast = sweep("fast")
     finally:
         evaluator.get_task_dict, engine.InputsOnce.__call__ = original_get, original_memo
         del lm.vrh_pack
@@ -107,6 +129,9 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     else:
         assert max(rows) == 2 * len(configs) and len(rows) == 2, "each call run on its own as it is recorded"
     assert len(built) == 1, "the fast engine builds the task once for all four configurations"
+    assert len(managers) == 1 and managers[0].get("include_defaults") is False, \
+        "one TaskManager per sweep (checks and passes), indexing only our task folder when it holds every task"
+    assert collector == [(True, True)], "collection back on, start-up's objects frozen, once the model has loaded"
     decoded = len(decodes) - decoded_by_reference
     # the synthetic grounding and VQA docs hold their images in an image column; the needle has none, the haystack
     # redraws its scenes
@@ -114,6 +139,10 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     assert decoded * len(configs) <= decoded_by_reference, \
         "each doc decoded once per sweep (for the backend and every pass's scoring), not once per configuration"
     assert kept and kept[-1] >= 3 * (len(kept) // 4), "the three later passes of the pack reuse the inputs"
+    assert scorers[len(configs):] == [1] * (len(configs) + 1), "our tasks' docs scored in one thread"
+    rendered = len(templates) - rendered_by_reference
+    assert rendered_by_reference > 0 and rendered * len(configs) == rendered_by_reference, \
+        "chat templates rendered by the dry pass only, replayed to every configuration's pass"
     for cfg in configs:
         want, got = run_files(reference / "configs" / cfg.id), run_files(fast / "configs" / cfg.id)
         assert sorted(want[0]) == sorted(got[0]), cfg.id
@@ -155,3 +184,88 @@ def test_inputs_once_hands_back_equal_calls_only():
     small = engine.InputsOnce(Processor(), budget=0)  # nothing fits: every call runs the processor
     small(["a"]), small(["a"])
     assert small.hits == 0
+
+
+def test_a_pass_with_the_same_requests_replays_the_recorded_calls(monkeypatch):
+    """`InputsOnce.begin(key)`: a later `generate_until` with the same requests gets the recorded processor outputs and
+    templates back without reading pixels; a call that differs from its record ends the replay."""
+    from PIL import Image
+
+    calls, templates, read = [], [], []
+
+    class Processor:
+        def __call__(self, text, images=None):
+            calls.append(text)
+            return {"ids": torch.tensor([ord(c) for c in text[0]])}
+
+        def apply_chat_template(self, messages):
+            templates.append(messages)
+            return [m["text"] + "!" for m in messages]
+
+    tobytes = Image.Image.tobytes
+    monkeypatch.setattr(Image.Image, "tobytes", lambda self, *a, **k: read.append(1) or tobytes(self, *a, **k))
+    memo = engine.InputsOnce(Processor())
+    red = Image.new("RGB", (4, 4), "red")
+
+    def backend_pass(key, text="a"):
+        memo.begin(key)
+        texts = memo.apply_chat_template([{"text": text}])
+        out = memo(texts, images=[red])
+        memo.end()
+        return texts, out
+
+    first = backend_pass(("doc 0",))
+    assert (len(calls), len(templates)) == (1, 1) and read
+    read.clear()
+    again = backend_pass(("doc 0",))
+    assert again[0] == first[0] and again[1] is first[1]
+    assert (len(calls), len(templates), len(read), memo.replayed) == (1, 1, 0, 2), "replayed, no pixel read"
+    other = backend_pass(("doc 1",), text="b")  # other requests: computed, recorded under their own key
+    assert other[0] == ["b!"] and (len(calls), len(templates)) == (2, 2)
+    diverged = backend_pass(("doc 0",), text="c")  # same requests, other text: the record is not used
+    assert diverged[0] == ["c!"] and (len(calls), len(templates)) == (3, 3)
+
+
+def test_doc_callables_answer_once_per_doc_object():
+    """`InputsOnce.docs_once`: the task's doc_to_messages runs once per doc object per sweep; another object for the
+    same slot (a doc decoded again) runs it again."""
+    from lmms_eval.api.instance import Instance
+
+    seen = []
+
+    def doc_to_messages(doc):
+        seen.append(doc["id"])
+        return [{"role": "user", "content": [{"type": "text", "text": doc["q"]}]}]
+
+    docs = [{"id": 0, "q": "where?"}, {"id": 1, "q": "what?"}]
+    requests = [Instance("generate_until", ("ctx", doc_to_messages, {"max_new_tokens": 4}, i, "t", "test"), i,
+                         {"task": "t", "doc_id": i, "repeats": 1}) for i in range(len(docs))]
+    memo = engine.InputsOnce(object())
+    key = engine.request_key(requests)
+    assert key is not None and key == engine.request_key(requests)
+    answers = []
+    for _ in range(3):  # the dry pass records, two passes replay
+        memo.begin(key)
+        answers.append([r.args[1](d) for r, d in zip(memo.docs_once(requests), docs)])
+        memo.end()
+    assert seen == [0, 1] and answers[0] == answers[1] == answers[2]
+    assert requests[0].args[1] is doc_to_messages, "the evaluator's own requests are left as they are"
+    memo.begin(key)
+    memo.docs_once(requests)[0].args[1](dict(docs[0]))  # an equal doc, another object: asked again
+    memo.end()
+    assert seen == [0, 1, 0]
+
+
+def test_own_tasks_are_those_of_our_task_folder(tmp_path):
+    """Only tasks whose YAML lies in our task folder are scored in the calling thread; lmms-eval's own or a user's
+    (whose scoring may wait on a network judge) keep lmms-eval's scoring threads."""
+    from types import SimpleNamespace
+
+    from vrh_lmms.base.paths import tasks_path
+
+    tm = SimpleNamespace(task_index={"ours": {"yaml_path": str(tasks_path() / "synth" / "grounding.yaml")},
+                                     "theirs": {"yaml_path": str(tmp_path / "theirs.yaml")},
+                                     "python_task": {"yaml_path": -1}})
+    assert lmms.own_tasks(tm, ["ours"])
+    assert not lmms.own_tasks(tm, ["ours", "theirs"])
+    assert not lmms.own_tasks(tm, ["python_task"]) and not lmms.own_tasks(tm, ["unknown"])

@@ -55,6 +55,17 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
     return TaskManager("WARNING", include_path=paths, model_name=model_name)
 
 
+def own_tasks(tm, tasks: list[str]) -> bool:
+    """Whether every one of `tasks` (a task or group name) is defined in our task folder: tasks whose scoring is
+    local Python, which lmms-eval's scoring threads cannot speed up (the GIL) but do slow down."""
+    root = Path(tasks_path()).resolve()
+    for task in tasks:
+        path = (getattr(tm, "task_index", None) or {}).get(task, {}).get("yaml_path")
+        if not isinstance(path, str) or not Path(path).resolve().is_relative_to(root):
+            return False
+    return True
+
+
 def leaf_tasks(tm, task: str):
     """(name, task object) of every task `task` names (itself, or each task of a group): lmms-eval's own objects,
     their datasets loaded and `process_docs` applied."""

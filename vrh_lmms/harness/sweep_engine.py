@@ -18,7 +18,9 @@ the head set once per sweep instead of once per configuration:
   and so are the docs each pass's requests and scoring iterate over (`task_dict_once` hands out tasks whose splits
   keep their rows: `_Rows`, shared with the backend's);
 - the processor's output for a batch of docs (tokenising, resizing, normalising and patching the images) is kept
-  from the first pass of a pack and handed back, keyed by the full content of the call (`InputsOnce`);
+  from the first pass of a pack and handed back, keyed by the full content of the call (`InputsOnce`); a later
+  pass's `generate_until` with the same requests gets the processor's outputs and the chat templates in the order
+  the first made them, without hashing pixels or rendering templates again (`InputsOnce.begin`, `request_key`);
 - the backend's `accelerator.unwrap_model`, asked on every `lm.model`, answers once (`unwrap_once`).
 """
 
@@ -100,6 +102,27 @@ def keep_rows(task_dict: dict, limit: int = DOC_ROWS) -> None:
 
 
 @contextmanager
+def scoring_in_thread() -> Iterator[None]:
+    """While active, lmms-eval's evaluator scores each pass's docs in the calling thread rather than in its pool
+    of `process_docs_parallel` threads. For our own tasks (scoring in plain Python, which the GIL runs one thread
+    at a time) the pool only adds its hand-offs: ~0.4 s of CPU over the demo's 22 passes. lmms-eval returns the
+    scores in doc order either way, so scores, samples and results.json (which records the threads asked for) are
+    the same."""
+    from lmms_eval import evaluator
+
+    original = evaluator._thread_map_ordered
+
+    def in_thread(function, items, max_workers, on_complete=None):
+        return original(function, items, 1, on_complete)
+
+    evaluator._thread_map_ordered = in_thread
+    try:
+        yield
+    finally:
+        evaluator._thread_map_ordered = original
+
+
+@contextmanager
 def unwrap_once(lm: Any) -> Iterator[None]:
     """While active, the backend's `accelerator.unwrap_model` (asked on every access of `lm.model`, ~2 ms each for
     its package probes) answers from the first call for the same model object and arguments."""
@@ -126,10 +149,19 @@ def unwrap_once(lm: Any) -> Iterator[None]:
 class InputsOnce:
     """Stands in for a backend's `processor`: the first call with some content runs the processor, a later call
     with exactly the same content (texts, images, every argument) gets the same output back. Everything else
-    (tokenizer, batch_decode, chat templates) is the processor's own."""
+    (tokenizer, batch_decode) is the processor's own.
+
+    Replayed calls: between `begin(key)` and `end()` (one backend `generate_until`, `key` its requests:
+    `request_key`), the processor calls and chat templates are recorded in order; when a later `generate_until`
+    gets the same requests (every later pass of a pack), the backend makes the same calls in the same order on the
+    same docs, so each is answered from the record without hashing its pixels or rendering its template. Each
+    replayed call is still checked against its record by everything but pixel bytes (texts, arguments, image sizes);
+    the first that differs ends the replay, and it and the calls after it are computed as usual."""
 
     def __init__(self, processor: Any, budget: int = INPUTS_BUDGET_BYTES) -> None:
-        self.__dict__.update(_processor=processor, _kept={}, _budget=budget, _used=0, hits=0, misses=0)
+        self.__dict__.update(_processor=processor, _kept={}, _budget=budget, _used=0, hits=0, misses=0,
+                             replayed=0, _scripts={}, _recording=None, _replay=None, _cursor=0,
+                             _docs=None)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._processor, name)
@@ -141,9 +173,15 @@ class InputsOnce:
         # torch-heavy: imported when a sweep runs, not by the CLI parser
         from vrh_lmms.model.packing import fingerprint, tensor_bytes
 
+        shape = self._shape("call", args, kwargs)
+        found = self._next(shape)
+        if found is not _ABSENT:
+            self.__dict__["hits"] += 1
+            return found
         key = fingerprint(args, kwargs)  # exact content: texts, images, every argument
         if key in self._kept:
             self.__dict__["hits"] += 1
+            self._record(shape, self._kept[key])
             return self._kept[key]
         self.__dict__["misses"] += 1
         out = self._processor(*args, **kwargs)
@@ -151,7 +189,118 @@ class InputsOnce:
         if self._used + size <= self._budget:
             self._kept[key] = out
             self.__dict__["_used"] = self._used + size
+            self._record(shape, out)
+        else:  # not kept: a later pass cannot be answered from this record
+            self._record(shape, _ABSENT)
         return out
+
+    def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
+        shape = self._shape("template", args, kwargs)
+        found = self._next(shape)
+        if found is not _ABSENT:
+            return list(found) if isinstance(found, list) else found
+        out = self._processor.apply_chat_template(*args, **kwargs)
+        self._record(shape, list(out) if isinstance(out, list) else out)
+        return out
+
+    # ------------------------------------------------------------------------------------ replayed calls
+    def begin(self, key: tuple | None) -> None:
+        """A backend `generate_until` with requests `key` starts (None: requests that cannot be compared)."""
+        script = self._scripts.get(key) if key is not None else None
+        if script is not None and script["complete"]:
+            self.__dict__.update(_replay=script["calls"], _cursor=0, _recording=None, _docs=script["docs"])
+            return
+        recording = None
+        if key is not None:
+            recording = self._scripts[key] = {"calls": [], "complete": False, "docs": {}}
+        self.__dict__.update(_replay=None, _recording=recording, _docs=recording["docs"] if recording else None)
+
+    def docs_once(self, requests: list) -> list:
+        """`requests` (after `begin`) with each callable argument (the task's `doc_to_messages` or `doc_to_visual`)
+        answering from the record when it is asked about the very doc object it was asked about in the recorded
+        pass (the docs are decoded once per sweep: `rows_once`), and recording otherwise. Shallow copies."""
+        import copy
+
+        docs = self.__dict__.get("_docs")
+        if docs is None:
+            return requests
+        out = []
+        for i, request in enumerate(requests):
+            args = list(request.args)
+            for j, arg in enumerate(args):
+                if callable(arg):
+                    args[j] = _doc_once(arg, docs, (i, j))
+            clone = copy.copy(request)
+            clone.arguments = tuple(args)
+            out.append(clone)
+        return out
+
+    def end(self, complete: bool = True) -> None:
+        """That `generate_until` returned (`complete`) or raised: what it recorded is used from now on, or not."""
+        if self._recording is not None:
+            self._recording["complete"] = complete and _ABSENT not in (out for _, out in self._recording["calls"])
+        self.__dict__.update(_replay=None, _recording=None, _docs=None)
+
+    @staticmethod
+    def _shape(kind: str, args: tuple, kwargs: dict[str, Any]) -> str:
+        from vrh_lmms.model.packing import fingerprint
+
+        return kind + fingerprint(args, kwargs, pixels=False)
+
+    def _next(self, shape: str) -> Any:
+        calls = self._replay
+        if calls is None:
+            return _ABSENT
+        if self._cursor < len(calls) and calls[self._cursor][0] == shape:
+            self.__dict__["_cursor"] += 1
+            self.__dict__["replayed"] += 1
+            return calls[self._cursor - 1][1]
+        self.__dict__["_replay"] = None  # the backend went another way: compute the rest of this call as usual
+        return _ABSENT
+
+    def _record(self, shape: str, out: Any) -> None:
+        if self._recording is not None:
+            self._recording["calls"].append((shape, out))
+
+
+_ABSENT = object()  # no recorded answer
+
+
+def _doc_once(function: Callable, docs: dict, slot: tuple[int, int]) -> Callable:
+    def once(doc, *args, **kwargs):
+        kept = docs.get(slot)
+        if kept is not None and kept[0] is doc and not args and not kwargs:
+            return kept[1]
+        out = function(doc, *args, **kwargs)
+        if not args and not kwargs:
+            docs[slot] = (doc, out)
+        return out
+
+    return once
+
+
+def request_key(requests: Any) -> tuple | None:
+    """What a backend's `generate_until` consumes, comparable across passes: every request's arguments (context,
+    generation kwargs, doc id, task, split), its callables (the task's `doc_to_visual` or `doc_to_messages`, bound
+    to the same task object on every pass) as themselves. None: an argument that cannot be compared."""
+    key = []
+    try:
+        for request in requests:
+            parts = []
+            for arg in request.args:
+                if callable(arg):
+                    hash(arg)
+                    parts.append(arg)
+                elif isinstance(arg, (str, int, float, bool, type(None))):
+                    parts.append((type(arg).__name__, arg))
+                elif isinstance(arg, (dict, list, tuple)):
+                    parts.append(("repr", repr(arg)))
+                else:
+                    return None
+            key.append(tuple(parts))
+    except (TypeError, AttributeError):
+        return None
+    return tuple(key)
 
 
 def generate_ahead(pack: Any, dry_pass: Callable[[], Any], rows_for: Callable[[int], int]) -> None:
@@ -229,7 +378,8 @@ def rows_once(lm: Any, limit: int = DOC_ROWS) -> Iterator[None]:
 
 @contextmanager
 def inputs_once(lm: Any) -> Iterator[InputsOnce | None]:
-    """While active, `lm.processor` (where the backend has one) keeps its outputs for reuse (`InputsOnce`)."""
+    """While active, `lm.processor` (where the backend has one) keeps its outputs for reuse (`InputsOnce`), and each
+    `lm.generate_until` records or replays its processor calls and chat templates by its requests."""
     processor = getattr(lm, "processor", None)
     if processor is None or not callable(processor) or isinstance(processor, InputsOnce):
         yield None
@@ -237,9 +387,25 @@ def inputs_once(lm: Any) -> Iterator[InputsOnce | None]:
     memo = InputsOnce(processor)
     had = "processor" in vars(lm)
     lm.processor = memo
+    generate_until = getattr(lm, "generate_until", None)
+    wrap = callable(generate_until) and "generate_until" not in vars(lm)
+    if wrap:
+        def replaying(requests, *args, **kwargs):
+            memo.begin(request_key(requests))
+            try:
+                out = generate_until(memo.docs_once(requests), *args, **kwargs)
+            except BaseException:
+                memo.end(complete=False)
+                raise
+            memo.end()
+            return out
+
+        lm.generate_until = replaying
     try:
         yield memo
     finally:
+        if wrap:
+            vars(lm).pop("generate_until", None)
         if had:
             lm.processor = processor
         else:

@@ -68,11 +68,12 @@ def _tensor_digest(value: torch.Tensor) -> bytes:
     return h.digest()
 
 
-def fingerprint(args: tuple, kwargs: dict[str, Any], known: dict[int, tuple] | None = None) -> str:
+def fingerprint(args: tuple, kwargs: dict[str, Any], known: dict[int, tuple] | None = None,
+                pixels: bool = True) -> str:
     """Exact identity of a call (generate's, a processor's): every tensor's, array's and image's dtype or mode,
     shape and bytes, every other value's repr. `known` keeps each tensor's digest with a weak reference to it and its
     version counter (which any in-place change bumps), so a call made again with the very same tensors hashes no
-    bytes."""
+    bytes. `pixels=False`: tensors, arrays and images by dtype or mode and shape only (their bytes are not read)."""
     import numpy as np
     from PIL import Image
 
@@ -80,7 +81,11 @@ def fingerprint(args: tuple, kwargs: dict[str, Any], known: dict[int, tuple] | N
 
     def feed(name: str, value: Any) -> None:
         h.update(name.encode())
-        if isinstance(value, torch.Tensor):
+        if not pixels and isinstance(value, (torch.Tensor, np.ndarray)):
+            h.update(f"{value.dtype}{tuple(value.shape)}".encode())
+        elif not pixels and isinstance(value, Image.Image):
+            h.update(f"{value.mode}{value.size}".encode())
+        elif isinstance(value, torch.Tensor):
             entry = known.get(id(value)) if known is not None else None
             if entry is None or entry[0]() is not value or entry[1] != value._version:
                 entry = (weakref.ref(value), value._version, _tensor_digest(value))

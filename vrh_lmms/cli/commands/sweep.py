@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from vrh_lmms.base import console
+from vrh_lmms.base import console, gc_startup
 from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness.sweep_engine import ENGINES
 from vrh_lmms.runs.protocol import SWEEP_PRESETS, resolve, scorer_cells
@@ -82,6 +82,11 @@ def _compare_cells(text: str | None, heads_file: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    with gc_startup.paused():  # no cyclic collection while start-up imports; run_sweep settles it after the model loads
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     limit = None if args.limit is None else (int(args.limit) if float(args.limit).is_integer() else args.limit)
     opts = resolve(SWEEP_PRESETS, args.preset, {"k": args.k, "controls": args.control,
                                                  "control_pool": args.control_pool,

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base import console
+from vrh_lmms.base import console, gc_startup
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.harness import sweep_engine as engine
 from vrh_lmms.runs.runner import Job
@@ -138,6 +138,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     if not runner.pending:
         return out
     lm = runner.model(lambda: lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size))
+    gc_startup.settle()  # start-up's objects (modules, model, tasks) frozen: later collections skip them
     geometry = lm.vrh_decoder.geometry
     dead = checks.dead_heads_of(lm)
     # the loaded model's own geometry and dead heads, before the first evaluation
@@ -187,7 +188,8 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     try:
         with engine.task_dict_once() if fast else contextlib.nullcontext(), \
                 engine.rows_once(lm) if fast else contextlib.nullcontext(), \
-                engine.unwrap_once(lm) if fast else contextlib.nullcontext():
+                engine.unwrap_once(lm) if fast else contextlib.nullcontext(), \
+                engine.scoring_in_thread() if fast and lmms.own_tasks(tm, spec.tasks) else contextlib.nullcontext():
             # controls on the doc subset run in packs of their own, so a pack's generations cover one doc set
             on_subset = [c for c in todo if subset_of(c) is not None]
             groups = pack_groups([c for c in todo if subset_of(c) is None], pack) + pack_groups(on_subset, pack)
