@@ -26,6 +26,7 @@ the head set once per sweep instead of once per configuration:
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -55,6 +56,7 @@ def task_dict_once() -> Iterator[None]:
     Every evaluator pass still configures the tasks (generation kwargs, few-shot seed) and rebuilds its requests
     from the docs, which is all a second `get_task_dict` would have changed. The tasks' splits keep their rows
     (`keep_rows`): every pass builds its requests from, and scores, the docs the first pass decoded."""
+    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
     from lmms_eval import evaluator
 
     original = evaluator.get_task_dict
@@ -108,6 +110,7 @@ def scoring_in_thread() -> Iterator[None]:
     at a time) the pool only adds its hand-offs: ~0.4 s of CPU over the demo's 22 passes. lmms-eval returns the
     scores in doc order either way, so scores, samples and results.json (which records the threads asked for) are
     the same."""
+    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
     from lmms_eval import evaluator
 
     original = evaluator._thread_map_ordered
@@ -171,6 +174,7 @@ class InputsOnce:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # torch-heavy: imported when a sweep runs, not by the CLI parser
+        # deferred: keeps `vrh-lmms demo --help` free of torch
         from vrh_lmms.model.packing import fingerprint, tensor_bytes
 
         shape = self._shape("call", args, kwargs)
@@ -219,8 +223,6 @@ class InputsOnce:
         """`requests` (after `begin`) with each callable argument (the task's `doc_to_messages` or `doc_to_visual`)
         answering from the record when it is asked about the very doc object it was asked about in the recorded
         pass (the docs are decoded once per sweep: `rows_once`), and recording otherwise. Shallow copies."""
-        import copy
-
         docs = self.__dict__.get("_docs")
         if docs is None:
             return requests
@@ -243,6 +245,7 @@ class InputsOnce:
 
     @staticmethod
     def _shape(kind: str, args: tuple, kwargs: dict[str, Any]) -> str:
+        # deferred: keeps `vrh-lmms demo --help` free of torch
         from vrh_lmms.model.packing import fingerprint
 
         return kind + fingerprint(args, kwargs, pixels=False)

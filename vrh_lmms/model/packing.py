@@ -26,8 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
+from PIL import Image
 from torch import nn
+from transformers import GenerationMixin
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.ablation import RowAblator, RowConfig
@@ -45,8 +48,6 @@ _UNPACKABLE_KWARGS = ("assistant_model", "streamer", "stopping_criteria", "stop_
 
 def packing_unsupported(model: nn.Module) -> str | None:
     """Why this model cannot serve packed configurations (None: it can)."""
-    from transformers import GenerationMixin
-
     if not isinstance(model, GenerationMixin):
         return f"{type(model).__name__} has no transformers generate"
     if getattr(type(model), "generate", None) is not GenerationMixin.generate:
@@ -74,9 +75,6 @@ def fingerprint(args: tuple, kwargs: dict[str, Any], known: dict[int, tuple] | N
     shape and bytes, every other value's repr. `known` keeps each tensor's digest with a weak reference to it and its
     version counter (which any in-place change bumps), so a call made again with the very same tensors hashes no
     bytes. `pixels=False`: tensors, arrays and images by dtype or mode and shape only (their bytes are not read)."""
-    import numpy as np
-    from PIL import Image
-
     h = hashlib.sha256()  # hardware-accelerated on most CPUs: ~1 GB/s, a few ms per batch of images
 
     def feed(name: str, value: Any) -> None:

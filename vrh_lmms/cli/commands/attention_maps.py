@@ -7,13 +7,18 @@ import argparse
 from pathlib import Path
 
 from vrh_lmms.base import console
+from vrh_lmms.base.errors import VRHError
 from vrh_lmms.cli.commands.options import add_model_options
+from vrh_lmms.runs.maps.capture import ROWS
+from vrh_lmms.runs.maps.collect import collect_maps, parse_docs
+from vrh_lmms.runs.maps.locator import LocatorSettings, parse_threshold
+from vrh_lmms.runs.maps.outputs import LAYOUT, RESULT, png_name, write_maps
+from vrh_lmms.runs.maps.setup import prepare, run_identity
+from vrh_lmms.runs.runner import result_job
 
 
 def add_map_options(parser: argparse.ArgumentParser) -> None:
     """Options both map commands share (attention-maps, locate)."""
-    from vrh_lmms.runs.maps.capture import ROWS
-
     add_model_options(parser)
     parser.add_argument("--tasks", required=True, help="grounding task(s) with vrh_record, e.g. vrh_refcoco_val")
     parser.add_argument("--heads-file", required=True, help="heads file whose ranking gives the top-k VRHs")
@@ -44,13 +49,6 @@ def run(args: argparse.Namespace) -> int:
     folder do nothing and load no model. The maps depend on the model, the heads file (its sha256 is in the
     identity), the data and these settings, as a sweep's results do, so a rerun that changed none of them has
     nothing new to show; --force draws them again."""
-    from vrh_lmms.base.errors import VRHError
-    from vrh_lmms.runs.maps.collect import collect_maps, parse_docs
-    from vrh_lmms.runs.maps.locator import LocatorSettings, parse_threshold
-    from vrh_lmms.runs.maps.outputs import LAYOUT, RESULT, png_name, write_maps
-    from vrh_lmms.runs.maps.setup import prepare, run_identity
-    from vrh_lmms.runs.runner import result_job
-
     docs = parse_docs(args.docs)
     settings = LocatorSettings(sigma=args.sigma, threshold=parse_threshold(args.threshold))
     out = Path(args.output)

@@ -8,8 +8,13 @@ import argparse
 import json
 from pathlib import Path
 
-from vrh_lmms.base import console, owned
-from vrh_lmms.runs.runner import result_layout
+from vrh_lmms.base import atomic, console, owned
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.cli.commands.options import add_model_options
+from vrh_lmms.model.kvcache.policy import RECENT, SINK, check_budget, topk_budget
+from vrh_lmms.runs.maps.setup import prepare, run_identity
+from vrh_lmms.runs.runner import result_job, result_layout
+from vrh_lmms.runs.sweep.checks import dead_heads_of
 
 RESULT, MARKDOWN, PLOT, RUNS = "kv_cache.json", "kv_cache.md", "kv_cache.png", "runs"
 # what `vrh-lmms kv-cache` writes into its folder (vrh_lmms.runs.runner.result_layout); `runs` holds one lmms-eval
@@ -18,9 +23,6 @@ LAYOUT = result_layout(owned.json_with("rows", schema_prefix="vrh-kv-cache/"), R
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from vrh_lmms.cli.commands.options import add_model_options
-    from vrh_lmms.model.kvcache.policy import RECENT, SINK
-
     add_model_options(parser)
     parser.add_argument("--tasks", required=True, help="task(s), comma-separated, e.g. vrh_refcoco_val")
     parser.add_argument("--heads-file", required=True, help="heads file whose ranking orders the KV groups")
@@ -47,9 +49,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_budgets(text: str) -> list[float]:
-    from vrh_lmms.base.errors import VRHError
-    from vrh_lmms.model.kvcache.policy import check_budget
-
     try:
         values = [float(v) for v in str(text).split(",") if v.strip()]
     except ValueError:
@@ -64,14 +63,9 @@ def run(args: argparse.Namespace) -> int:
     folder do nothing and load no model. The accuracies depend on the model, the heads file (its sha256 is in the
     identity), the data and these settings (the random draws are seeded), as a sweep's results do; --force
     evaluates again. A run killed part way is redone whole (its lmms-eval runs are removed first)."""
-    from vrh_lmms.base import atomic
-    from vrh_lmms.base.errors import VRHError
-    from vrh_lmms.model.kvcache.policy import topk_budget
+    # deferred: keeps `vrh-lmms kv-cache --help` free of torch, transformers, matplotlib
     from vrh_lmms.runs.kvcache.evaluate import evaluate_policy, plan
     from vrh_lmms.runs.kvcache.outputs import curve, markdown, table
-    from vrh_lmms.runs.maps.setup import prepare, run_identity
-    from vrh_lmms.runs.runner import result_job
-    from vrh_lmms.runs.sweep.checks import dead_heads_of
 
     budgets = parse_budgets(args.budgets)
     if args.random_seeds < 0:

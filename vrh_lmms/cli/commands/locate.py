@@ -9,10 +9,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base import console
+from rich.table import Table
+
+from vrh_lmms.base import atomic, console
+from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL, KINDS, POOLS
 from vrh_lmms.base.owned import json_with
-from vrh_lmms.runs.runner import result_layout
+from vrh_lmms.cli.commands.attention_maps import add_map_options
+from vrh_lmms.runs.maps.collect import collect_maps
+from vrh_lmms.runs.maps.locator import LocatorSettings, parse_threshold
+from vrh_lmms.runs.maps.setup import prepare, run_identity
+from vrh_lmms.runs.runner import result_job, result_layout
+from vrh_lmms.runs.sweep.checks import dead_heads_of
 
 RESULT = "locate.json"
 SCHEMA = "vrh-locate/1"
@@ -21,8 +29,6 @@ LAYOUT = result_layout(json_with("rows", schema_prefix="vrh-locate/"), RESULT)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from vrh_lmms.cli.commands.attention_maps import add_map_options
-
     add_map_options(parser)
     parser.add_argument("--limit", type=int, default=100, help="docs per task (default 100; -1 for all)")
     parser.add_argument("--k", default="5,10,20", help="head-set sizes, comma-separated (default 5,10,20)")
@@ -39,8 +45,6 @@ def _pct(v: float) -> str:
 def summary_table(result: dict[str, Any]):
     """The console table: per k, Acc@0.5 [95% CI] of the answer, the top-k locator and the controls (a control's
     interval is over docs for its fixed draws; the draws' own spread is shown beside it)."""
-    from rich.table import Table
-
     table = Table(title=f"Locator Acc@0.5 (%), {result['n_docs']} docs, intervals clustered by "
                         f"{result['clustered_by']}")
     for col in ("k", "head set", "Acc@0.5", "95% CI", "top-k minus it [95% CI]"):
@@ -72,14 +76,8 @@ def run(args: argparse.Namespace) -> int:
     folder do nothing and load no model. Acc@0.5 depends on the model, the heads file (its sha256 is in the
     identity), the data and these settings (the control draws are seeded), as a sweep's results do, so such a
     rerun would only repeat the figures; --force computes them again."""
-    from vrh_lmms.base import atomic
-    from vrh_lmms.base.errors import VRHError
-    from vrh_lmms.runs.maps.collect import collect_maps
+    # deferred: keeps `vrh-lmms locate --help` free of statsmodels
     from vrh_lmms.runs.maps.evaluate import evaluate_sets, locate_doc, locator_sets
-    from vrh_lmms.runs.maps.locator import LocatorSettings, parse_threshold
-    from vrh_lmms.runs.maps.setup import prepare, run_identity
-    from vrh_lmms.runs.runner import result_job
-    from vrh_lmms.runs.sweep.checks import dead_heads_of
 
     try:
         ks = sorted({int(v) for v in args.k.split(",") if v.strip()})

@@ -9,8 +9,23 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from rich.table import Table
+
 from vrh_lmms.base import console
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.spec import check_heads_file_fits
+from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
 from vrh_lmms.cli.commands.options import add_model_options
+from vrh_lmms.harness.preload import parse_model_args
+from vrh_lmms.runs.maps.setup import run_identity
+from vrh_lmms.runs.rank import outputs
+from vrh_lmms.runs.rank.data import ANNOTATIONS, PAGES, load_mmdocir, parse_data, synth_set
+from vrh_lmms.runs.rank.outputs import table_rows
+from vrh_lmms.runs.rank.scoring import NULL_QUERY
+from vrh_lmms.runs.runner import Runner, result_job
+from vrh_lmms.runs.sweep.checks import dead_heads_of
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -37,8 +52,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _ks(text: str) -> list[int]:
-    from vrh_lmms.base.errors import VRHError
-
     try:
         ks = sorted({int(v) for v in text.split(",") if v.strip()})
     except ValueError:
@@ -50,19 +63,12 @@ def _ks(text: str) -> list[int]:
 
 def _demo_spec(model_args: str):
     """The demo spec beside `pretrained` (its scenes and prompt), or None for other models."""
-    from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
-    from vrh_lmms.harness.preload import parse_model_args
-
     pre = parse_model_args(model_args).get("pretrained")
     return DemoSpec.load(pre) if pre and (Path(str(pre)) / SPEC_FILE).is_file() else None
 
 
 def load_data(args: argparse.Namespace):
     """The queries, and the template that turns a query into the prompt's text ({query})."""
-    from vrh_lmms.base.errors import VRHError
-    from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT
-    from vrh_lmms.runs.rank.data import load_mmdocir, parse_data, synth_set
-
     kind, path = parse_data(args.data)
     if args.limit is not None and args.limit < 1:
         raise VRHError(f"--limit must be at least 1, got {args.limit}")
@@ -81,21 +87,13 @@ def run(args: argparse.Namespace) -> int:
     synthetic scenes), the heads file (its sha256 is in the identity), these settings (the scenes and draws are
     seeded) and, for --data mmdocir, the two files of the folder: their sizes and modification times are in the
     identity too, so a changed data set is another run, refused without --force; --force ranks again."""
-    import numpy as np
+    # deferred: keeps `vrh-lmms rank --help` free of torch, transformers, scipy
 
-    from vrh_lmms.base.errors import VRHError
-    from vrh_lmms.base.heads.heads_file import load_heads_file
-    from vrh_lmms.base.heads.spec import check_heads_file_fits
+    # deferred: keeps `vrh-lmms rank --help` free of torch, transformers, scipy
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.runs.discovery.collector import backend_processor
-    from vrh_lmms.runs.maps.setup import run_identity
-    from vrh_lmms.runs.rank import outputs
     from vrh_lmms.runs.rank.capture import QUERY_ROW, candidate_mass, checked_spans, multi_image_inputs
-    from vrh_lmms.runs.rank.data import parse_data
     from vrh_lmms.runs.rank.evaluate import evaluate, query_ranks, rank_sets
-    from vrh_lmms.runs.rank.scoring import NULL_QUERY
-    from vrh_lmms.runs.runner import Runner, result_job
-    from vrh_lmms.runs.sweep.checks import dead_heads_of
 
     kind, folder = parse_data(args.data)  # a bad --data is refused before anything loads
     ks = _ks(args.k)
@@ -184,8 +182,6 @@ def _data_files(kind: str, folder: str | None) -> dict[str, Any]:
     longer than the check is worth); a missing file is refused later, by the loader."""
     if kind != "mmdocir":
         return {}
-    from vrh_lmms.runs.rank.data import ANNOTATIONS, PAGES
-
     files = {}
     for name in (ANNOTATIONS, PAGES):
         path = Path(folder) / name
@@ -195,9 +191,6 @@ def _data_files(kind: str, folder: str | None) -> dict[str, Any]:
 
 def summary_table(result: dict[str, Any]):
     """The console table: the calibrated figures of rank.md."""
-    from rich.table import Table
-
-    from vrh_lmms.runs.rank.outputs import table_rows
 
     table = Table(title=f"Ranker, null-question calibrated: {result['n_queries']} queries, {result['n_sets']} "
                         f"candidate sets (%, 95% CI clustered by set; chance R@1 "

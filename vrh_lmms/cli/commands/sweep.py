@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console, gc_startup
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness.sweep_engine import ENGINES
 from vrh_lmms.runs.protocol import SWEEP_PRESETS, resolve, scorer_cells
@@ -66,9 +68,6 @@ def _compare_cells(text: str | None, heads_file: str | None) -> list[str]:
     """The distinct cells --compare-cells names, checked against the heads file's cells before any model loads."""
     if not text:
         return []
-    from vrh_lmms.base.errors import VRHError
-    from vrh_lmms.base.heads.heads_file import load_heads_file
-
     if not heads_file:
         raise VRHError("--compare-cells needs --heads-file (it holds each cell's ranking)")
     hf = load_heads_file(heads_file)

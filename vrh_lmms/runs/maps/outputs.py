@@ -45,6 +45,7 @@ def doc_block(doc: DocMaps, top: Sequence[HeadRef], settings: LocatorSettings) -
 def write_maps(docs: Sequence[DocMaps], top: Sequence[HeadRef], settings: LocatorSettings, output: Path,
                header: dict[str, Any]) -> Path:
     """PNGs first, the JSON last (its presence means the run finished)."""
+    # deferred: keeps `vrh-lmms attention-maps --help` free of matplotlib
     from vrh_lmms.runs.maps.figure import maps_figure
 
     output.mkdir(parents=True, exist_ok=True)

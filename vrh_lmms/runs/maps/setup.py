@@ -11,6 +11,8 @@ from typing import Any
 
 from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.spec import check_heads_file_fits
 from vrh_lmms.runs.runner import Job, Runner
 from vrh_lmms.runs.sweep.checks import data_identity, sha256_of
 
@@ -48,8 +50,7 @@ def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cros
     file, which it may check: refused in one line, or finished with the same settings, then nothing loads) and check
     every doc's box, all before any weight loads; then claim the folder, build the model through the runner and fit
     the file to it."""
-    from vrh_lmms.base.heads.heads_file import load_heads_file
-    from vrh_lmms.base.heads.spec import check_heads_file_fits
+    # deferred: keeps `vrh-lmms rank --help` free of torch
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.runs.discovery.evidence import check_docs
 

@@ -62,9 +62,11 @@ def markdown(data: dict[str, Any]) -> str:
 
 
 def plot(data: dict[str, Any], path: Path) -> Path:
+    # deferred: keeps `vrh-lmms rank --help` free of matplotlib
     import matplotlib
 
     matplotlib.use("Agg")
+    # deferred: keeps `vrh-lmms rank --help` free of matplotlib
     import matplotlib.pyplot as plt
 
     block = data["results"]["calibrated"]

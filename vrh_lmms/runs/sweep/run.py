@@ -25,6 +25,7 @@ from typing import Any
 
 from vrh_lmms.base import console, gc_startup
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.spec import HeadSet
 from vrh_lmms.harness import sweep_engine as engine
 from vrh_lmms.runs.runner import Job
 from vrh_lmms.runs.sweep import checks, control_docs
@@ -108,6 +109,7 @@ def describe_configurations(job: Job, spec: SweepSpec) -> None:
 def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None, progress: bool = True) -> Path:
     """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model. On several ranks every
     rank checks and evaluates, rank 0 alone changes the folder (vrh_lmms.harness.distributed)."""
+    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval, torch
     from vrh_lmms.harness import distributed, doc_subset, lmms  # torch and lmms-eval: not at `vrh-lmms sweep` parse
 
     out = Path(output)
@@ -213,8 +215,6 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
                 lm.vrh_unpack()
     finally:
         bar.close()
-        from vrh_lmms.base.heads.spec import HeadSet
-
         lm.vrh_apply(HeadSet((), "none", "baseline", 0))
     return out
 
@@ -249,6 +249,7 @@ def choose_pack(requested: int | None, lm, n_todo: int, batch_size: int) -> int:
     on_cuda = getattr(device, "type", "cpu") == "cuda"
     rows = AUTO_PACK_ROWS["cuda" if on_cuda else "cpu"]
     if on_cuda:
+        # deferred: keeps `vrh-lmms demo --help` free of torch
         import torch
 
         free, _ = torch.cuda.mem_get_info(device)
@@ -265,6 +266,7 @@ def rows_limit(lm) -> Callable[[int], int]:
     device = getattr(model, "device", None)
     if getattr(device, "type", "cpu") != "cuda":
         return lambda tokens: STACKED_ROWS_CPU
+    # deferred: keeps `vrh-lmms demo --help` free of torch
     import torch
 
     free, _ = torch.cuda.mem_get_info(device)
@@ -274,6 +276,7 @@ def rows_limit(lm) -> Callable[[int], int]:
 
 def kv_bytes_per_token(geometry, dtype) -> int:
     """KV cache bytes one row adds per token: keys and values of every layer."""
+    # deferred: keeps `vrh-lmms demo --help` free of torch
     import torch
 
     itemsize = torch.empty((), dtype=dtype).element_size()
