@@ -77,7 +77,7 @@ def test_refusals(runs, capsys):
     tmp, (kv, main) = runs
     before = (tmp / "mask" / "kv_cache.json").read_text()
     assert main(["kv-cache", *kv, "--output", str(tmp / "mask")]) == 0  # the same run, finished: nothing to do
-    assert "already holds this kv-cache run" in capsys.readouterr().err.replace("\n", " ")
+    assert "already holds this kv-cache run" in " ".join(capsys.readouterr().err.split())  # wrapped by the console
     assert main(["kv-cache", *kv, "--random-seeds", "1", "--output", str(tmp / "mask")]) == 2  # another run
     assert "(random_seeds differ)" in capsys.readouterr().err
     assert (tmp / "mask" / "kv_cache.json").read_text() == before
