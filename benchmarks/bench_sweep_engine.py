@@ -73,6 +73,9 @@ def main() -> int:
     p.add_argument("--k", default="5")
     p.add_argument("--random-seeds", type=int, default=19)
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--threads", default=None,
+                   help="OMP_NUM_THREADS for both sides (default: the environment's, else 1); 'auto': unset, so each "
+                        "side picks its threads as a user's run does")
     p.add_argument("--json", help="write the figures here")
     args = p.parse_args()
 
@@ -95,8 +98,12 @@ def main() -> int:
     save_heads_file(HeadsFile({"id": str(model), "family": "qwen2_5_vl"}, g, scores, ranking_from_scores(scores)),
                     heads)
     n_configs = 2 + args.random_seeds * len(args.k.split(","))  # baseline, top-k and the draws per k
-    env = dict(os.environ, VRH_CACHE_DIR=str(work / "data"), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"),
-               VRH_SYNTH_CONFIG=synth_config(demo, args.docs, EVAL_START))
+    env = dict(os.environ, VRH_CACHE_DIR=str(work / "data"), VRH_SYNTH_CONFIG=synth_config(demo, args.docs, EVAL_START))
+    threads = args.threads or os.environ.get("OMP_NUM_THREADS", "1")
+    if threads == "auto":
+        env.pop("OMP_NUM_THREADS", None)
+    else:
+        env["OMP_NUM_THREADS"] = threads
     sides = {"new": (str(ROOT), [])}
     if args.old:
         old_site = work / "old_site"
@@ -129,7 +136,7 @@ def main() -> int:
 
     generations = n_configs * args.docs
     print(f"{n_configs} configurations x {args.docs} docs = {generations} generations per side; demo model "
-          f"{g.layers} layers x {g.heads} heads, float32, CPU, OMP_NUM_THREADS={env['OMP_NUM_THREADS']}")
+          f"{g.layers} layers x {g.heads} heads, float32, CPU, OMP_NUM_THREADS={threads}")
     print("| round | " + " | ".join(f"{n} s (gen/s)" for n in names) + " | identical answers |")
     print("|---|" + "---|" * len(names) + "---|")
     for row in rows:

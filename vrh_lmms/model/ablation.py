@@ -269,6 +269,7 @@ class RowAblator:
         self._rows: tuple[int, ...] | None = None
         self._solo = 0
         self._row_cache: dict[tuple[int, ...], dict[int, tuple]] = {}
+        self._spread: dict[int, torch.Tensor] = {}  # layer -> rows to copy the o_proj input to (`spread_next`)
         self._installed: Installed | None = None
 
     @property
@@ -321,6 +322,19 @@ class RowAblator:
             rows = tuple(int(r) for r in rows)
         self._rows = rows
 
+    def row_layout(self) -> tuple[int, ...] | None:
+        """The configuration of each row of the next forwards (None: every row is the `solo` one's)."""
+        return self._rows
+
+    def spread_next(self, layer: int, index: torch.Tensor | None) -> torch.Tensor | None:
+        """The next o_proj input of `layer` first becomes its rows `index` (a shared attention row copied to the
+        configurations that ablate a head there: vrh_lmms.model.shared_prefill); None clears it. Returns the index
+        that was pending and not yet used."""
+        left = self._spread.pop(layer, None)
+        if index is not None:
+            self._spread[layer] = index
+        return left
+
     def solo(self, config: int) -> None:
         """Every row of the next forwards (whatever the batch size) runs this one configuration."""
         if not 0 <= config < len(self.configs):
@@ -358,7 +372,12 @@ class RowAblator:
         """The `forward` hook of layer's head_out site: fold arithmetic on the projection's own weights, or the
         input edit before the projection that ran before (`original`)."""
 
+        def spread(x: torch.Tensor) -> torch.Tensor:
+            index = self._spread.pop(layer, None)
+            return x if index is None else x.index_select(0, index.to(x.device))
+
         def fold_forward(x: torch.Tensor, original) -> torch.Tensor:
+            x = spread(x)
             keep, bias, _ = self._row_tensors(layer, x)
             x = x * keep
             if bias is None:
@@ -368,6 +387,7 @@ class RowAblator:
             return out.view(*x.shape[:-1], bias.shape[-1])
 
         def hook_forward(x: torch.Tensor, original, *args, **kwargs):
+            x = spread(x)
             keep, _, fill = self._row_tensors(layer, x)
             x = x * keep if fill is None else x * keep + fill
             return original(x, *args, **kwargs)
@@ -386,6 +406,7 @@ class RowAblator:
             self._installed.remove()
             self._installed = None
         self._row_cache.clear()
+        self._spread.clear()
 
     def __enter__(self) -> RowAblator:
         return self.install()

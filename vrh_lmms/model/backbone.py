@@ -25,7 +25,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -97,6 +97,7 @@ class Decoder:
     geometry: Geometry
     text_config: Any
     layers_path: str
+    layers: list[nn.Module] = field(default_factory=list)  # the decoder layer modules, in order
 
     # ------------------------------------------------------------------------------------------ named sites
     def site_names(self) -> list[str]:
@@ -164,22 +165,28 @@ class Decoder:
 
             return proj.register_forward_pre_hook(pre_hook).remove
         # kind "forward": the call of the projection itself is replaced; what ran before is handed to fn
-        had_own = "forward" in proj.__dict__
-        previous_own = proj.__dict__.get("forward")
-        previous = proj.forward
+        return replace_forward(proj, lambda previous, x, *args, **kwargs: fn(x, previous, *args, **kwargs))
 
-        def forward(x, *args, **kwargs):
-            return fn(x, previous, *args, **kwargs)
 
-        proj.forward = forward
+def replace_forward(module: nn.Module, fn: Callable[..., Any]) -> Callable[[], None]:
+    """`module.forward` becomes ``fn(previous_forward, *args, **kwargs)`` on this instance; returns the undo, which
+    puts back exactly what was there (an instance's own forward, or none)."""
+    had_own = "forward" in module.__dict__
+    previous_own = module.__dict__.get("forward")
+    previous = module.forward
 
-        def detach_forward() -> None:
-            if had_own:
-                proj.forward = previous_own
-            else:
-                proj.__dict__.pop("forward", None)
+    def forward(*args, **kwargs):
+        return fn(previous, *args, **kwargs)
 
-        return detach_forward
+    module.forward = forward
+
+    def undo() -> None:
+        if had_own:
+            module.forward = previous_own
+        else:
+            module.__dict__.pop("forward", None)
+
+    return undo
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -282,7 +289,7 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
                        f"declares {declared}")
     kv = getattr(text_config, "num_key_value_heads", None) or getattr(attns[0], "num_key_value_heads", None) or heads
     geometry = Geometry(layers=len(attns), heads=heads, kv_heads=int(kv), head_dim=head_dim)
-    return Decoder(family, attns, outs, geometry, text_config, layers_path)
+    return Decoder(family, attns, outs, geometry, text_config, layers_path, list(layers))
 
 
 def dead_heads(decoder: Decoder) -> tuple[HeadRef, ...] | None:

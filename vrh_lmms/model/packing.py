@@ -37,6 +37,7 @@ from vrh_lmms.model.ablation import RowAblator, RowConfig
 from vrh_lmms.model.backbone import Decoder
 from vrh_lmms.model.decoding import DEFAULT as DEFAULT_DECODE
 from vrh_lmms.model.decoding import Decoding
+from vrh_lmms.model.shared_prefill import SharedPrefill
 
 # inputs that recorded calls (`PackedGenerate.collect`) may hold before they are run: ~280 docs of a 7B VLM's
 # 640x480 pixels, a few thousand of the demo model's
@@ -148,12 +149,15 @@ class PackedGenerate:
     """Serves configuration `current` of a pack; see the module docstring. Use as a context manager."""
 
     def __init__(self, model: nn.Module, decoder: Decoder, configs: Sequence[RowConfig],
-                 means: torch.Tensor | None = None, method: str = "auto", decode: str = DEFAULT_DECODE) -> None:
+                 means: torch.Tensor | None = None, method: str = "auto", decode: str = DEFAULT_DECODE,
+                 share_prefill: bool = True) -> None:
         reason = packing_unsupported(model)
         if reason is not None and len(configs) > 1:
             raise VRHError(f"cannot pack configurations: {reason}; use --pack 1")
         self.model = model
         self.rows = RowAblator(decoder, configs, means=means, method=method)
+        # rows of one doc compute their common layers once in the prefill; False: every row runs every layer
+        self.shared = SharedPrefill(decoder, self.rows) if share_prefill else None
         self.n = len(configs)
         self.current = 0
         self.stats = PackStats()
@@ -183,12 +187,16 @@ class PackedGenerate:
         self._original = self.model.generate
         self.model.generate = self._generate
         self.rows.install()
+        if self.shared is not None:
+            self.shared.install()
         self.serve(self.current)
         return self
 
     def uninstall(self) -> None:
         self.model.__dict__.pop("generate", None)
         self.model.__dict__.pop("_expand_inputs_for_generation", None)
+        if self.shared is not None:
+            self.shared.uninstall()
         self.rows.uninstall()
         self._digests.clear()
         for stored in self._stored:
@@ -312,11 +320,16 @@ class PackedGenerate:
             return expand(self.model, *a, expand_size=expand_size * k, **kw)
 
         self.model._expand_inputs_for_generation = expand_k
-        self.rows.set_rows([c for _ in range(batch) for c in pending])
+        layout = [c for _ in range(batch) for c in pending]
+        self.rows.set_rows(layout)
+        if self.shared is not None:
+            self.shared.arm(layout, rows_per_doc=k)
         try:
             out = self._decode((), kwargs)
         finally:
             self.model.__dict__.pop("_expand_inputs_for_generation", None)
+            if self.shared is not None:
+                self.shared.disarm()
             self.rows.solo(self.current)
         if not isinstance(out, torch.Tensor) or out.shape[0] != batch * k or out.shape[1] < prompt:
             raise VRHError(f"packed generate returned {type(out).__name__} {getattr(out, 'shape', '')}; expected "
