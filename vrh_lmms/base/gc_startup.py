@@ -1,4 +1,5 @@
-"""Python's cyclic garbage collector off while a command starts up, and told afterwards to skip what start-up built.
+"""Python's cyclic garbage collector off while a command starts up, told afterwards to skip what start-up built, and
+kept off the objects that remain when the process exits (`freeze_at_exit`).
 
 A sweep's start-up imports lmms-eval, transformers, torch and datasets: ~530,000 long-lived objects. CPython runs a
 full collection each time the long-lived objects grow by a quarter, and each walks them all: 8 full collections,
@@ -11,11 +12,13 @@ computed; the objects frozen stay alive until the command ends (modules, the mod
 
 from __future__ import annotations
 
+import atexit
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 _paused = False  # collection paused by `paused`, not yet resumed by `settle`
+_exit_registered = False  # `freeze_at_exit` has registered its atexit hook
 _frozen = False  # objects frozen by `settle` within the current `paused`
 
 
@@ -46,3 +49,19 @@ def settle() -> None:
     gc.freeze()
     _paused, _frozen = False, True
     gc.enable()
+
+
+def freeze_at_exit() -> None:
+    """When the interpreter exits, move everything still alive to the permanent generation first.
+
+    CPython's shutdown runs full collections over every object the process holds while it clears the modules:
+    ~1.1 s of a 2-core machine for the ~520,000 objects torch, transformers and lmms-eval leave (0.25 s with them
+    frozen; measured on an import of the three and exit). Frozen objects are still freed by reference counting as
+    the modules go; only cyclic garbage among them is left to the operating system, whose memory it is about to
+    reclaim anyway, and a cycle's `__del__` does not run (CPython does not promise to run it at exit either: the
+    commands close their files themselves). Registered once per process; atexit hooks run last-in first-out, so
+    hooks registered later (lmms-eval's, a test's) run before the freeze."""
+    global _exit_registered
+    if not _exit_registered:
+        atexit.register(gc.freeze)
+        _exit_registered = True
