@@ -168,3 +168,18 @@ def test_an_unplaceable_argument_runs_the_layer_unshared(family):
         del layer0.forward
     assert shared.unshared_layers == 1 and shared.shared_layers > 0, name
     assert torch.equal(got, want), name
+
+
+def test_a_hook_on_a_head_site_turns_sharing_off(family):
+    """A pre-hook on an o_proj (a steering edit, a recorder) would see the shared rows: the call runs unshared."""
+    name, model, _, decoder, means, processor = family
+    configs = sharing_configs(decoder)
+    want, _, _ = packed_prefill(model, processor, decoder, configs, means, share=False)
+    seen: list[int] = []
+    handle = decoder.out_projs[-1].register_forward_pre_hook(lambda module, args: seen.append(args[0].shape[0]))
+    try:
+        got, _, shared = packed_prefill(model, processor, decoder, configs, means, share=True)
+    finally:
+        handle.remove()
+    assert shared.shared_layers == 0, name
+    assert torch.equal(got, want) and seen == [want.shape[0]], (name, seen)

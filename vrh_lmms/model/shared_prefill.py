@@ -9,11 +9,12 @@ attention itself) runs on one row per (doc, heads ablated below L), and the o_pr
 row to the configurations that ablate a head at L. Keys and values reach the KV cache for every row, copied from
 their representative, so decoding continues on the full batch as before.
 
-Most draws leave the first layers alone (k random heads of 16 per layer miss layer 0 with probability
-(1 - 1/layers)^k...), so the trunk of the network runs once per doc instead of once per configuration. The rows
-computed are the same numbers the full batch computes (tested bit for bit in float32); anything the wrappers do
-not recognise (an unknown batch-shaped argument, an attention hook, a layer that returns something else) runs the
-layer on the full batch, unshared.
+k heads drawn at random miss layer 0 with probability about (1 - 1/layers)^k (0.48 for 20 heads of a 28-layer 7B
+model) and a model's top retrieval heads sit in its middle layers, so the lower layers run once per doc instead of
+once per configuration (on the demo model, whose live heads sit in layers 0-2, this saves little). The rows
+computed are the same numbers the full batch computes (tested bit for bit in float32). An argument the wrappers
+cannot place on the batch axis runs that layer on the full batch; a hook on a layer, an attention or an o_proj (it
+would see the shared rows), or an attention edit, turns sharing off for the call.
 """
 
 from __future__ import annotations
@@ -200,10 +201,16 @@ class SharedPrefill:
     def arm(self, row_configs: Sequence[int], rows_per_doc: int) -> None:
         """The next prefill (a forward of len(row_configs) rows and more than one position) shares; decoding
         steps after it run on the full batch."""
-        if not self.decoder.layers or installed_rows_hooks():
+        if not self.decoder.layers or installed_rows_hooks() or self._hooked():
             self._plan = None
             return
         self._plan = PrefillPlan.build(self.ablator.configs, row_configs, rows_per_doc, len(self.decoder.layers))
+
+    def _hooked(self) -> bool:
+        """Whether some hook watches a layer, an attention or an o_proj: it would see the shared rows, not the batch
+        (our own o_proj edits are forward replacements, not hooks)."""
+        modules = [*self.decoder.layers, *self.decoder.attns, *self.decoder.out_projs]
+        return any(getattr(m, "_forward_hooks", None) or getattr(m, "_forward_pre_hooks", None) for m in modules)
 
     def disarm(self) -> None:
         self._plan = None
