@@ -4,6 +4,7 @@ everything back as it was when the command ends (a process that goes on, e.g. a 
 from __future__ import annotations
 
 import gc
+import socket
 import subprocess
 import sys
 
@@ -79,6 +80,13 @@ atexit.register(lambda: print("frozen at shutdown:", gc.get_freeze_count() > 0))
 if sys.argv[1] == "cli":
     from vrh_lmms.cli import main
     main(["tasks-path"])  # any command that runs
+elif sys.argv[1] == "rank":  # a rank of a multi-process run: its process group is torn down as usual
+    import os
+    import torch.distributed as dist
+    from vrh_lmms.base import gc_startup
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
+    dist.init_process_group("gloo")
+    gc_startup.freeze_at_exit()
 elif sys.argv[1] == "twice":
     from vrh_lmms.base import gc_startup
     gc_startup.freeze_at_exit(); gc_startup.freeze_at_exit()
@@ -86,12 +94,16 @@ elif sys.argv[1] == "twice":
 """
 
 
-@pytest.mark.parametrize("how, frozen", [("cli", True), ("twice", True), ("none", False)])
+@pytest.mark.parametrize("how, frozen", [("cli", True), ("twice", True), ("none", False), ("rank", False)])
 def test_the_shutdown_collections_skip_what_a_command_leaves(how, frozen):
     """A command's process freezes what is alive once its exit begins, so CPython's shutdown collections skip it
     (measured: ~1.1 s less teardown after importing torch, transformers and lmms-eval); a process that does not
     ask keeps the usual shutdown."""
-    out = subprocess.run([sys.executable, "-c", EXIT_PROBE, how], capture_output=True, text=True, check=True).stdout
+    with socket.socket() as s:  # a free port for the rank's process group
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    out = subprocess.run([sys.executable, "-c", EXIT_PROBE, how, port], capture_output=True, text=True,
+                         check=True).stdout
     assert f"frozen at shutdown: {frozen}" in out, out
     if how == "twice":
         assert "hooks: 2" in out  # the probe's and one freeze, however often it is asked

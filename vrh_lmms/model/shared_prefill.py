@@ -29,7 +29,7 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.ablation import RowAblator, RowConfig
 from vrh_lmms.model.backbone import Decoder, installed_rows_hooks, replace_forward
 
-# arguments of a decoder layer (and of its attention) that hold one entry per batch row, and where that axis is
+# the KV cache's argument name across transformers versions: handed on as a `_RowsCache` of the computed rows
 _CACHE_NAMES = ("cache", "past_key_values", "past_key_value")
 
 
