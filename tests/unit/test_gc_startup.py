@@ -87,6 +87,11 @@ elif sys.argv[1] == "rank":  # a rank of a multi-process run: its process group 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
     dist.init_process_group("gloo")
     gc_startup.freeze_at_exit()
+elif sys.argv[1] == "launched":  # a rank started by torchrun: WORLD_SIZE says so, whatever its group's state
+    import os
+    from vrh_lmms.base import gc_startup
+    os.environ["WORLD_SIZE"] = "2"
+    gc_startup.freeze_at_exit()
 elif sys.argv[1] == "twice":
     from vrh_lmms.base import gc_startup
     gc_startup.freeze_at_exit(); gc_startup.freeze_at_exit()
@@ -94,7 +99,8 @@ elif sys.argv[1] == "twice":
 """
 
 
-@pytest.mark.parametrize("how, frozen", [("cli", True), ("twice", True), ("none", False), ("rank", False)])
+@pytest.mark.parametrize("how, frozen", [("cli", True), ("twice", True), ("none", False), ("rank", False),
+                                                 ("launched", False)])
 def test_the_shutdown_collections_skip_what_a_command_leaves(how, frozen):
     """A command's process freezes what is alive once its exit begins, so CPython's shutdown collections skip it
     (measured: ~1.1 s less teardown after importing torch, transformers and lmms-eval); a process that does not

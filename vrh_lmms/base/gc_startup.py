@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import gc
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -72,6 +73,8 @@ def _freeze_unless_distributed() -> None:
     """`gc.freeze`, except in a rank of a multi-process run: its process group (gloo's threads) keeps the usual
     shutdown, whose collection may be what tears it down. (A rank has been seen aborting at exit, "terminate called
     without an active exception", in loaded full suites both before and after this freeze existed.)"""
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # started by torchrun / accelerate launch
+        return
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return
