@@ -89,9 +89,9 @@ elif sys.argv[1] == "rank":  # a rank of a multi-process run: its process group 
     gc_startup.freeze_at_exit()
 elif sys.argv[1] == "launched":  # a rank started by torchrun: WORLD_SIZE says so, whatever its group's state
     import os
-    from vrh_lmms.base import gc_startup
+    from vrh_lmms.cli import main
     os.environ["WORLD_SIZE"] = "2"
-    gc_startup.freeze_at_exit()
+    main(["tasks-path"])
 elif sys.argv[1] == "twice":
     from vrh_lmms.base import gc_startup
     gc_startup.freeze_at_exit(); gc_startup.freeze_at_exit()

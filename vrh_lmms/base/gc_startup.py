@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,7 +61,8 @@ def freeze_at_exit() -> None:
     the modules go; only cyclic garbage among them is left to the operating system, whose memory it is about to
     reclaim anyway, and a cycle's `__del__` does not run (CPython does not promise to run it at exit either: the
     commands close their files themselves). Registered once per process; atexit hooks run last-in first-out, so
-    hooks registered later (lmms-eval's, a test's) run before the freeze. Not in a rank of a multi-process run."""
+    hooks registered later (lmms-eval's, a test's) run before the freeze. The CLI does not ask in a rank of a
+    multi-process run (its process group keeps the usual shutdown), and a process group still up at exit skips it."""
     global _exit_registered
     if not _exit_registered:
         atexit.register(_freeze_unless_distributed)
@@ -70,11 +70,9 @@ def freeze_at_exit() -> None:
 
 
 def _freeze_unless_distributed() -> None:
-    """`gc.freeze`, except in a rank of a multi-process run: its process group (gloo's threads) keeps the usual
-    shutdown, whose collection may be what tears it down. (A rank has been seen aborting at exit, "terminate called
-    without an active exception", in loaded full suites both before and after this freeze existed.)"""
-    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:  # started by torchrun / accelerate launch
-        return
+    """`gc.freeze`, unless a process group is still up: it keeps the usual shutdown, whose collection may be what
+    tears it down (gloo's threads). (A rank has been seen aborting at exit, "terminate called without an active
+    exception", in loaded full suites both before and after this freeze existed.)"""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return

@@ -157,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `eval` hands every following argument to lmms-eval untouched (argparse would claim --model etc.).
     if argv and argv[0] == "eval" and not {"-h", "--help"} & set(argv[1:2]):
-        gc_startup.freeze_at_exit()
+        _freeze_at_exit()
         return _guarded(lambda: _with_threads(lambda: _load("eval").passthrough(argv[1:])))
     # Configure only the chosen subcommand, so `vrh-lmms tasks-path` does not import torch-heavy modules.
     chosen = next((a for a in argv if not a.startswith("-")), None)
@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     target = _run_file_target(command, args)
 
     def whole_run() -> int:
-        gc_startup.freeze_at_exit()  # the interpreter's shutdown then skips what the run leaves (~1 s)
+        _freeze_at_exit()
         if target is not None:  # before anything loads
             runfile.check_target(target, getattr(args, "force", False))
         code = int(session() or 0)
@@ -195,6 +195,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
 
     return _guarded(lambda: _locked(args, whole_run), output)
+
+
+def _freeze_at_exit() -> None:
+    """The interpreter's shutdown skips what the run leaves (~1 s), except in a rank of a multi-process run, whose
+    process group keeps the usual shutdown."""
+    if world_size() == 1:
+        gc_startup.freeze_at_exit()
 
 
 def _locked(args: argparse.Namespace, call):
