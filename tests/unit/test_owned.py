@@ -141,9 +141,9 @@ def test_steer_and_patch_refuse_a_foreign_folder_even_with_force(command, tiny_q
 
 
 def _steer_folder(out: Path, identity: dict) -> None:
+    from vrh_lmms.base.atomic import write_json
     from vrh_lmms.harness import lmms
     from vrh_lmms.runs.interventions.steer_run import MANIFEST
-    from vrh_lmms.runs.runner import write_json
 
     write_json(out / MANIFEST, {"identity": identity, "configurations": []})
     lmms.write_run(out / "configs" / "top1_b4", {"results": {}, "samples": {"t": [{"doc_id": 0}]}}, {"schema": 1})
@@ -153,9 +153,9 @@ def _steer_folder(out: Path, identity: dict) -> None:
 
 
 def _patch_folder(out: Path, identity: dict) -> None:
+    from vrh_lmms.base.atomic import write_json
     from vrh_lmms.harness import lmms
     from vrh_lmms.runs.interventions.patch_run import MANIFEST, RESULT, SCHEMA, InputStore
-    from vrh_lmms.runs.runner import write_json
 
     write_json(out / MANIFEST, {"identity": identity})
     InputStore(out / "inputs").write("t__test__0", None, torch.zeros(3, dtype=torch.long), True)

@@ -8,12 +8,14 @@ through this module, which gives the result the mode a plain `open` / `mkdir` wo
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 _UMASK_LINE = re.compile(r"^Umask:\s*([0-7]+)\s*$", re.MULTILINE)
 
@@ -77,6 +79,11 @@ def write_text(target: str | Path, text: str, encoding: str = "utf-8") -> Path:
     with atomic_file(target) as tmp:
         tmp.write_text(text, encoding=encoding)
     return Path(target)
+
+
+def write_json(target: str | Path, data: Any) -> Path:
+    """Publish `data` as one JSON file (indent 1, the run folders' layout) atomically."""
+    return write_text(target, json.dumps(data, indent=1))
 
 
 def write_bytes(target: str | Path, data: bytes) -> Path:

@@ -38,7 +38,6 @@ from vrh_lmms.runs.interventions.outputs import (
 )
 from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
-from vrh_lmms.runs.runner import write_json
 
 NULL_LABELS = {k.name: k.legend for k in KINDS if k.control}
 
@@ -120,7 +119,7 @@ def steering_markdown(summary: dict[str, Any]) -> str:
 def write_steering_report(folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     summary = steering_summary(folder)
-    write_json(folder / "summary.json", summary)
+    atomic.write_json(folder / "summary.json", summary)
     atomic.write_text(folder / "report.md", "# Steering\n\n" + steering_markdown(summary).split("\n", 2)[2])
     return summary
 

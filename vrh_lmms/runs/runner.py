@@ -43,11 +43,6 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.harness import distributed
 
 
-def write_json(path: Path, data: Any) -> Path:
-    """Publish one JSON file atomically, with umask modes (vrh_lmms.base.atomic)."""
-    return atomic.write_text(path, json.dumps(data, indent=1))
-
-
 # ------------------------------------------------------------------------------------------------ the manifest
 @dataclass(frozen=True)
 class Manifest:
@@ -75,7 +70,7 @@ class Manifest:
     def write(self, identity: Mapping[str, Any], fields: Mapping[str, Any] | None = None) -> Path:
         """The one manifest writer: the identity first, then `fields` in their order."""
         data = dict(identity) if self.key is None else {self.key: dict(identity), **(fields or {})}
-        return write_json(self.path, data)
+        return atomic.write_json(self.path, data)
 
 
 def differing(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:

@@ -4,7 +4,6 @@ overlap against chance (hypergeometric p), Jaccard and Spearman over all heads, 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from vrh_lmms.base import atomic, owned
@@ -43,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     owned.prepare_output(out, LAYOUT, force=args.force, what="an earlier comparison")
     out.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(out / JSON, json.dumps(block, indent=1))
+    atomic.write_json(out / JSON, block)
     score_maps_plot(items, block, out / PLOT)
     atomic.write_text(out / MARKDOWN, compare_markdown(block, PLOT))
     for pair in block["pairs"]:

@@ -5,7 +5,6 @@ tokens; accuracy against the image KV kept, beside random heads, uniform image-t
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from vrh_lmms.base import atomic, console, owned
@@ -108,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         data = {"schema": data.pop("schema"), **data}
         curve(data, out / PLOT)  # the curve and the table first, the JSON last (its presence: the run finished)
         done["md"] = atomic.write_text(out / MARKDOWN, markdown(data, PLOT))
-        done["json"] = atomic.write_text(out / RESULT, json.dumps(data, indent=1))
+        done["json"] = atomic.write_json(out / RESULT, data)
 
     run_.runner.run(unit)
     console.print_summary(*console.files_table("KV cache done", [

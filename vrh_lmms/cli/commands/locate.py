@@ -5,7 +5,6 @@ the model's own answer, for the top-k VRHs, random-k and layer-matched heads, wi
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
                 "docs": [{"task": d.task, "doc_id": d.doc_id, "image_id": d.image_id, "gt_box": list(d.gt_box),
                           "pred_box": None if d.pred_box is None else list(d.pred_box), "correct": d.correct}
                          for d in docs]}
-        done.update(data=data, path=atomic.write_text(out / RESULT, json.dumps(data, indent=1)))
+        done.update(data=data, path=atomic.write_json(out / RESULT, data))
 
     run_.runner.run(unit)
     console.print_summary(summary_table(done["data"]), *console.files_table("Locator done", [

@@ -4,7 +4,6 @@ heads above each threshold, a table and the sorted scores on a log scale."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from vrh_lmms.base import atomic, owned
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     owned.prepare_output(out, LAYOUT, force=args.force, what="an earlier score distribution")
     out.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(out / JSON, json.dumps(block, indent=1))
+    atomic.write_json(out / JSON, block)
     distribution_plot(items, thresholds, out / PLOT)
     text = distribution_markdown(block, PLOT)
     atomic.write_text(out / MARKDOWN, text)

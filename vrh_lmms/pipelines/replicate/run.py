@@ -172,7 +172,7 @@ def stage_distribution(ctx: Context) -> dict[str, Any]:
     block = distribution(items, list(PAPER_THRESHOLDS))
     out = ctx.out / "distribution"
     out.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(out / "distribution.json", json.dumps(block, indent=1))
+    atomic.write_json(out / "distribution.json", block)
     distribution_plot(items, list(PAPER_THRESHOLDS), out / "distribution.png")
     atomic.write_text(out / "distribution.md", distribution_markdown(block, "distribution.png"))
     return {"files": ["distribution/distribution.md", "distribution/distribution.png"], "block": block}
@@ -188,7 +188,7 @@ def _compare_heads(ctx: Context, files: list[Path], k: int) -> dict[str, Any]:
     block = compare(items, k)
     out = ctx.out / "compare"
     out.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(out / "compare.json", json.dumps(block, indent=1))
+    atomic.write_json(out / "compare.json", block)
     score_maps_plot(items, block, out / "compare.png")
     atomic.write_text(out / "compare.md", compare_markdown(block, "compare.png"))
     return block

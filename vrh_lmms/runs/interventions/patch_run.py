@@ -52,7 +52,7 @@ from vrh_lmms.runs.interventions.outputs import PATCH_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
-from vrh_lmms.runs.runner import Job, Manifest, is_published_file, write_json
+from vrh_lmms.runs.runner import Job, Manifest, is_published_file
 from vrh_lmms.runs.sweep.checks import dead_head_names, dead_heads_of, sha256_of
 from vrh_lmms.runs.sweep.plan import plan_configurations, planned_headset
 
@@ -290,11 +290,10 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                          head_sets={name: s["heads"] for name, s in sets.items()}, direction=spec.direction,
                          batch_size=spec.patch_batch)
         index = recorder.indexes[(task, split)]
-        write_json(runner.job.unit_path(uid), {"task": task, "a": a, "b": b, "image_id": index.targets[a].image_id,
-                                               "expressions": [index.targets[a].expression,
-                                                               index.targets[b].expression],
-                                               "ld_clean": res.ld_clean, "ld_corrupt": res.ld_corrupt,
-                                               "heads": res.heads.tolist(), "sets": res.sets})
+        atomic.write_json(runner.job.unit_path(uid), {
+            "task": task, "a": a, "b": b, "image_id": index.targets[a].image_id,
+            "expressions": [index.targets[a].expression, index.targets[b].expression],
+            "ld_clean": res.ld_clean, "ld_corrupt": res.ld_corrupt, "heads": res.heads.tolist(), "sets": res.sets})
         runner.finish(uid)
     distributed.barrier()  # every rank's pairs are written
     if not distributed.is_main():
@@ -303,7 +302,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
     result = aggregate(parts, sets, hf, geometry, spec)
     result["unavailable_sets"] = unavailable
     result["dead_heads"] = dead_head_names(lm)
-    write_json(out / RESULT, result)
+    atomic.write_json(out / RESULT, result)
     return out / RESULT
 
 

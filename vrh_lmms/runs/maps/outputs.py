@@ -3,7 +3,6 @@ and located boxes) and attention_maps.json with every grid, written atomically."
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,5 +62,5 @@ def write_maps(docs: Sequence[DocMaps], top: Sequence[HeadRef], settings: Locato
     data = {"schema": SCHEMA, **header, "k": k, "heads": [str(h) for h in top], "locator": settings.to_dict(),
             "views": {v: VIEW_TITLES[v].format(k=k) for v in VIEWS}, "docs": entries}
     path = output / RESULT
-    atomic.write_text(path, json.dumps(data, indent=1))
+    atomic.write_json(path, data)
     return path
