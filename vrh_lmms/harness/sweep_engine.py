@@ -173,7 +173,6 @@ class InputsOnce:
         setattr(self._processor, name, value)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # torch-heavy: imported when a sweep runs, not by the CLI parser
         # deferred: keeps `vrh-lmms demo --help` free of torch
         from vrh_lmms.model.packing import fingerprint, tensor_bytes
 

@@ -88,8 +88,6 @@ def run(args: argparse.Namespace) -> int:
     seeded) and, for --data mmdocir, the two files of the folder: their sizes and modification times are in the
     identity too, so a changed data set is another run, refused without --force; --force ranks again."""
     # deferred: keeps `vrh-lmms rank --help` free of torch, transformers, scipy
-
-    # deferred: keeps `vrh-lmms rank --help` free of torch, transformers, scipy
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.runs.discovery.collector import backend_processor
     from vrh_lmms.runs.rank.capture import QUERY_ROW, candidate_mass, checked_spans, multi_image_inputs

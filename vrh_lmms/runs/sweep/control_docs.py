@@ -54,8 +54,6 @@ class ControlDocs:
 def draw(images: dict[str, tuple[list[int], list[str]]], n: int, seed: int) -> ControlDocs:
     """The subset of each task from its docs' image ids (vrh_lmms.harness.doc_subset.doc_images)."""
     # deferred: keeps `vrh-lmms sweep --help` free of scipy, statsmodels
-
-    # deferred: keeps `vrh-lmms sweep --help` free of scipy, statsmodels
     from vrh_lmms.base.stats.subsample import image_subsample
 
     tasks, counts = {}, {}
