@@ -32,7 +32,6 @@ class Configuration:
         return out
 
 
-
 def planned_headset(cfg, geometry, heads_file=None, dead: tuple = (), allow_cross_model: bool = False) -> HeadSet:
     """The heads of a planned head set (a `Configuration`, a steering run's `SteerConfig`: its spec, seed, pool and
     scoring cell) on a model of `geometry` whose `dead` heads write nothing."""
