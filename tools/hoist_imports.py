@@ -370,14 +370,14 @@ def group_head(inner: Inner) -> int:
 
 def mark_of(inner: Inner, lines: list[str]) -> str | None:
     """The text after `# deferred:` of the comment that covers the import: on its own lines, between the statements of
-    the group of consecutive imports it belongs to, or in the comment lines just above that group (one comment may
-    cover a group). None when there is none."""
+    the group of consecutive imports it belongs to, or in the comment lines above that group, blank lines between
+    them or not (one comment may cover a group). None when there is none."""
     n = inner.node
     head = inner.block[group_head(inner)]
     candidates = [x for x in lines[head.lineno - 1:n.end_lineno] if x.strip().startswith("#")]
     candidates += lines[n.lineno - 1:n.end_lineno]
     i = head.lineno - 2
-    while i >= 0 and lines[i].strip().startswith("#"):
+    while i >= 0 and (lines[i].strip().startswith("#") or not lines[i].strip()):  # blank lines may part them
         candidates.append(lines[i])
         i -= 1
     for line in candidates:

@@ -85,6 +85,51 @@ def test_errors_name_the_rank(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "vrh-lmms: error: bad thing"
 
 
+@pytest.fixture
+def rank_group(tmp_path, monkeypatch):
+    """This process as a rank of a 2-rank launch, its process group up (gloo, one member: nothing to wait for)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _raises(exc: BaseException):
+    def call():
+        raise exc
+
+    return call
+
+
+@pytest.mark.parametrize("outcome", ["done", "refused", "crashed"])
+def test_a_rank_tears_its_process_group_down_before_the_interpreter_exits(rank_group, outcome, capsys):
+    """Left to the interpreter's exit, gloo's worker threads could drop their last tensors after Python began to
+    finalise and abort the rank ("terminate called without an active exception"): a job whose files were all written
+    then failed. Every way out of a command closes the group first."""
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.cli import _guarded, main
+
+    if outcome == "done":
+        assert _guarded(lambda: 0) == 0
+    elif outcome == "refused":  # a one-process command launched as a rank: refused in one line
+        assert main(["tasks-path"]) == 2
+        assert "runs in one process" in capsys.readouterr().err
+    else:
+        with pytest.raises(RuntimeError):
+            _guarded(_raises(RuntimeError("a bug")))
+    assert not rank_group.is_initialized()
+    _guarded(_raises(VRHError("bad")))  # nothing left to close: still one line, no error from the teardown
+    assert capsys.readouterr().err.strip() == "vrh-lmms: error: rank 1 of 2: bad"
+
+
 def test_doc_order_patch_is_scoped(monkeypatch):
     from lmms_eval.evaluator_utils import TaskOutput
 

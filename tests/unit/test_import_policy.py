@@ -63,14 +63,16 @@ def test_every_in_function_import_says_why_it_waits():
 
 
 def test_the_audit_sees_an_unmarked_import(tmp_path):
-    """The control: of five in-function imports, the one with no comment (nor a commented group), the one whose
-    comment is about something else and the one whose deferral gives no accepted reason are named."""
+    """The control: of six in-function imports, the one with no comment (nor a commented group), the one whose
+    comment is about something else and the one whose deferral gives no accepted reason are named; a comment parted
+    from its import by a blank line still covers it (else `apply` would write a second one)."""
     path = tmp_path / "mod.py"
     path.write_text("import os\n\n\ndef f():\n    # deferred: keeps `vrh-lmms --help` free of torch\n"
                     "    import torch\n    import numpy\n\n    return os\n\n\ndef g():\n    import json\n"
                     "    return json\n\n\ndef h():\n    x = 1  # deferred: not about the import below\n"
                     "    import csv\n    return csv, x\n\n\ndef k():\n    # deferred: it is faster\n    import re\n"
-                    "    return re\n")
+                    "    return re\n\n\ndef m():\n    x = 1\n    # deferred: keeps `vrh-lmms --help` free of torch\n\n"
+                    "    import torch\n    return torch, x\n")
     assert [b.split(": ", 1)[1] for b in unmarked({"pkg.mod": path})] == ["import json", "import csv", "import re"]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from vrh_lmms.base import gc_startup, runfile
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option
-from vrh_lmms.harness.distributed import error_prefix, is_main, world_size
+from vrh_lmms.harness.distributed import close_group, error_prefix, is_main, world_size
 
 
 @dataclass(frozen=True)
@@ -272,6 +272,8 @@ def _guarded(call, output: str | None = None) -> int:
         where = exc.filename or (f"into {output}" if output else None)
         print(f"vrh-lmms: error: cannot write{f' {where}' if where else ''}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    finally:
+        close_group()
 
 
 # What the system says when an output cannot be written (a read-only or foreign folder, a full disk or quota): a

@@ -88,6 +88,18 @@ def barrier() -> None:
         dist.barrier()
 
 
+def close_group() -> None:
+    """Tear this rank's process group down while the interpreter is still whole (no-op in one process or when no
+    group is up). Left to the interpreter's exit, gloo's worker threads can drop their last tensors after Python has
+    begun to finalise, and the rank aborts ("terminate called without an active exception") after its work is done,
+    which fails the whole job. Not collective: every rank calls it once its own last collective has returned."""
+    if _group_ready():
+        # deferred: keeps `vrh-lmms --help` free of torch
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+
+
 def broadcast(value: Any) -> Any:
     """Rank 0's `value` on every rank (picklable values; no-op in a single process)."""
     if not _group_ready():
