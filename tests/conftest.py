@@ -16,6 +16,22 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ["VRH_HEADS_REGISTRY"] = os.path.join(tempfile.mkdtemp(prefix="vrh-test-registry-"), "registry.json")
 
 
+@pytest.fixture
+def gloo_group(tmp_path):
+    """A one-member gloo process group in this process (torch.distributed, yielded), closed afterwards unless the test
+    closed it itself."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        yield dist
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 @pytest.fixture(scope="session")
 def tiny_qwen25(tmp_path_factory):
     """A tiny random-weight Qwen2.5-VL checkpoint directory (built once per session)."""

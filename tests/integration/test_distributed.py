@@ -86,20 +86,11 @@ def test_errors_name_the_rank(monkeypatch, capsys):
 
 
 @pytest.fixture
-def rank_group(tmp_path, monkeypatch):
+def rank_group(gloo_group, monkeypatch):
     """This process as a rank of a 2-rank launch, its process group up (gloo, one member: nothing to wait for)."""
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "1")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        yield dist
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    return gloo_group
 
 
 def _raises(exc: BaseException):

@@ -294,19 +294,6 @@ def test_unknown_model_arg_of_own_backend_is_named(tiny_or_skip):
 
 
 # ----------------------------------------------------------------------------------- data-parallel (accelerate)
-@pytest.fixture
-def gloo_group(tmp_path):
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_ablation_reaches_a_ddp_wrapped_model(tiny_checkpoints, gloo_group):
     """Under `accelerate launch` lmms-eval backends keep `_model` wrapped and unwrap it in `self.model`; the mixin
     applies ablation through `self.model`, so the weights the wrapped model runs are the edited ones.
