@@ -62,7 +62,7 @@ def freeze_at_exit() -> None:
     reclaim anyway, and a cycle's `__del__` does not run (CPython does not promise to run it at exit either: the
     commands close their files themselves). Registered once per process; atexit hooks run last-in first-out, so
     hooks registered later (lmms-eval's, a test's) run before the freeze. The CLI does not ask in a rank of a
-    multi-process run (its process group keeps the usual shutdown), and a process group still up at exit skips it."""
+    multi-process run, and a process group still up at exit skips it."""
     global _exit_registered
     if not _exit_registered:
         atexit.register(_freeze_unless_distributed)
@@ -70,9 +70,8 @@ def freeze_at_exit() -> None:
 
 
 def _freeze_unless_distributed() -> None:
-    """`gc.freeze`, unless a process group is still up: it keeps the usual shutdown, whose collection may be what
-    tears it down (gloo's threads). (A rank has been seen aborting at exit, "terminate called without an active
-    exception", in loaded full suites both before and after this freeze existed.)"""
+    """`gc.freeze`, unless a process group is still up: its teardown is left to the usual shutdown, untried with a
+    freeze. (The CLI closes a rank's group itself before it exits: vrh_lmms.harness.distributed.close_group.)"""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return

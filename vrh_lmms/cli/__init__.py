@@ -198,8 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _freeze_at_exit() -> None:
-    """The interpreter's shutdown skips what the run leaves (~1 s), except in a rank of a multi-process run, whose
-    process group keeps the usual shutdown."""
+    """The interpreter's shutdown skips what the run leaves (~1 s), except in a rank of a multi-process run, which
+    keeps the usual shutdown (measured in one process only)."""
     if world_size() == 1:
         gc_startup.freeze_at_exit()
 

@@ -189,7 +189,6 @@ def _data_files(kind: str, folder: str | None) -> dict[str, Any]:
 
 def summary_table(result: dict[str, Any]):
     """The console table: the calibrated figures of rank.md."""
-
     table = Table(title=f"Ranker, null-question calibrated: {result['n_queries']} queries, {result['n_sets']} "
                         f"candidate sets (%, 95% CI clustered by set; chance R@1 "
                         f"{100 * result['chance_recall@1']:.1f})")

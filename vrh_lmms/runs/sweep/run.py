@@ -110,7 +110,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model. On several ranks every
     rank checks and evaluates, rank 0 alone changes the folder (vrh_lmms.harness.distributed)."""
     # deferred: keeps `vrh-lmms demo --help` free of lmms_eval, torch
-    from vrh_lmms.harness import distributed, doc_subset, lmms  # torch and lmms-eval: not at `vrh-lmms sweep` parse
+    from vrh_lmms.harness import distributed, doc_subset, lmms
 
     out = Path(output)
     fast = engine.check_engine(spec.engine) == "fast"
