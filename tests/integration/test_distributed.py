@@ -93,6 +93,37 @@ def rank_group(gloo_group, monkeypatch):
     return gloo_group
 
 
+# A rank between its collectives and its exit: the group up, what a model load imports, then the CLI's close.
+GROUP_PROBE = """
+import os, sys
+from vrh_lmms.harness import distributed
+
+def gloo_threads():
+    names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+    return sorted(n for n in names if "gloo" in n)
+
+distributed.ensure_group()
+import torch.distributed.nn.functional  # torch._dynamo imports it when a model loads
+distributed.barrier()
+print(f"rank {distributed.rank()} gloo threads up: {len(gloo_threads())}", flush=True)
+distributed.close_group()
+print(f"rank {distributed.rank()} gloo threads left: {gloo_threads()}", flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_closing_the_group_stops_gloo_while_the_interpreter_is_whole(tmp_path):
+    """`close_group` stops gloo's threads only if nothing else holds the group: torch.distributed.nn.functional,
+    imported once the group is up, keeps it in its default arguments, and its threads would stop during the
+    interpreter's finalisation, where a rank can abort. `ensure_group` imports that module before the group starts."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(GROUP_PROBE)
+    done = run([*TORCHRUN, str(probe)], offline_env())
+    for rank in (0, 1):
+        assert re.search(rf"rank {rank} gloo threads up: [1-9]", done.stdout), done.stdout  # the control
+        assert f"rank {rank} gloo threads left: []" in done.stdout, done.stdout
+
+
 def _raises(exc: BaseException):
     def call():
         raise exc

@@ -49,6 +49,7 @@ def ensure_group() -> None:
         # deferred: keeps `vrh-lmms --help` free of accelerate
         from accelerate import PartialState
 
+        import_world_readers()
         PartialState()
         if not dist.is_initialized():  # accelerate left it to the backend (e.g. MULTI_CPU): plain gloo
             dist.init_process_group(backend="gloo")
@@ -58,6 +59,15 @@ def ensure_group() -> None:
 
             console.note(f"vrh-lmms: {world_size()} ranks ({_backend_name()}): lmms-eval splits the docs across them, "
                          f"rank 0 writes the files")
+
+
+def import_world_readers() -> None:
+    """Import, before any process group exists, the torch modules that read the world group into default arguments
+    when they are imported (torch.distributed.nn.functional: `group=group.WORLD`). Imported later (torch._dynamo
+    imports it when a model loads), they would hold the group past `close_group`: its gloo threads would then stop
+    only while the interpreter finalises, where a rank can abort after its work is done."""
+    # deferred: keeps `vrh-lmms --help` free of torch
+    import torch.distributed.nn.functional  # noqa: F401
 
 
 def _backend_name() -> str:
@@ -92,7 +102,8 @@ def close_group() -> None:
     """Tear this rank's process group down while the interpreter is still whole (no-op in one process or when no
     group is up). Left to the interpreter's exit, gloo's worker threads can drop their last tensors after Python has
     begun to finalise, and the rank aborts ("terminate called without an active exception") after its work is done,
-    which fails the whole job. Not collective: every rank calls it once its own last collective has returned."""
+    which fails the whole job. The threads stop here only if nothing else holds the group (`import_world_readers`).
+    Not collective: every rank calls it once its own last collective has returned."""
     if _group_ready():
         # deferred: keeps `vrh-lmms --help` free of torch
         import torch.distributed as dist

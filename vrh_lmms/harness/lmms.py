@@ -265,6 +265,8 @@ def passthrough(lmms_args: list[str]) -> int:
     if parsed.model and parsed.tasks not in (None, "list", "list_groups", "list_tags", "list_subtasks"):
         parsed.model_args = _add_device_map(parsed.model, parsed.model_args)
     before = set(Path(parsed.output_path).rglob("*_results.json")) if parsed.output_path else set()
+    if distributed.world_size() > 1:  # lmms-eval starts the process group; the CLI closes it
+        distributed.import_world_readers()
     cli_evaluate(parsed)
     if parsed.output_path and parsed.tasks not in (None, "list", "list_groups", "list_tags", "list_subtasks"):
         after = set(Path(parsed.output_path).rglob("*_results.json"))
