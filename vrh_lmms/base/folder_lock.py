@@ -190,9 +190,9 @@ def _take(path: Path, me: dict[str, Any]) -> tuple[int | None, dict[str, Any] | 
 
 @contextmanager
 def held(output: str | Path, command: str, wait: bool = False,
-         note: Callable[[str], None] | None = None) -> Iterator[Path]:
-    """Hold the lock of `output` for the block. Taken: one VRHError line naming the holder (or, with `wait`, a note
-    and a wait until it is free). `note` prints one-line notes (default: stderr)."""
+         note: Callable[[str], None] | None = None, wait_option: str = "--wait") -> Iterator[Path]:
+    """Hold the lock of `output` for the block. Taken: one VRHError line naming the holder and `wait_option` (or,
+    with `wait`, a note and a wait until it is free). `note` prints one-line notes (default: stderr)."""
     say = note or (lambda line: print(line, file=sys.stderr))
     path = lock_path(output)
     created = _first_missing(path.parent)  # folders this lock creates, removed again if the run leaves them empty
@@ -206,7 +206,7 @@ def held(output: str | Path, command: str, wait: bool = False,
         fd, previous = _take(path, me)
         if fd is None:
             if not wait:
-                raise VRHError(f"{output} is in use by {describe(previous)}; wait for it to end, or pass --wait")
+                raise VRHError(f"{output} is in use by {describe(previous)}; wait for it to end, or pass {wait_option}")
             say(f"vrh-lmms: note: {output} is in use by {describe(previous)}; waiting for it to end")
             while fd is None:
                 time.sleep(POLL)

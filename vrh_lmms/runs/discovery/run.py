@@ -189,9 +189,10 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
 
 
 
-def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:
+def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None, register: bool = True) -> Path | None:
     """Returns the heads file path (None on non-zero ranks). On several ranks every rank checks, rank 0 alone
-    claims the folder and merges the parts every rank wrote (vrh_lmms.harness.distributed)."""
+    claims the folder and merges the parts every rank wrote (vrh_lmms.harness.distributed). `register`: record the
+    heads file in the heads registry (the Python API's temporary outputs are not)."""
     cells = parse_cells("+".join(spec.cells)) if spec.cells else all_cells()
     primary = parse_cells(spec.primary)[0]
     if primary not in cells:
@@ -225,7 +226,10 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     distributed.barrier()  # every rank's parts are written
     if not distributed.is_main() or results is None:
         return None
-    return _finish(spec, lm, results, store, paths, cells, primary)
+    out = _finish(spec, lm, results, store, paths, cells, primary)
+    if register:
+        _register(str(lm.vrh_pretrained), spec.tasks, spec.output)
+    return out
 
 
 def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
@@ -325,7 +329,6 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     lmms.write_run(paths["eval"], results, lm.vrh_record(config={"id": "discovery", "kind": "baseline", "k": 0,
                                                                   "seed": None}))
     save_heads_file(hf, spec.output, force=True)
-    _register(str(lm.vrh_pretrained), spec.tasks, spec.output)
     return Path(spec.output)
 
 
