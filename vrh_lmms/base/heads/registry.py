@@ -18,8 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock, Timeout
-
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.pretrained import demo_folder
@@ -66,6 +64,9 @@ def _read(to_write: bool = False) -> list[dict[str, Any]]:
 
 def register(pretrained: str, tasks: list[str], heads_file: str | Path) -> Path:
     """Record that `heads_file` holds the heads discovery found for this checkpoint on these tasks."""
+    # deferred: keeps the registry's readers (`heads=top20` in model args) free of filelock
+    from filelock import FileLock, Timeout
+
     key = checkpoint_key(pretrained)
     task = ",".join(tasks)
     path = registry_path()
