@@ -159,7 +159,12 @@ def _record_of(fd: int) -> dict[str, Any] | None:
     return _parse(os.pread(fd, size, 0)) if size else None
 
 
-def _take(path: Path, me: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
+def _record(command: str) -> dict[str, Any]:
+    return {"pid": os.getpid(), "command": command, "host": socket.gethostname(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+
+
+def _take(path: Path, command: str) -> tuple[int | None, dict[str, Any] | None]:
     """One try, under the gate: (descriptor, the previous record) when taken, (None, the holder) when held."""
     with _gate(path.parent):
         fd = _take_file(path)
@@ -181,7 +186,7 @@ def _take(path: Path, me: dict[str, Any]) -> tuple[int | None, dict[str, Any] | 
             with suppress(FileNotFoundError):
                 _holder_path(path).unlink()  # an earlier version's record: its holder is gone, since we hold the lock
         try:
-            _write_record(fd, me)
+            _write_record(fd, _record(command))
         except BaseException:
             os.close(fd)
             raise
@@ -196,21 +201,19 @@ def held(output: str | Path, command: str, wait: bool = False,
     say = note or (lambda line: print(line, file=sys.stderr))
     path = lock_path(output)
     created = _first_missing(path.parent)  # folders this lock creates, removed again if the run leaves them empty
-    me = {"pid": os.getpid(), "command": command, "host": socket.gethostname(),
-          "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise VRHError(f"{output}: cannot create the folder that holds it ({exc.strerror or exc})") from None
     try:
-        fd, previous = _take(path, me)
+        fd, previous = _take(path, command)
         if fd is None:
             if not wait:
                 raise VRHError(f"{output} is in use by {describe(previous)}; wait for it to end, or pass {wait_option}")
             say(f"vrh-lmms: note: {output} is in use by {describe(previous)}; waiting for it to end")
             while fd is None:
                 time.sleep(POLL)
-                fd, previous = _take(path, me)
+                fd, previous = _take(path, command)
     except OSError as exc:  # a read-only or vanishing parent folder: one line, before anything is written
         raise VRHError(f"{output}: cannot create its lock {path} ({exc.strerror or exc})") from None
     if previous and previous.get("pid") != os.getpid() and is_stale(previous):
@@ -229,10 +232,11 @@ def _release(path: Path, fd: int, created: Path | None) -> None:
             os.ftruncate(fd, 0)
             if created is not None and _same_file(fd, path):
                 _remove_if_only_locks(path, created)
-            fcntl.flock(fd, fcntl.LOCK_UN)
     except OSError:
         pass  # the folder went away under us: nothing left to tidy
     finally:
+        with suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)  # not just close: forked workers share this lock
         os.close(fd)
 
 
