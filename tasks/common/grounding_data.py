@@ -248,7 +248,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                              synth_refer_local),
 }
 # RefCOCO+ / RefCOCOg refer data usually sits under the same root as RefCOCO's.
-_ROOT_FALLBACK = {"REFCOCO_PLUS": "VRH_REFCOCO_ROOT", "REFCOCOG": "VRH_REFCOCO_ROOT"}
+ROOT_FALLBACK = {"REFCOCO_PLUS": "VRH_REFCOCO_ROOT", "REFCOCOG": "VRH_REFCOCO_ROOT"}
 
 
 def load_docs(benchmark: str, split: str, task: str, dataset=None):
@@ -259,7 +259,7 @@ def load_docs(benchmark: str, split: str, task: str, dataset=None):
         docs = bench.from_rows(dataset, split, f"task {task}'s dataset_path")
         return D.with_keys(docs, task)
     source = resolve(bench.key, spec, bench.default, bench.local_kind, bench.allowed,
-                     root_fallback=_ROOT_FALLBACK.get(bench.key))
+                     root_fallback=ROOT_FALLBACK.get(bench.key))
     if source.kind in ("hub", "files"):
         if (benchmark, split) in _HUB_ANOMALY and source.kind == "hub":
             log.warning("%s: the lmms-lab %s 'val' split merges the UNC/umd val with the Google val split "

@@ -44,6 +44,7 @@ from vrh_lmms.runs.discovery.scoring import (
 )
 from vrh_lmms.runs.discovery.store import PartStore
 from vrh_lmms.runs.runner import Job, Manifest, Runner
+from vrh_lmms.tasks.common.task_sources import chosen_sources, source_record
 
 IDENTITY = "identity.json"
 # Version of what a part holds: 2 added the out_random1 / in+out query sets and the Localization Heads statistics,
@@ -75,6 +76,8 @@ class DiscoverySpec:
                "gen_kwargs": self.gen_kwargs, "seed": self.seed, "stats": STATS_VERSION}
         out |= {"key_tokens": self.key_tokens} if self.key_tokens != "overlap" else {}
         out |= {"data": data} if (data := data_env()) else {}  # answers on other data are never replayed
+        out |= {"sources": {t: source_record(s) for t, s in chosen.items()}} if (chosen := chosen_sources(self.tasks)) \
+            else {}  # the data used, as resolved (local files, another hub id), where not the default
         return out | ({"null_query": True} if self.null_query else {})
 
 
