@@ -43,6 +43,16 @@ def test_the_table_lists_exactly_the_variables_the_code_reads():
     assert set(_rows()) == _code_variables()
 
 
+def test_a_run_files_env_accepts_exactly_the_documented_variables():
+    """vrh_lmms.base.runfile.known_variables is this table (and the per-benchmark rule's names of every key)."""
+    from vrh_lmms.base.data_env import benchmark_variables
+    from vrh_lmms.base.runfile import known_variables
+
+    rule = set(benchmark_variables())
+    assert set(_rows()) <= known_variables()
+    assert known_variables() - rule == set(_rows()) - rule
+
+
 def test_the_run_file_column_says_what_a_run_file_records():
     rows = _rows()
     assert all(len(cells) == 3 and cells[0] and cells[1] for cells in rows.values())
