@@ -59,7 +59,7 @@ def test_a_nan_limit_fails_before_any_load(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(lmms, "build_model", refuse)
     path = tmp_path / "run.yaml"
     path.write_text("command: discover\nargs:\n  model: vrh_qwen25\n  tasks: vrh_synth_grounding\n"
-                    "  output: h.json\n  limit: .nan\n")
+                    f"  output: {tmp_path / 'h.json'}\n  limit: .nan\n")
     assert main(["discover", "--config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith("option 'limit' is nan: not a finite number") and len(err.splitlines()) == 1

@@ -43,6 +43,7 @@ from vrh_lmms.runs.discovery.scoring import (
     score_all,
 )
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.runs.doc_check import check_run_docs
 from vrh_lmms.runs.runner import Job, Manifest, Runner
 from vrh_lmms.tasks.common.task_sources import chosen_sources, source_record
 
@@ -185,6 +186,7 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
     runner = _check_outputs(spec, force, lm)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
+    check_run_docs(tm, list(spec.tasks), spec.limit)  # every doc's images, box, expression: before the folder
     check_docs(tm, list(spec.tasks), spec.limit)  # every doc's evidence, before the folder or the weights
     if plan is not None:
         preload.plan_geometry(plan)  # the backend class and the checkpoint's config.json, still without weights

@@ -50,6 +50,7 @@ def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cros
     # deferred: keeps `vrh-lmms rank --help` free of torch
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.runs.discovery.evidence import check_docs
+    from vrh_lmms.runs.doc_check import check_run_docs
 
     names = [t for t in tasks.split(",") if t]
     if not names:
@@ -66,6 +67,7 @@ def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cros
     tm = lmms.task_manager(model, tasks=names)
     lmms.check_tasks(tm, names)
     # the boxes of the docs the run reads (`doc_ids`, else the first `limit`), before the model loads
+    check_run_docs(tm, names, None if doc_ids else limit, set(doc_ids) if doc_ids else None)
     check_docs(tm, names, None if doc_ids else limit, set(doc_ids) if doc_ids else None)
     geometry = preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, before the folder

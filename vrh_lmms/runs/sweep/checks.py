@@ -159,6 +159,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.model.ablation import load_means, means_path_for
+    from vrh_lmms.runs.doc_check import check_run_docs
 
     if spec.batch_size < 1:
         raise VRHError(f"--batch-size must be at least 1, got {spec.batch_size}")
@@ -191,6 +192,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     runner.inspect()
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
+    check_run_docs(tm, list(spec.tasks), spec.limit, offsets=offsets)  # every doc, before the folder or the weights
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
         unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
