@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from PIL import ImageFile
+from tenacity import RetryError
 
 TASK_MODULE = "lmms_eval.api.task"  # the module that sets the flag on import
 # the flag as it was before lmms-eval's import (None: lmms-eval was imported first, e.g. by the lmms-eval command line,
@@ -33,9 +34,6 @@ def restore_truncated_images() -> None:
 @contextmanager
 def retry_unwrapped() -> Iterator[None]:
     """Raise the last attempt's own exception where lmms-eval's tenacity retries end in a RetryError."""
-    # deferred: tenacity comes with lmms-eval, imported only where lmms-eval runs
-    from tenacity import RetryError
-
     try:
         yield
     except RetryError as exc:
