@@ -88,3 +88,20 @@ def test_the_rule_is_the_sources_rule(name):
 
     key, part = re.fullmatch(r"VRH_(.+)_([A-Z]+)", name).groups()
     assert env_name(key, part) == name and data_env.is_data_variable(name)
+
+
+def test_steering_and_patching_identities_hold_the_data_too(vrh_env, tmp_path):
+    """Their manifests held no data at all: a steer or patch run resumed on other data mixed the two."""
+    from vrh_lmms.runs.interventions.patch_run import PatchSpec
+    from vrh_lmms.runs.interventions.steer_run import SteerSpec
+
+    specs = (lambda: SteerSpec("m", "", ["vrh_refcoco_val"], None, []),
+             lambda: PatchSpec("m", "", ["vrh_refcoco_val"], None))
+    default = [spec().identity() for spec in specs]
+    assert all("data" not in d and "sources" not in d for d in default)  # folders of earlier versions resume
+    vrh_env.setenv("VRH_REFCOCO_DATA", str(tmp_path / "rows"))
+    vrh_env.setenv("VRH_BOX_CONVENTION", "generic")
+    for spec in specs:
+        identity = spec().identity()
+        assert identity["data"] == {"VRH_BOX_CONVENTION": "generic", "VRH_REFCOCO_DATA": str(tmp_path / "rows")}
+        assert identity["sources"]["vrh_refcoco_val"]["from"] == "VRH_REFCOCO_DATA"

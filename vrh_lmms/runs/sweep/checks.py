@@ -83,6 +83,14 @@ def data_identity(tasks: list[str]) -> dict[str, Any]:
     return out | ({"data": data} if data else {})
 
 
+def chosen_data(tasks: list[str]) -> dict[str, Any]:
+    """What a run's answers depend on in its data, for identities that never held the synthetic scenes (steering,
+    patching): the sources variables chose and every data-choosing variable set; empty on the default data."""
+    sources = chosen_sources(tasks)
+    return ({"sources": {t: source_record(s) for t, s in sources.items()}} if sources else {}) \
+        | ({"data": data} if (data := data_env()) else {})
+
+
 # ------------------------------------------------------------------------------------------------ the folder
 def sweep_job(out: Path, identity: dict[str, Any]) -> Job:
     """The sweep as the runner's job (vrh_lmms.runs.runner): its folder rules are the module doc's; run_sweep adds
