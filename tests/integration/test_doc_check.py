@@ -150,7 +150,7 @@ def test_an_empty_image_and_an_image_that_does_not_open():
         def doc_to_visual(self, doc):
             return [Image.open(io.BytesIO(b""))]
 
-    assert doc_problem(Broken(), {}, "t doc 0").startswith("its image does not open (UnidentifiedImageError")
+    assert doc_problem(Broken(), {}, "t doc 0").startswith("its media do not open (UnidentifiedImageError")
 
 
 def test_a_retry_error_is_unwrapped_to_its_cause():

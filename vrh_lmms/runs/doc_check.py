@@ -68,8 +68,10 @@ def doc_problem(task, doc: Mapping[str, Any], where: str) -> str | None:
     """What is wrong with one doc (None: nothing); a bad box raises its own VRHError line naming `where`."""
     try:
         images = visuals(task, doc)
+    except VRHError:  # the task's own line (it names the file)
+        raise
     except Exception as exc:  # a corrupt, empty or unreadable image file, a missing path
-        return f"its image does not open ({_one_line(exc)})"
+        return f"its media do not open ({_one_line(exc)})"
     for i, image in enumerate(images):
         problem = image_problem(image)
         if problem is not None:
