@@ -45,16 +45,16 @@ def _image_id(row: dict[str, Any], fallback: str) -> str:
     return str(int(m.group(1))) if m else fallback
 
 
-def _readable_size(value, row: int, origin: str) -> tuple[int, int]:
+def _readable_size(value, where: str) -> tuple[int, int]:
     """An image's (width, height) from its header; an unreadable image (corrupt, empty, beyond PIL's size limit) is
-    one SourceError naming the row, not a traceback from deep in the loader."""
+    one SourceError naming `where` (its doc and row), not a traceback from deep in the loader."""
     try:
         return D.image_size(value)
     except SourceError:
         raise
     except Exception as exc:  # PIL's UnidentifiedImageError, DecompressionBombError, OSError
         name = (value.get("path") if isinstance(value, dict) else value) or "its bytes"
-        raise SourceError(f"{origin}: row {row}: image {name} is unreadable ({type(exc).__name__}: "
+        raise SourceError(f"{where}: image {name} is unreadable ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
 
 
@@ -63,10 +63,11 @@ def refcoco_from_rows(rows, split: str, origin: str, options: dict | None = None
     D.require_columns(rows, ("image", "answer", "bbox"), origin)
     meta_cols = [c for c in ("answer", "bbox", "question_id", "file_name", "image_id") if c in rows.column_names]
     meta = rows.select_columns(meta_cols).to_list()
-    sizes = [_readable_size(v["image"], i, origin) for i, v in enumerate(D.encoded(rows.select_columns(["image"])))]
+    images = D.encoded(rows.select_columns(["image"]))
     index, cols = [], {k: [] for k in ("expression", "gt_box", "image_id", "question_id", "image_width",
                                        "image_height")}
-    for i, (row, (w, h)) in enumerate(zip(meta, sizes)):
+    for i, (row, image) in enumerate(zip(meta, images)):
+        w, h = _readable_size(image["image"], f"{origin}: doc {len(index)} (row {i})")  # its first doc's id
         answers = row["answer"] if isinstance(row["answer"], list) else [row["answer"]]
         qid = str(row.get("question_id", i))
         for sentence in answers:

@@ -28,6 +28,7 @@ from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 torch.set_num_threads(1)
 PIXELS = 224 * 224
 TASK = "vrh_refcoco_val"
+ROW_1 = "doc 1 \\(row 1\\): image .*"  # an image that does not load names the doc (and row) it is the image of
 
 
 @pytest.fixture
@@ -97,9 +98,9 @@ def _bbox(box):
 
 
 @pytest.mark.parametrize("change, match", [
-    (_image(b"GIF89a not really"), f"{TASK}: VRH_REFCOCO_DATA: row 1: image .* is unreadable \\(UnidentifiedImage"),
-    (_image("caf\u00e9 au lait".encode("latin-1")), "row 1: image .* is unreadable \\(UnidentifiedImageError"),
-    (_image(_png_header(30000, 30000)), "row 1: image .* is unreadable \\(DecompressionBombError: Image size "
+    (_image(b"GIF89a not really"), f"{TASK}: VRH_REFCOCO_DATA: {ROW_1} is unreadable \\(UnidentifiedImage"),
+    (_image("caf\u00e9 au lait".encode("latin-1")), f"{ROW_1} is unreadable \\(UnidentifiedImageError"),
+    (_image(_png_header(30000, 30000)), f"{ROW_1} is unreadable \\(DecompressionBombError: Image size "
                                         "\\(900000000 pixels\\)"),
     # 1-bit, so that it decodes in 12 MB: beyond PIL's warning, short of its refusal, as large as the check allows
     (_image(_png(Image.new("1", (10000, 10000)))), f"{TASK} doc 1: its image is 10000 x 10000 pixels, beyond the "
