@@ -43,7 +43,9 @@ from vrh_lmms.runs.discovery.scoring import (
     score_all,
 )
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.runs.doc_check import check_run_docs
 from vrh_lmms.runs.runner import Job, Manifest, Runner
+from vrh_lmms.tasks.common.task_sources import chosen_sources, source_record
 
 IDENTITY = "identity.json"
 # Version of what a part holds: 2 added the out_random1 / in+out query sets and the Localization Heads statistics,
@@ -75,6 +77,8 @@ class DiscoverySpec:
                "gen_kwargs": self.gen_kwargs, "seed": self.seed, "stats": STATS_VERSION}
         out |= {"key_tokens": self.key_tokens} if self.key_tokens != "overlap" else {}
         out |= {"data": data} if (data := data_env()) else {}  # answers on other data are never replayed
+        out |= {"sources": {t: source_record(s) for t, s in chosen.items()}} if (chosen := chosen_sources(self.tasks)) \
+            else {}  # the data used, as resolved (local files, another hub id), where not the default
         return out | ({"null_query": True} if self.null_query else {})
 
 
@@ -182,6 +186,7 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
     runner = _check_outputs(spec, force, lm)
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
+    check_run_docs(tm, list(spec.tasks), spec.limit)  # every doc's images, box, expression: before the folder
     check_docs(tm, list(spec.tasks), spec.limit)  # every doc's evidence, before the folder or the weights
     if plan is not None:
         preload.plan_geometry(plan)  # the backend class and the checkpoint's config.json, still without weights

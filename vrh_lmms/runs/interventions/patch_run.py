@@ -53,7 +53,7 @@ from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest, is_published_file
-from vrh_lmms.runs.sweep.checks import dead_head_names, dead_heads_of, sha256_of
+from vrh_lmms.runs.sweep.checks import chosen_data, dead_head_names, dead_heads_of, sha256_of
 from vrh_lmms.runs.sweep.plan import plan_configurations, planned_headset
 
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
@@ -90,7 +90,7 @@ class PatchSpec:
                 "direction": self.direction, "ks": sorted(self.ks), "random_seeds": self.random_seeds,
                 "layer_matched": self.layer_matched, "controls": list(self.controls),
                 "control_tolerance": self.control_tolerance, "pairs": self.pairs,
-                "answers": self.answers, "control_pool": self.control_pool}
+                "answers": self.answers, "control_pool": self.control_pool} | chosen_data(self.tasks)
 
 
 class InputStore:

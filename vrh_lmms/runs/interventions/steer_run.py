@@ -48,7 +48,7 @@ from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering f
 from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest
-from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of, sha256_of
+from vrh_lmms.runs.sweep.checks import check_headsets, chosen_data, dead_heads_of, sha256_of
 from vrh_lmms.runs.sweep.plan import Configuration, carried_pool, planned_headset
 
 MOVED_IOU = 0.5
@@ -97,7 +97,7 @@ class SteerSpec:
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
                 "heads_file_sha256": sha256_of(self.heads_file), "limit": self.limit, "gen_kwargs": self.gen_kwargs,
                 "seed": self.seed, "distractor_seed": self.distractor_seed, "rule": self.rule,
-                "control_pool": self.control_pool}
+                "control_pool": self.control_pool} | chosen_data(self.tasks)
 
 
 class Steerer:

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.spec import check_heads_file_fits
@@ -36,10 +35,8 @@ def run_identity(command: str, args: Mapping[str, Any], names: Iterable[str], he
     """What a one-result command's result depends on: its settings (`names` of `args`), the heads file (path and
     sha256, so a rediscovered file at the same path is another run) and the data the variables and synthetic scenes
     choose (as a sweep's identity has them). Call once the heads file has loaded."""
-    extra = data_env(skip=("VRH_SYNTH_CONFIG",))
     return {"command": command, **{n: args[n] for n in names}, "heads_file": str(Path(heads_file).resolve()),
-            "heads_sha256": sha256_of(heads_file), **data_identity(list(tasks)),
-            **({"data": extra} if extra else {})}
+            "heads_sha256": sha256_of(heads_file), **data_identity(list(tasks))}
 
 
 def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cross_model: bool = False, *,
@@ -53,6 +50,7 @@ def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cros
     # deferred: keeps `vrh-lmms rank --help` free of torch
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.runs.discovery.evidence import check_docs
+    from vrh_lmms.runs.doc_check import check_run_docs
 
     names = [t for t in tasks.split(",") if t]
     if not names:
@@ -69,6 +67,7 @@ def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cros
     tm = lmms.task_manager(model, tasks=names)
     lmms.check_tasks(tm, names)
     # the boxes of the docs the run reads (`doc_ids`, else the first `limit`), before the model loads
+    check_run_docs(tm, names, None if doc_ids else limit, set(doc_ids) if doc_ids else None)
     check_docs(tm, names, None if doc_ids else limit, set(doc_ids) if doc_ids else None)
     geometry = preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, before the folder

@@ -32,6 +32,7 @@ from vrh_lmms.runs.runner import Job, Manifest, Runner
 from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
 from vrh_lmms.runs.sweep.plan import planned_headset
 from vrh_lmms.tasks.common.grounding_data import SYNTH_CONFIG_ENV, synth_spec
+from vrh_lmms.tasks.common.task_sources import chosen_sources, source_record
 
 MANIFEST = "sweep.json"
 CONFIGS = "configs"
@@ -66,15 +67,28 @@ def sha256_of(path: str | None) -> str | None:
 
 
 def data_identity(tasks: list[str]) -> dict[str, Any]:
-    """The synthetic scenes a sweep's synthetic tasks evaluate (VRH_SYNTH_CONFIG or defaults): part of what must
-    match to resume, and what `vrh-lmms dpo-pairs` regenerates the images from."""
-    if not any(t in SYNTH_TASKS for t in tasks):
-        return {}
-
+    """The data a run's tasks evaluate, as resolved before any row loads: the synthetic scenes of its synthetic tasks
+    (VRH_SYNTH_CONFIG or defaults; what `vrh-lmms dpo-pairs` regenerates the images from) where they are generated,
+    `sources` where a variable chose another source than a task's default (local files, a refer root, another hub
+    id), and `data`, every data-choosing variable set (vrh_lmms.base.data_env). What must match to resume."""
     try:
-        return {"synth": asdict(synth_spec({}, SYNTH_CONFIG_ENV))}
+        chosen = chosen_sources(tasks)
+        generated = [t for t in tasks if t in SYNTH_TASKS and (t not in chosen or chosen[t].kind == "synth")]
+        out: dict[str, Any] = {"synth": asdict(synth_spec({}, SYNTH_CONFIG_ENV))} if generated else {}
     except ValueError as exc:
         raise VRHError(str(exc)) from None
+    out |= {"sources": {t: source_record(s) for t, s in chosen.items()}} if chosen else {}
+    # the synthetic scenes, where recorded above, stand for VRH_SYNTH_CONFIG
+    data = data_env(skip=("VRH_SYNTH_CONFIG",) if "synth" in out else ())
+    return out | ({"data": data} if data else {})
+
+
+def chosen_data(tasks: list[str]) -> dict[str, Any]:
+    """What a run's answers depend on in its data, for identities that never held the synthetic scenes (steering,
+    patching): the sources variables chose and every data-choosing variable set; empty on the default data."""
+    sources = chosen_sources(tasks)
+    return ({"sources": {t: source_record(s) for t, s in sources.items()}} if sources else {}) \
+        | ({"data": data} if (data := data_env()) else {})
 
 
 # ------------------------------------------------------------------------------------------------ the folder
@@ -153,6 +167,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.harness import lmms, preload
     from vrh_lmms.model.ablation import load_means, means_path_for
+    from vrh_lmms.runs.doc_check import check_run_docs
 
     if spec.batch_size < 1:
         raise VRHError(f"--batch-size must be at least 1, got {spec.batch_size}")
@@ -179,14 +194,13 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     unavailable: dict[str, str] = {}
     if hf is not None:  # k against the heads file (the model's own geometry follows)
         unavailable = check_headsets(spec.configurations, hf.geometry, hf, dead, spec.allow_cross_model)
-    extra_data = data_env(skip=("VRH_SYNTH_CONFIG",))  # the synthetic scenes are in data_identity already
     identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
-        | ({"data": extra_data} if extra_data else {}) \
         | ({"excluded_docs": offsets} if offsets else {})
     runner = Runner(sweep_job(out, identity), force)
     runner.inspect()
     tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
     lmms.check_tasks(tm, spec.tasks)
+    check_run_docs(tm, list(spec.tasks), spec.limit, offsets=offsets)  # every doc, before the folder or the weights
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
         unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
