@@ -67,12 +67,8 @@
     runA.appendChild(el("option", { value: i }, g.model + " / " + g.task));
   });
   runB.appendChild(el("option", { value: "" }, "none"));
-  const pairs = [];
   DATA.groups.forEach((g, i) => runB.appendChild(el("option", { value: "g" + i }, g.model + " / " + g.task)));
-  DATA.heads_files.forEach((h, i) => {
-    runB.appendChild(el("option", { value: "h" + i }, "heads file: " + h.label));
-    pairs.push(h);
-  });
+  DATA.heads_files.forEach((h, i) => runB.appendChild(el("option", { value: "h" + i }, "heads file: " + h.label)));
   const panes = document.getElementById("panes");
   function render() {
     clear(panes);
@@ -291,7 +287,7 @@
     const byId = {};
     for (const c of state.group.configs) byId[c.id] = c;
     const controls = Object.keys(KINDS).filter((k) => KINDS[k].control && rows.some((r) => r[k] && r[k].n));
-    const W = 560, H = 300, L = 48, R = 12, T = 14, B = 40;
+    const W = 560, H = 300, L = 52, R = 12, T = 14, B = 40;
     const ks = rows.map((r) => r.k);
     const kmin = Math.min(...ks), kmax = Math.max(...ks);
     let ymax = 0.05;
@@ -306,11 +302,13 @@
     const Y = (v) => T + (ymax - v) / (ymax - ymin) * (H - T - B);
     const s = sv("svg", { class: "chart k-curve", viewBox: "0 0 " + W + " " + H, width: W, height: H, role: "img",
                           "aria-label": "drops against k" });
-    for (let i = 0; i <= 5; i++) {
-      const v = ymin + (ymax - ymin) * i / 5;
+    const step = [0.02, 0.05, 0.1, 0.2, 0.25].find((x) => (ymax - ymin) / x <= 8) || 0.5;
+    for (let v = Math.ceil(ymin / step) * step; v <= ymax + 1e-9; v += step) {
       s.appendChild(sv("line", { x1: L, x2: W - R, y1: Y(v), y2: Y(v), stroke: "#eaeef2" }));
       s.appendChild(sv("text", { x: L - 6, y: Y(v) + 4, "text-anchor": "end" }, (100 * v).toFixed(0)));
     }
+    s.appendChild(sv("text", { x: 12, y: (T + H - B) / 2, "text-anchor": "middle",
+                               transform: "rotate(-90 12 " + (T + H - B) / 2 + ")" }, "drop, points"));
     for (const k of ks) s.appendChild(sv("text", { x: X(k), y: H - B + 16, "text-anchor": "middle" }, String(k)));
     s.appendChild(sv("text", { x: (L + W - R) / 2, y: H - 6, "text-anchor": "middle" }, "k (heads ablated)"));
     s.appendChild(sv("line", { x1: L, x2: W - R, y1: Y(0), y2: Y(0), stroke: "#8c959f" }));
