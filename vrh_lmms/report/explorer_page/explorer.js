@@ -80,6 +80,7 @@
     if (b && b[0] === "g") panes.appendChild(pane(DATA.groups[Number(b.slice(1))], null, "b"));
     if (b && b[0] === "h") panes.appendChild(pane(first, Number(b.slice(1)), "b"));
     panes.classList.toggle("two", panes.children.length > 1);
+    if (panes.children.length === 1) panes.firstChild.classList.add("wide");
   }
   runA.addEventListener("change", render);
   runB.addEventListener("change", render);
