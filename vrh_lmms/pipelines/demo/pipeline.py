@@ -453,7 +453,7 @@ def capture_doc_views(lm, model: Path, spec, settings: DemoSettings, out: Path) 
     with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_eval, EVAL_START)):
         tm = lmms.task_manager("vrh_qwen25", tasks=[TASK])
         return doc_views.capture_doc_views(lm, tm, TASK, range(min(settings.n_map_docs, settings.n_eval)), out,
-                                           settings.n_eval, {"model": str(model)},
+                                           settings.n_eval, {"model": shown_model(str(model))},
                                            gen_kwargs=f"max_new_tokens={settings.max_new_tokens}")
 
 
@@ -463,6 +463,7 @@ def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings
     # deferred: keeps `vrh-lmms demo --help` free of torch, transformers
     from vrh_lmms.runs.interventions.patch_run import PatchSpec, run_patching
     from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
+    from vrh_lmms.runs.sweep.plan import plan_configurations
 
     k = max(1, lm.vrh_decoder.geometry.total_heads // 10)
     gen = f"max_new_tokens={settings.max_new_tokens}"
@@ -471,8 +472,9 @@ def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings
         f"activation patching, k = {k}")
     with _env(VRH_SYNTH_CONFIG=json.dumps(config)):
         lm.batch_size_per_gpu = settings.batch_size
+        plan = plan_configurations([k], settings.random_seeds, True, ["zero"])  # top-k and its live controls
         run_steering(SteerSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads,
-                               configurations=plan_steering([k], settings.random_seeds, True, [settings.steer_bias]),
+                               configurations=plan_steering(plan, [settings.steer_bias]),
                                gen_kwargs=gen, batch_size=settings.batch_size), out / "steer", lm=lm, progress=False)
         write_steering_report(out / "steer")
         lm.batch_size_per_gpu = 1

@@ -47,6 +47,12 @@
     const c = a.map((v, i) => Math.round(v + (b[i] - v) * Math.max(0, Math.min(1, t))));
     return "rgb(" + c.join(",") + ")";
   }
+  function hot(t) {  // 0..1 -> dark red, orange, pale yellow: attention over a dimmed image
+    const stops = [[120, 20, 20], [230, 80, 20], [255, 200, 40], [255, 255, 200]];
+    const x = Math.max(0, Math.min(1, t)) * (stops.length - 1), i = Math.min(stops.length - 2, Math.floor(x));
+    const f = x - i, c = stops[i].map((v, j) => Math.round(v + (stops[i + 1][j] - v) * f));
+    return "rgb(" + c.join(",") + ")";
+  }
   function decode(b64) {
     const s = atob(b64), out = new Uint8Array(s.length);
     for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
@@ -145,7 +151,7 @@
           const b = el("button", { class: "head-cell", type: "button", "data-head": name, tabindex: "-1",
                                    "aria-pressed": "false", "data-layer": l, "data-index": h,
                                    "aria-label": name + ", rank " + (rank[name] || "-") + ", score " + num(score) });
-          b.style.backgroundColor = heat(max > 0 ? Math.abs(score) / max : 0);
+          b.style.backgroundColor = heat(max > 0 ? Math.sqrt(Math.abs(score) / max) : 0);
           if (dead.has(name)) b.classList.add("dead");
           if (topk && topk.heads.includes(name)) b.classList.add("in-top");
           withTip(b, name + "\nrank " + (rank[name] || "-") + " of " + cell.ranking.length + "\nscore " + num(score) +
@@ -159,7 +165,7 @@
       gridBox.appendChild(grid);
       const focusable = buttons.find((b) => b.dataset.head === (state.head || cell.ranking[0])) || buttons[0];
       if (focusable) focusable.tabIndex = 0;
-      legend.textContent = "Colour: |score| in cell " + state.cell + " (darker = higher, max " + num(max) + "). " +
+      legend.textContent = "Colour: |score| in cell " + state.cell + " (darker = higher, square-root scale, max " + num(max) + "). " +
         (topk ? "Red outline: " + topk.id + " (the smallest top-k ablated). " : "") +
         (dead.size ? "Hatched: heads that write nothing. " : "") +
         "Click a head (or use the arrow keys and Enter) for its attention and the configurations that ablate it.";
@@ -231,8 +237,8 @@
         "This run saved no per-head attention maps (vrh-lmms demo saves them for a few sample docs)."));
     } else {
       box.appendChild(el("p", { class: "note" }, "Its attention from the answer tokens over the image of " +
-        docs.length + " sample docs (each map scaled to its own maximum); green: the ground-truth box, " +
-        "blue dashed: the model's answer."));
+        docs.length + " sample docs (bright = more; each map scaled to its own maximum; hover a cell for its " +
+        "share); green: the ground-truth box, blue dashed: the model's answer."));
     }
     for (const d of docs) overlays.appendChild(overlay(d, l, h, name));
     box.appendChild(overlays);
@@ -246,8 +252,10 @@
     const s = sv("svg", { width: Math.round(w * scale), height: Math.round(hgt * scale), viewBox: "0 0 " + w + " " + hgt,
                           role: "img", "aria-label": name + " on doc " + d.doc_id });
     const img = IMAGES[d.key];
-    if (img) s.appendChild(sv("image", { href: img, x: 0, y: 0, width: w, height: hgt, preserveAspectRatio: "none" }));
-    else s.appendChild(sv("rect", { x: 0, y: 0, width: w, height: hgt, fill: "#eaeef2" }));
+    if (img) {
+      s.appendChild(sv("image", { href: img, x: 0, y: 0, width: w, height: hgt, preserveAspectRatio: "none" }));
+      s.appendChild(sv("rect", { x: 0, y: 0, width: w, height: hgt, fill: "#000", "fill-opacity": 0.55 }));
+    } else s.appendChild(sv("rect", { x: 0, y: 0, width: w, height: hgt, fill: "#1f2328" }));
     const cells = CELLS[d.key], per = d.rows * d.cols, off = (l * d.heads + h) * per;
     let peak = 0, peakAt = 0;
     for (let r = 0; r < d.rows; r++) {
@@ -255,8 +263,8 @@
         const v = cells[off + r * d.cols + c];
         if (v > peak) { peak = v; peakAt = r * d.cols + c; }
         const x = d.x_edges[c], y = d.y_edges[r];
-        const rect = sv("rect", { x: x[0], y: y[0], width: x[1] - x[0], height: y[1] - y[0], fill: "#d1242f",
-                                  "fill-opacity": (0.78 * v / 255).toFixed(3), class: "heat" });
+        const rect = sv("rect", { x: x[0], y: y[0], width: x[1] - x[0], height: y[1] - y[0], fill: hot(v / 255),
+                                  "fill-opacity": (0.9 * v / 255).toFixed(3), class: "heat" });
         withTip(rect, "row " + r + ", col " + c + ": " + num(d.scale[l * d.heads + h] * v / 255, 4) +
                 " of the head's attention");
         s.appendChild(rect);
