@@ -148,3 +148,26 @@ def test_hostile_names_render_as_text_in_chromium(report):
         assert page.locator("img").count() == 0 and page.locator("b").count() == 0
         assert page.title() != "1" and errors == []
         browser.close()
+
+
+def test_committed_demo_explorer_is_whole_small_and_names_no_local_path():
+    page = Path(__file__).resolve().parents[2] / "reports" / "demo" / "report" / "explorer.html"
+    if not page.is_file():
+        pytest.skip("reports/demo holds no explorer.html")
+    assert page.stat().st_size < 10 * 1024 * 1024
+    text = page.read_text(encoding="utf-8")
+    data = _data(text)
+    assert data["doc_views"]["maps"]["docs"]
+    assert len(data["doc_views"]["images"]) == len(data["groups"][0]["docs"]["id"])
+
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for v in value.values():
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+
+    assert not [s for s in strings(data) if s.startswith(("/", "~/", "../"))]

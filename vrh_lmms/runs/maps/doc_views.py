@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from PIL import Image
 
 from vrh_lmms.base import atomic
 from vrh_lmms.base.owned import Layout, folder_of, is_file, json_with
+from vrh_lmms.harness import lmms
 from vrh_lmms.runs.maps.collect import DocMaps, collect_maps
 from vrh_lmms.runs.maps.grid import cell_grid
 
@@ -40,9 +42,6 @@ def doc_key(task: str, doc_id: int | str) -> str:
 
 def thumbnail_png(image, max_side: int = MAX_SIDE) -> bytes:
     """A PIL image (or an (h, w, 3) uint8 array) as PNG bytes, its longer side at most `max_side` pixels."""
-    # deferred: keeps the runs floor's import light where no image is written
-    from PIL import Image
-
     img = Image.fromarray(image) if isinstance(image, np.ndarray) else image
     img = img.convert("RGB")
     scale = max_side / max(img.size)
@@ -57,9 +56,6 @@ def write_doc_images(tm, tasks: Sequence[str], output: Path, limit: int | None =
                      max_side: int = MAX_SIDE) -> int:
     """One thumbnail per doc an evaluator pass with `limit` reads (lmms-eval's own docs, as the run saw them);
     returns how many were written. Docs without a PIL image are skipped."""
-    # deferred: keeps `vrh-lmms demo --help` free of lmms-eval
-    from vrh_lmms.harness import lmms
-
     folder = output / FOLDER / "images"
     folder.mkdir(parents=True, exist_ok=True)
     n = 0
