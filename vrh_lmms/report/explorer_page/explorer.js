@@ -5,6 +5,8 @@
   const DATA = JSON.parse(document.getElementById("explorer-data").textContent);
   const SVG = "http://www.w3.org/2000/svg";
   const KINDS = DATA.kinds || {};
+  const PALETTE = ["#d1242f", "#bf8700", "#8250df", "#e16f24", "#0a7ea4", "#bf3989", "#6e7781", "#116329",
+                   "#953800", "#0550ae"];
   const STATUS = { c: "correct", m: "mislocated", p: "parse failure", w: "wrong", "-": "not scored" };
   const tip = document.getElementById("tip");
 
@@ -396,7 +398,7 @@
     for (const c of state.group.configs) {
       if (KINDS[c.kind] && KINDS[c.kind].control) continue;
       const tr = el("tr", { "data-drop-row": c.id });
-      tr.appendChild(el("td", {}, c.id + (c.heads_label && c.heads_label !== c.id ? " (" + c.heads_label + ")" : "")));
+      tr.appendChild(el("td", { title: c.heads_label || c.id }, c.id));
       tr.appendChild(el("td", {}, c.k === null ? "" : c.k));
       tr.appendChild(el("td", {}, pts(c.acc) + "%"));
       tr.appendChild(el("td", {}, c.drop === null || c.drop === undefined ? "" :
@@ -514,8 +516,9 @@
         const b = el("button", { type: "button", role: "option", "data-doc-item": group.docs.id[i],
                                  "aria-selected": "false", tabindex: pos === 0 ? "0" : "-1" });
         const base = group.configs[0];
-        b.textContent = "doc " + group.docs.id[i] + " · " + group.docs.expr[i] + " · " +
-          STATUS[base.status[i] || "-"];
+        b.textContent = "doc " + group.docs.id[i] + " · " + group.docs.expr[i] + " " +
+          (base.status[i] === "c" ? "✓" : "✗");
+        b.title = "baseline: " + STATUS[base.status[i] || "-"];
         b.addEventListener("click", () => openDoc(i));
         b.addEventListener("keydown", (ev) => {
           const step = { ArrowDown: 1, ArrowUp: -1, Home: -1e9, End: 1e9 }[ev.key];
@@ -572,16 +575,19 @@
     const head = el("tr", {});
     for (const t of ["draw", "configuration", "kind", "outcome", "answer box", "raw answer"]) head.appendChild(el("th", {}, t));
     table.appendChild(head);
-    function redraw() {
+    const colour = {};
+    group.configs.filter((c) => c.kind !== "baseline").forEach((c, n) => { colour[c.id] = PALETTE[n % PALETTE.length]; });
+    function redraw() {  // configurations first, then the baseline's answer, the ground truth on top
       clear(layer);
-      if (group.docs.gt[i]) layer.appendChild(boxRect(group.docs.gt[i], "gt", "gt"));
-      for (const c of group.configs) {
+      const order = [...group.configs.filter((c) => c.kind !== "baseline"), group.configs[0]];
+      for (const c of order) {
         if (!drawn.has(c.id) || !c.box || !c.box[i]) continue;
         const r = boxRect(c.box[i], c.kind === "baseline" ? "baseline" : "cfg", c.id);
-        if (c.kind !== "baseline") r.style.stroke = kindColour(c.kind);
+        if (c.kind !== "baseline") r.style.stroke = colour[c.id];
         withTip(r, c.id + ": [" + c.box[i].join(", ") + "] " + STATUS[c.status[i] || "-"]);
         layer.appendChild(r);
       }
+      if (group.docs.gt[i]) layer.appendChild(boxRect(group.docs.gt[i], "gt", "gt"));
     }
     const gtRow = el("tr", { "data-answer": "gt" });
     gtRow.appendChild(el("td", {}, "■"));
@@ -599,6 +605,9 @@
       cb.checked = drawn.has(c.id);
       cb.addEventListener("change", () => { if (cb.checked) drawn.add(c.id); else drawn.delete(c.id); redraw(); });
       td.appendChild(cb);
+      const own = el("span", { class: "swatch box-colour" });
+      own.style.backgroundColor = c.kind === "baseline" ? "#0969da" : colour[c.id];
+      td.appendChild(own);
       tr.appendChild(td);
       tr.appendChild(el("td", {}, c.id));
       const kindCell = el("td", {});
@@ -616,7 +625,8 @@
     const wrap = el("div", { class: "answers" });
     wrap.appendChild(table);
     box.appendChild(el("p", { class: "note" }, "Green: ground truth; blue dashed: the baseline's answer; " +
-      "coloured: each ticked configuration's answer (tick more below). Boxes in original-image pixels."));
+      "each ticked configuration's answer in the colour beside its tick (tick more below). Boxes in original-image " +
+      "pixels; hover a box for its numbers."));
     box.appendChild(wrap);
     return box;
   }
