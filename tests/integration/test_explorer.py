@@ -128,6 +128,24 @@ def test_explore_refreshes_the_page(report, capsys):
     assert "no such folder" in capsys.readouterr().err
 
 
+def test_explore_finds_the_sample_files_of_a_moved_run(sweep, tmp_path):
+    import shutil
+
+    first = tmp_path / "first"
+    shutil.copytree(sweep, first / "sweep")
+    build_report([first / "sweep"], first / "report", ReportSettings(n_resamples=200, plots=False))
+    moved = tmp_path / "elsewhere" / "run"
+    moved.parent.mkdir()
+    shutil.move(first, moved)
+    (moved / "sweep").rename(moved / "renamed_sweep")
+    (moved / "report" / "explorer.html").unlink()
+    assert main(["explore", str(moved)]) == 0
+    data = _data((moved / "report" / "explorer.html").read_text(encoding="utf-8"))
+    group = data["groups"][0]
+    assert len(group["docs"]["id"]) > 0 and all("score" in c for c in group["configs"]) and not data["notes"]
+    assert group["docs"]["expr"][0] == HOSTILE
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(not find_chromium(), reason="no Chromium here (Debian: apt-get install chromium)")
 def test_hostile_names_render_as_text_in_chromium(report):

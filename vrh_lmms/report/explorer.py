@@ -114,7 +114,10 @@ def write_explorer(report_dir: str | Path, roots: Sequence[str | Path] = (), tit
         raise VRHError(f"{report_dir} holds no report.json; run `vrh-lmms report` first")
     report = json.loads(path.read_text(encoding="utf-8"))
     folders = [Path(r) for r in roots] + [report_dir.parent, report_dir]
-    search = list(dict.fromkeys([*folders, *(f.parent for f in folders)]))
+    # the run folders, their parents and their subfolders (a demo's sweep/, a moved sweep)
+    near = [f for f in folders if f.is_dir()]
+    search = list(dict.fromkeys([*folders, *(f.parent for f in folders),
+                                 *(sub for f in near for sub in sorted(f.iterdir()) if sub.is_dir())]))
     doc_views = [f / DOC_VIEWS for f in search]
     models = sorted({g["model"] for g in report.get("groups") or []})
     data = explorer_data(report, search, _heads_paths(report, search), doc_views,

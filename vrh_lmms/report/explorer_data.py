@@ -28,15 +28,16 @@ STATUS_CODES = {"correct": "c", "mislocated": "m", "parse_failure": "p", "wrong"
 
 def resolve(shown: str | None, roots: Sequence[Path]) -> Path | None:
     """A path report.json records (relative to the folder the report ran in) as a file here: as it is, else under
-    one of `roots` with its leading folders dropped one by one (a run folder moved or reported from elsewhere)."""
+    one of `roots` with its leading folders dropped one by one, the longest tail first (a run folder moved or
+    reported from elsewhere: `runs/demo/sweep/configs/top5/...` under the demo folder's `sweep/`)."""
     if not shown:
         return None
     path = Path(shown).expanduser()
     if path.is_file():
         return path
-    parts = path.parts
-    for root in roots:
-        for i in range(len(parts)):
+    parts = [p for p in path.parts if p not in ("..", ".", "/")]
+    for i in range(len(parts)):
+        for root in roots:
             candidate = root.joinpath(*parts[i:])
             if candidate.is_file():
                 return candidate
