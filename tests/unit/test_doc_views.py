@@ -50,3 +50,24 @@ def test_thumbnail_keeps_the_aspect_and_caps_the_longer_side():
     small = thumbnail_png(Image.new("RGB", (100, 50)), max_side=160)
     with Image.open(io.BytesIO(small)) as im:
         assert im.size == (100, 50)  # never enlarged
+
+
+def test_doc_views_of_other_docs_are_left_out_with_a_note(tmp_path):
+    from vrh_lmms.report.explorer_data import explorer_data
+
+    rng = np.random.default_rng(1)
+    write_head_maps([_doc(rng, 3)], tmp_path, {"model": "m"})
+    group = {"model": "m", "task": "t", "baseline": {"label": "baseline", "kind": "baseline", "samples": None},
+             "configs": [], "summary": []}
+    report = {"groups": [group]}
+    lines = tmp_path / "samples.jsonl"
+
+    def data(expression: str) -> dict:
+        lines.write_text('{"doc_id": 3, "vrh_record": {"expression": "%s", "correct": true}}\n' % expression)
+        group["baseline"]["samples"] = str(lines)
+        return explorer_data(report, [tmp_path], [], [tmp_path / FOLDER], "t")
+
+    same = data("the <b>cat</b>")
+    assert same["doc_views"]["maps"] and not same["notes"]
+    other = data("the dog")
+    assert other["doc_views"]["maps"] is None and "of other docs" in other["notes"][0]

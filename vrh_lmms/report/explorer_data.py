@@ -199,6 +199,20 @@ def doc_views_block(folders: Sequence[Path], max_side: int = 160) -> dict[str, A
     return {"images": images, "maps": maps, "folder": shown_path(folder)}
 
 
+def _views_mismatch(views: dict[str, Any], groups: list[dict[str, Any]]) -> str | None:
+    """Where the saved sample maps name a doc of a shown task with another expression (doc views of another scene
+    set or run): that doc, else None."""
+    for doc in (views.get("maps") or {}).get("docs") or []:
+        for group in groups:
+            docs = group["docs"]
+            if docs["task"] != doc["task"] or doc["doc_id"] not in docs["id"]:
+                continue
+            shown = docs["expr"][docs["id"].index(doc["doc_id"])]
+            if shown != doc["expression"]:
+                return f"{doc['task']} doc {doc['doc_id']}: {doc['expression']!r}, the run's {shown!r}"
+    return None
+
+
 def explorer_data(report: dict, roots: Sequence[Path], heads_paths: Sequence[Path], doc_view_dirs: Sequence[Path],
                   title: str) -> dict[str, Any]:
     """The page's data: groups (each a run side: a model x task), heads files, doc views and notes."""
@@ -216,8 +230,13 @@ def explorer_data(report: dict, roots: Sequence[Path], heads_paths: Sequence[Pat
             continue
         seen.add(block["sha256"])
         heads.append(block)
+    views = doc_views_block(doc_view_dirs)
+    mismatch = _views_mismatch(views, groups)
+    if mismatch:
+        notes.append(f"the doc views in {views.get('folder')} are of other docs ({mismatch}); left out")
+        views = {"images": {}, "maps": None}
     return {"schema": "vrh-explorer/1", "title": title, "created": report.get("created"),
             "version": report.get("version"), "groups": groups, "heads_files": heads,
             "filters_rule": "broken: score below the baseline's; a control breaks a doc when at least half of its "
                             "draws do",
-            "doc_views": doc_views_block(doc_view_dirs), "notes": notes + list(report.get("warnings") or [])}
+            "doc_views": views, "notes": notes + list(report.get("warnings") or [])}
