@@ -177,3 +177,26 @@ def test_keyboard_navigation(explorer):
     page.keyboard.press("Enter")
     page.locator(f'[data-pane="a"] [data-doc="{second}"]').wait_for(state="visible")
     assert explorer.errors == []
+
+
+def test_hover_gives_the_numbers_and_two_runs_sit_side_by_side(demo_run, explorer):
+    page = explorer.page
+    report = json.loads((demo_run / "report" / "report.json").read_text())
+    row = report["groups"][0]["summary"][0]
+    point = page.locator(f'[data-pane="a"] [data-point="topk@{row["k"]}"]')
+    point.hover()
+    tip = page.locator("#tip")
+    tip.wait_for(state="visible")
+    lo, hi = row["topk_drop_ci"]
+    assert f"drop {100 * row['topk_drop']:.1f} points [{100 * lo:.1f}, {100 * hi:.1f}]" in tip.inner_text()
+    # the other model x task of the report (the demo's recall step: the text-needle task) beside the first
+    other = report["groups"][1]
+    page.select_option("#run-b", "g1")
+    panes = page.locator("#panes > .pane")
+    assert panes.count() == 2
+    assert page.locator('[data-pane="b"] h2').inner_text() == f"{other['model']} / {other['task']}"
+    assert page.locator('[data-pane="b"] [data-head]').count() == page.locator('[data-pane="a"] [data-head]').count()
+    left, right = (panes.nth(i).bounding_box() for i in range(2))
+    assert right["x"] >= left["x"] + left["width"] and abs(right["y"] - left["y"]) < 2  # side by side
+    page.select_option("#run-b", "")
+    assert panes.count() == 1 and explorer.errors == []
