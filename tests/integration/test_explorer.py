@@ -128,6 +128,17 @@ def test_explore_refreshes_the_page(report, capsys):
     assert "no such folder" in capsys.readouterr().err
 
 
+def test_explore_a_heads_file_alone(tmp_path, capsys):
+    heads = Path(__file__).resolve().parents[2] / "reports" / "demo" / "heads.json"
+    assert main(["explore", str(heads)]) == 2 and "give --output" in capsys.readouterr().err
+    out = tmp_path / "heads_explorer.html"
+    assert main(["explore", str(heads), "--output", str(out)]) == 0
+    data = _data(out.read_text(encoding="utf-8"))
+    assert data["groups"] == [] and len(data["heads_files"]) == 1
+    assert set(data["heads_files"][0]["cells"]) == set(json.loads(heads.read_text())["cells"]) | {"out,sum,mean"}
+    assert main(["explore", str(tmp_path)]) == 2 and "no report.json" in capsys.readouterr().err
+
+
 def test_explore_finds_the_sample_files_of_a_moved_run(sweep, tmp_path):
     import shutil
 

@@ -104,6 +104,15 @@ def _heads_paths(report: dict, roots: Sequence[Path]) -> list[Path]:
     return [p for p in found if p is not None]
 
 
+def write_heads_explorer(heads_files: Sequence[str | Path], output: str | Path, title: str | None = None) -> Path:
+    """A page of heads files alone (a discovery, before any sweep): the layer x head map of every scoring cell, side
+    by side where there are several; nothing is ablated, so no docs and no drops."""
+    paths = [Path(p) for p in heads_files]
+    data = explorer_data({"groups": []}, [], paths, [], title or f"vrh-lmms explorer: {', '.join(map(str, paths))}")
+    data["kinds"] = kind_table()
+    return atomic.write_text(Path(output), render_explorer(data))
+
+
 def write_explorer(report_dir: str | Path, roots: Sequence[str | Path] = (), title: str | None = None) -> Path:
     """Write `report_dir`/explorer.html from its report.json and the files it names. `roots`: folders where the
     run's files are looked for when report.json's paths (relative to where the report ran) do not lead to them (a

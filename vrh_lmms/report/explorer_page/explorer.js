@@ -67,8 +67,9 @@
 
   // ---- the header: which run(s) -----------------------------------------------------------------------------------
   document.getElementById("title").textContent = DATA.title;
-  document.getElementById("subtitle").textContent =
-    DATA.groups.length + " run(s): " + DATA.groups.map((g) => g.model + " / " + g.task).join("; ") +
+  document.getElementById("subtitle").textContent = (DATA.groups.length ?
+    DATA.groups.length + " run(s): " + DATA.groups.map((g) => g.model + " / " + g.task).join("; ") :
+    "heads file(s): " + DATA.heads_files.map((h) => h.path).join("; ")) +
     (DATA.version ? " · vrh-lmms " + DATA.version : "");
   const runA = document.getElementById("run-a"), runB = document.getElementById("run-b");
   DATA.groups.forEach((g, i) => {
@@ -82,13 +83,19 @@
     clear(panes);
     const a = Number(runA.value || 0);
     const b = runB.value;
-    const first = DATA.groups[a];
+    const first = DATA.groups[a] || headsOnly();
     if (!first) { panes.appendChild(el("p", {}, "This report holds no runs.")); return; }
     panes.appendChild(pane(first, null, "a"));
     if (b && b[0] === "g") panes.appendChild(pane(DATA.groups[Number(b.slice(1))], null, "b"));
     if (b && b[0] === "h") panes.appendChild(pane(first, Number(b.slice(1)), "b"));
     panes.classList.toggle("two", panes.children.length > 1);
     if (panes.children.length === 1) panes.firstChild.classList.add("wide");
+  }
+  function headsOnly() {  // a heads file without runs (a discovery): its map and cells, nothing ablated
+    const hf = DATA.heads_files[0];
+    if (!hf) return null;
+    return { id: "h0", model: hf.model, task: "discovery", metric: null, configs: [], summary: [], dead_heads: hf.dead,
+             heads_file: hf.sha256, docs: { id: [], expr: [], gt: [], size: [], task: "" } };
   }
   runA.addEventListener("change", render);
   runB.addEventListener("change", render);
@@ -104,8 +111,10 @@
     const state = { group, heads: headsIndex === null ? heads_for(group) : headsIndex, cell: null, head: null,
                     root };
     root.appendChild(headsSection(state));
-    root.appendChild(curveSection(state));
-    root.appendChild(docsSection(state));
+    if (group.configs.length) {  // a heads file alone (a discovery) has no runs to show
+      root.appendChild(curveSection(state));
+      root.appendChild(docsSection(state));
+    }
     return root;
   }
 
