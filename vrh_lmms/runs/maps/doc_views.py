@@ -2,7 +2,8 @@
 image, downscaled, and every head's attention over the image of a few sample docs (the maps `attention-maps`
 captures, kept per head instead of reduced to three views).
 
-Written into a run folder's `doc_views/` by the pipelines that hold a model (the demo): `images/<task>_<doc id>.png`
+Written into a run folder's `doc_views/` by the pipelines that hold a model (the demo) and by `attention-maps`
+(its chosen docs, vrh_lmms.runs.maps.outputs): `images/<task>_<doc id>.png`
 (one thumbnail per evaluated doc, its longer side at most `max_side` pixels), `head_maps.json` (the sample docs:
 expression, answer, boxes in original-image pixels, the cell grid) and `head_maps.npz` (one (layers, heads, rows, cols)
 float16 array per sample doc, named `<task>_<doc id>`; read with numpy, no pickle). The report floor reads them.
@@ -68,6 +69,15 @@ def write_doc_images(tm, tasks: Sequence[str], output: Path, limit: int | None =
     return n
 
 
+def write_doc_thumbnails(docs: Sequence[DocMaps], output: Path, max_side: int = MAX_SIDE) -> int:
+    """Thumbnails of the docs whose image was kept (collect_maps(keep_images=True)); returns how many."""
+    folder = output / FOLDER / "images"
+    kept = [d for d in docs if d.image is not None]
+    for doc in kept:
+        atomic.write_bytes(folder / f"{doc_key(doc.task, doc.doc_id)}.png", thumbnail_png(doc.image, max_side))
+    return len(kept)
+
+
 def maps_entry(doc: DocMaps) -> tuple[dict[str, Any], np.ndarray]:
     """A sample doc's head_maps.json entry and its (layers, heads, rows, cols) per-head grids over the main view."""
     grid = cell_grid(doc.cells, doc.views, doc.image_size)
@@ -85,7 +95,7 @@ def write_head_maps(docs: Sequence[DocMaps], output: Path, header: dict[str, Any
     folder = output / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     entries, arrays = [], {}
-    for doc in docs:
+    for doc in (d for d in docs if d.per_head is not None):  # a caller may have dropped a doc's maps (locate)
         entry, grids = maps_entry(doc)
         entries.append(entry)
         arrays[entry["key"]] = grids
