@@ -124,15 +124,20 @@ def test_a_doc_shows_its_boxes(demo_run, explorer):
     view.wait_for(state="visible")
     assert base[doc]["expression"] in view.inner_text()
     for hook, box in (("gt", base[doc]["gt_box"]), ("baseline", base[doc]["pred_box"]), ("top5", top[doc]["pred_box"])):
-        rect = view.locator(f'svg [data-box="{hook}"]')
+        rect = view.locator(f'svg.doc-picture [data-box="{hook}"]')
         assert rect.count() == 1, hook
         x, y, w, h = (float(rect.get_attribute(a)) for a in ("x", "y", "width", "height"))
         assert [x, y, x + w, y + h] == pytest.approx(box, abs=0.01), hook
     raw = view.locator('[data-answer="top5"] td.raw').inner_text()
     assert raw == top[doc]["raw"]
     view.locator('[data-answer="random5_s0"] input').check()  # a draw's box, drawn on demand
-    assert view.locator('svg [data-box="random5_s0"]').count() == (1 if records(
+    assert view.locator('svg.doc-picture [data-box="random5_s0"]').count() == (1 if records(
         configs / "random5_s0" / f"samples_{TASK}.jsonl")[doc]["pred_box"] else 0)
+    head = json.loads((demo_run / "heads.json").read_text())["ranking"][0]
+    page.click(f'[data-pane="a"] [data-head="{head}"]')
+    saved = {d["doc_id"] for d in json.loads((demo_run / "doc_views" / "head_maps.json").read_text())["docs"]}
+    beside = page.locator(f'[data-pane="a"] [data-doc="{doc}"] figure[data-map-doc="{doc}"]')
+    assert beside.count() == (1 if int(doc) in saved else 0)  # the doc beside the clicked head's map of it
     assert explorer.errors == []
 
 

@@ -201,6 +201,7 @@
         if (on) b.tabIndex = 0; else b.tabIndex = -1;
       }
       headPanel(state, hf, name);
+      if (state.onHead) state.onHead();
       if (!quiet) hideTip();
     }
     cellSel.addEventListener("change", () => { state.cell = cellSel.value; draw(); });
@@ -551,9 +552,10 @@
         b.setAttribute("aria-selected", b.dataset.docItem === String(group.docs.id[i]) ? "true" : "false");
       }
       clear(view);
-      view.appendChild(docView(group, i, topSel.value));
+      view.appendChild(docView(group, i, state));
       if (!quiet) hideTip();
     }
+    state.onHead = () => { if (st.current !== null) openDoc(st.current, true); };  // the doc beside its head's map
     topSel.addEventListener("change", () => { fillControls(); refresh(); });
     ctlSel.addEventListener("change", refresh);
     fillControls();
@@ -561,7 +563,7 @@
     return sec;
   }
 
-  function docView(group, i, shownTop) {
+  function docView(group, i, state) {
     const id = group.docs.id[i];
     const key = group.docs.task + "_" + id;
     const box = el("div", { class: "doc-view", "data-doc": id });
@@ -571,13 +573,24 @@
     const [w, h] = size;
     const scale = 320 / Math.max(w, h);
     const s = sv("svg", { width: Math.round(w * scale), height: Math.round(h * scale), viewBox: "0 0 " + w + " " + h,
-                          role: "img", "aria-label": "doc " + id + " with its boxes" });
+                          role: "img", class: "doc-picture", "aria-label": "doc " + id + " with its boxes" });
     if (IMAGES[key]) s.appendChild(sv("image", { href: IMAGES[key], x: 0, y: 0, width: w, height: h,
                                                 preserveAspectRatio: "none" }));
     else s.appendChild(sv("rect", { x: 0, y: 0, width: w, height: h, fill: "#eaeef2" }));
     const layer = sv("g", {});
     s.appendChild(layer);
-    box.appendChild(s);
+    const pictures = el("div", { class: "overlays" });
+    pictures.appendChild(s);
+    const mapped = MAPS && MAPS.docs.find((d) => d.key === key);
+    const m = state.head && /^L(\d+)H(\d+)$/.exec(state.head);
+    if (mapped && m && mapped.layers > Number(m[1]) && mapped.heads > Number(m[2])) {
+      const fig = overlay(mapped, Number(m[1]), Number(m[2]), state.head);
+      fig.querySelector("figcaption").firstChild.textContent = "head " + state.head + "'s attention on this doc";
+      pictures.appendChild(fig);
+    } else if (mapped) {
+      pictures.appendChild(el("p", { class: "note" }, "Click a head above to see its attention on this doc."));
+    }
+    box.appendChild(pictures);
     const drawn = new Set(["baseline"]);
     for (const c of group.configs) if (c.kind === "topk" && c.score) drawn.add(c.id);
     const table = el("table", {});
