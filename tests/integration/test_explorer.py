@@ -157,6 +157,25 @@ def test_explore_finds_the_sample_files_of_a_moved_run(sweep, tmp_path):
     assert group["docs"]["expr"][0] == HOSTILE
 
 
+def test_sample_files_that_are_gone_are_named_not_invented(sweep, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(sweep, run / "sweep")
+    build_report([run / "sweep"], run / "report", ReportSettings(n_resamples=200, plots=False))
+    (run / "sweep" / "configs" / "random3_s1" / "samples_vrh_refcoco_testA.jsonl").unlink()
+    assert main(["explore", str(run)]) == 0
+    data = _data((run / "report" / "explorer.html").read_text(encoding="utf-8"))
+    (note,) = [n for n in data["notes"] if "sample files" in n]
+    assert "of 1 configuration(s)" in note and "random3_s1" in note
+    gone = next(c for c in data["groups"][0]["configs"] if c["id"] == "random3_s1")
+    assert gone.get("missing") and "score" not in gone
+    shutil.rmtree(run / "sweep" / "configs" / "baseline")
+    assert main(["explore", str(run)]) == 0
+    data = _data((run / "report" / "explorer.html").read_text(encoding="utf-8"))
+    assert data["groups"][0]["docs"]["id"] == [] and any("docs are left out" in n for n in data["notes"])
+
+
 @pytest.mark.browser
 @pytest.mark.skipif(not find_chromium(), reason="no Chromium here (Debian: apt-get install chromium)")
 def test_hostile_names_render_as_text_in_chromium(report):

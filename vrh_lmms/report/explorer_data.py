@@ -87,8 +87,11 @@ def _config_block(cfg: dict, rows: dict[str, dict] | None, doc_ids: list[str]) -
     score, status, box, raw = [], [], [], []
     for doc in doc_ids:
         row = rows.get(doc)
-        if row is None:
-            score.append(None), status.append(""), box.append(None), raw.append("")
+        if row is None:  # a doc this configuration did not score
+            score.append(None)
+            status.append("")
+            box.append(None)
+            raw.append("")
             continue
         record = row["record"]
         score.append(_score(record, None))
@@ -120,13 +123,17 @@ def group_block(group: dict, roots: Sequence[Path], index: int) -> tuple[dict[st
         docs["gt"].append(_round(gt) if isinstance(gt, list) and len(gt) == 4 else None)
         size = record.get("image_size")
         docs["size"].append([int(v) for v in size] if isinstance(size, list) and len(size) == 2 else None)
-    configs = []
+    configs, missing = [], []
     for cfg in [base_cfg, *group["configs"]]:
         path = resolve(cfg.get("samples"), roots) if cfg is not base_cfg else base_path
         rows = base_rows if cfg is base_cfg else (_sample_rows(path) if path else None)
         if path is None and cfg is not base_cfg:
-            notes.append(f"{group['model']} / {group['task']}: {cfg.get('label')}'s sample file is not here")
+            missing.append(str(cfg.get("label")))
         configs.append(_config_block(cfg, rows, doc_ids))
+    if missing and base_path is not None:
+        notes.append(f"{group['model']} / {group['task']}: the sample files of {len(missing)} configuration(s) are "
+                     f"not here ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); their answers are "
+                     f"left out")
     heads_file = next((c["heads_file"] for c in group["configs"] if c.get("heads_file")), None) or {}
     block = {"id": f"g{index}", "model": group["model"], "task": group["task"], "kind": group.get("kind"),
              "metric": group.get("metric"), "docs": docs, "configs": configs, "summary": group.get("summary") or [],
