@@ -197,6 +197,22 @@ for _fam in (
            text_config_paths=("text_config", ""), convention=conv.MAGMA, layout="magma",
            layout_builder="vrh_lmms.model.capture.tilings:magma_crops",
            wrappers=(Wrapper("vrh_magma", "magma", "VRHMagma"),), remote_code=True),
+    # LLaVA-1.5 (llava-hf): Llama-2 text; one fixed grid on CLIP's centre crop (or the padded square)
+    Family("llava", ("llava",), ("model.language_model.layers",), convention=conv.LLAVA, layout="llava",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:clip_square",
+           wrappers=(Wrapper("vrh_llava", "llava", "VRHLlava", "VRHLlavaChat"),), tiny=_tiny("llava"),
+           hf_class="LlavaForConditionalGeneration"),
+    # LLaVA-OneVision (llava-hf -ov-hf checkpoints): Qwen2 text; AnyRes with anyres_max_9 pooling
+    Family("llava_onevision", ("llava_onevision",), ("model.language_model.layers",), convention=conv.LLAVA_NEXT,
+           layout="llava_onevision", layout_builder="vrh_lmms.model.capture.tilings_crops:onevision_anyres",
+           wrappers=(Wrapper("vrh_llava_onevision", "llava", "VRHLlavaOneVision", "VRHLlavaOneVisionChat"),),
+           tiny=f"{_tiny('llava')}:build_onevision", hf_class="LlavaOnevisionForConditionalGeneration"),
+    # Gemma 3: never trained to output boxes (asked with the generic 0-1000 prompt); bidirectional attention inside
+    # each image, sliding-window and global text layers; squashed image, then pan-and-scan crops when enabled
+    Family("gemma3", ("gemma3",), ("model.language_model.layers",), convention=conv.GENERIC, layout="gemma3",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:gemma3_crops",
+           wrappers=(Wrapper("vrh_gemma3", "gemma3", "VRHGemma3"),), tiny=_tiny("gemma"),
+           hf_class="Gemma3ForConditionalGeneration"),
 ):
     register(_fam)
 del _fam
