@@ -46,6 +46,12 @@ LAYOUT = {
     "idefics3": ("<image>", [16] * 5, [16] * 3, "<row_1_col_1>", "<fake_token_around_image>"),
     # Qwen2.5-VL's image processor and 28 px cells (load_tiny gives the thinker, which has the forward)
     "qwen2_5_omni": ("<|IMAGE|>", [16], [32], "<|vision_bos|>", "<|vision_eos|>"),
+    # one fixed 8x8 grid on CLIP's centre crop, after "USER:"
+    "llava": ("<image>", [64], [64], ":", "\n"),
+    # base 4x4 on 56 px tiles + unpadded AnyRes grid with a newline per row: 16 + 8x8 + 8; 16 + 8x16 + 8
+    "llava_onevision": ("<image>", [88], [152], "user", "\n"),
+    # the processor's image_token is <start_of_image>; 64 soft tokens follow it
+    "gemma3": ("<start_of_image>", [1], [1], "\n", "<image_soft_token>"),
 }
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
@@ -55,6 +61,9 @@ BACKENDS = {
     "llava_next": ("llava_hf", "", None),
     # glm4v loads the MoE class unless "Flash" is in the path (lmms_eval/models/simple/glm4v.py).
     "glm4v": ("glm4v", "", "GLM-4.1V-Flash-tiny"),
+    "llava": ("llava_hf", "", None),
+    "llava_onevision": ("llava_hf", "", None),
+    "gemma3": ("gemma3", "", None),
 }
 TOKEN_ID_KEY = re.compile(r"(token_id|token_ids|token_index)$")
 
@@ -156,7 +165,9 @@ def test_config_token_ids_inside_vocabulary(family, loaded):
     image_id = getattr(model.config, "image_token_id", None)
     if image_id is None:
         image_id = model.config.image_token_index
-    assert image_id == processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    # Gemma 3's processor names <start_of_image> its image_token; the placeholder is the tokenizer's image_token
+    placeholder = getattr(processor.tokenizer, "image_token", None) or processor.image_token
+    assert image_id == processor.tokenizer.convert_tokens_to_ids(placeholder)
 
 
 @pytest.mark.parametrize("family", ALL)

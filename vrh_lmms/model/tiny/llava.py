@@ -31,6 +31,7 @@ from vrh_lmms.model.tiny.sensitive import save_sensitive
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 PATCH = 14
+NEWLINE = "\n"  # a token of both vocabularies (Llama-2's <0x0A>, Qwen2's "Ċ"): keep it one, not whitespace
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 
 # --- LLaVA-1.5 (Vicuna text) -------------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ def llava_processor(tokenizer, side: int = LLAVA_SIDE, do_pad: bool = False):
 def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
           vision: dict[str, Any] | None = None, extra_words: tuple[str, ...] = ()) -> Path:
     """Write a complete tiny LLaVA-1.5 checkpoint (config, weights, tokenizer, processor, template)."""
-    tok = build_tokenizer(LLAVA_SPECIALS, extra_words=extra_words,
+    tok = build_tokenizer(LLAVA_SPECIALS, plain_tokens=(NEWLINE,), extra_words=extra_words,
                           named_specials={"image_token": "<image>"}, bos_token="<s>", eos_token="</s>",
                           pad_token="<pad>", chat_template=LLAVA_TEMPLATE, add_bos_token=True, model_max_length=4096)
     ids = tok.convert_tokens_to_ids
@@ -85,7 +86,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
 
 # --- LLaVA-OneVision (Qwen2 text) --------------------------------------------------------------------------------
 OV_SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>")
-NEWLINE = "\n"
 # llava-hf/llava-onevision-qwen2-7b-ov-hf chat_template.json
 OV_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + ' '}}"
