@@ -33,6 +33,8 @@ OLD_WRAPPERS = {
     "vrh_llava": ("llava", "VRHLlava", "VRHLlavaChat"),  # added with their families (issue 49)
     "vrh_llava_onevision": ("llava", "VRHLlavaOneVision", "VRHLlavaOneVisionChat"),
     "vrh_gemma3": ("gemma3", "VRHGemma3", None),
+    "vrh_idefics3": ("idefics3", "VRHIdefics3", None),
+    "vrh_smolvlm": ("idefics3", "VRHIdefics3", None),
 }
 OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
             "qwen2_5_omni", "llava", "llava_onevision", "gemma3"}  # qwen2_5_omni: issue 29; llava..gemma3: 49
@@ -51,7 +53,8 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
                       "vrh_paligemma": "paligemma", "vrh_magma": "magma", "vrh_deepseek_vl2": "deepseek_vl2",
                       "vrh_qwen25_omni": "qwen2_5_vl",  # omni (issue 29): no template line; Qwen2.5-VL's convention
                       # issue 49: no template lines either
-                      "vrh_llava": "llava", "vrh_llava_onevision": "llava_next", "vrh_gemma3": "generic"}
+                      "vrh_llava": "llava", "vrh_llava_onevision": "llava_next", "vrh_gemma3": "generic",
+                      "vrh_idefics3": "generic", "vrh_smolvlm": "generic"}
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():

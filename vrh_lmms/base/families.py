@@ -178,8 +178,11 @@ for _fam in (
            wrappers=(Wrapper("vrh_glm4v", "glm4v", "VRHGLM4V"),),
            tiny=_tiny("glm4v"), hf_class="Glm4vForConditionalGeneration"),
     # Idefics3 and SmolVLM share the architecture: the text decoder is `text_model`, not `language_model`.
+    # Never trained to output boxes: the generic 0-1000 prompt. lmms-eval's idefics2 backend, class corrected.
     Family("idefics3", ("idefics3", "smolvlm"), ("model.text_model.layers",), layout="idefics3",
            layout_builder="vrh_lmms.model.capture.tilings:idefics3_tiles", tiny=_tiny("idefics3"),
+           wrappers=(Wrapper("vrh_idefics3", "idefics3", "VRHIdefics3"),
+                     Wrapper("vrh_smolvlm", "idefics3", "VRHIdefics3")),
            hf_class="Idefics3ForConditionalGeneration"),
     # Phi-4 multimodal: decoder layers sit directly under `model`; the audio encoder also has o_proj.
     Family("phi4_multimodal", ("phi4mm", "phi4_multimodal"), ("model.layers",),

@@ -27,7 +27,7 @@ def _get(model, path: str):
 
 def save_sensitive(out_dir: str | Path, seed: int, model_cls, config, processor, tokenizer, *,
                    projector: str | None = None, init_std: float = INIT_STD, projector_gain: float = 1.0,
-                   stop_tokens: tuple[str, ...] = ()) -> Path:
+                   stop_tokens: tuple[str, ...] = (), pad_token: str | None = None) -> Path:
     """Random-init `model_cls(config)` under `seed` with image- and head-sensitive weights, save it beside its
     processor and tokenizer. `projector`: dotted path of the multimodal projector, scaled by `projector_gain`."""
     with seeded(seed):
@@ -40,5 +40,6 @@ def save_sensitive(out_dir: str | Path, seed: int, model_cls, config, processor,
                 for p in _get(model, projector).parameters():
                     p.mul_(projector_gain)
     if stop_tokens:
-        set_generation_eos(model, [tokenizer.convert_tokens_to_ids(t) for t in stop_tokens])
+        ids = tokenizer.convert_tokens_to_ids
+        set_generation_eos(model, [ids(t) for t in stop_tokens], pad_id=ids(pad_token) if pad_token else None)
     return save_checkpoint(out_dir, model, processor, tokenizer)
