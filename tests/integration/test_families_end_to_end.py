@@ -1,5 +1,5 @@
-"""LLaVA-1.5, LLaVA-OneVision, Gemma 3 and Idefics3 / SmolVLM: wrappers over lmms-eval's backends, tiny checkpoints
-that answer per image and per head set, image-token layouts against the real processors at the published
+"""LLaVA-1.5, LLaVA-OneVision, Gemma 3, Idefics3 / SmolVLM and Mistral 3: wrappers over lmms-eval's backends, tiny
+checkpoints that answer per image and per head set, image-token layouts against the real processors at the published
 checkpoints' settings, and discovery end to end.
 
 - heads=none answers equal the unwrapped lmms-eval backend's (Idefics3: the backend cannot load it, so plain
@@ -45,8 +45,9 @@ CASES = [
     ("llava_onevision", f"{W}.llava:VRHLlavaOneVisionChat", f"{C}.llava_hf:LlavaHf", {}),
     ("gemma3", f"{W}.gemma3:VRHGemma3", f"{S}.gemma3:Gemma3", {}),
     ("idefics3", f"{W}.idefics3:VRHIdefics3", f"{S}.idefics2:Idefics2", {}),
+    ("mistral3", f"{W}.mistral3:VRHMistral3", f"{S}.mistral3_vl:Mistral3_VL", {}),
 ]
-FAMILIES = ["llava", "llava_onevision", "gemma3", "idefics3"]
+FAMILIES = ["llava", "llava_onevision", "gemma3", "idefics3", "mistral3"]
 
 
 def _cls(path: str):
@@ -175,17 +176,24 @@ def _published_processor(family: str, **over):
                                     do_image_splitting=over.get("split", True))
         tok = AutoTokenizer.from_pretrained(over["ckpt"])
         return Idefics3Processor(image_processor=ip, tokenizer=tok, image_seq_len=169, chat_template=tok.chat_template)
+    if family == "mistral3":  # Mistral-Small-3.1: longest edge 1540, patch 14, 2 x 2 merge
+        from transformers import AutoTokenizer
+
+        from vrh_lmms.model.tiny import mistral3
+
+        return mistral3.mistral3_processor(AutoTokenizer.from_pretrained(over["ckpt"]), longest_edge=1540)
     # gemma-3-4b-it: 896 px, 256 tokens (pan-and-scan is a call-time option: see the test)
     return gemma.gemma3_processor(gemma.gemma3_tokenizer(), image_size=896, tokens=256)
 
 
 PUBLISHED = [("llava", {}), ("llava", {"kw": {"do_pad": True}}), ("llava_onevision", {}), ("gemma3", {}),
-             ("gemma3", {"pan_and_scan": True}), ("idefics3", {}), ("idefics3", {"split": False})]
+             ("gemma3", {"pan_and_scan": True}), ("idefics3", {}), ("idefics3", {"split": False}), ("mistral3", {})]
 
 
 @pytest.mark.exact
 @pytest.mark.parametrize("family,over", PUBLISHED, ids=["llava-crop", "llava-pad", "onevision", "gemma3",
-                                                         "gemma3-pan-and-scan", "idefics3-split", "idefics3-whole"])
+                                                         "gemma3-pan-and-scan", "idefics3-split", "idefics3-whole",
+                                                         "mistral3"])
 def test_layout_counts_equal_real_processor(family, over, tiny_checkpoints):
     processor = _published_processor(family, ckpt=tiny_checkpoints(family), **over)
     views_seen = set()
@@ -202,7 +210,8 @@ def test_layout_counts_equal_real_processor(family, over, tiny_checkpoints):
         views_seen |= set(tmap.view)
     expect = {"llava": {"image"}, "llava_onevision": {"base", "anyres"},
               "gemma3": {"image", "crop"} if over.get("pan_and_scan") else {"image"},
-              "idefics3": {"tile", "global"} if over.get("split", True) else {"global"}}[family]
+              "idefics3": {"tile", "global"} if over.get("split", True) else {"global"},
+              "mistral3": {"image"}}[family]
     assert views_seen == expect
 
 
@@ -251,7 +260,8 @@ def test_llava_centre_crop_geometry_equals_processor(w, h):
 @pytest.mark.parametrize("family,size", [("llava", (150, 90)), ("llava", (97, 131)), ("llava_onevision", (150, 90)),
                                          ("llava_onevision", (300, 50)), ("gemma3", (150, 90)),
                                          ("gemma3-pas", (1200, 300)), ("gemma3-pas", (280, 800)),
-                                         ("idefics3", (150, 90)), ("idefics3", (90, 200))])
+                                         ("idefics3", (150, 90)), ("idefics3", (90, 200)),
+                                         ("mistral3", (150, 90)), ("mistral3", (300, 700))])
 def test_layout_by_perturbation(family, size, tiny_checkpoints):
     """A rectangle drawn on a flat image changes exactly the predicted tokens' inputs to text layer 0 (Gemma 3 with
     pan-and-scan asked for at call time, its default crop settings: 4 and 3 crops here)."""
@@ -272,20 +282,22 @@ def test_layout_by_perturbation(family, size, tiny_checkpoints):
 # ------------------------------------------------------------------------------------------- boxes, discovery
 def test_box_conventions_read_each_family_format():
     """LLaVA-1.5 answers fractions of the padded square; OneVision (LLaVA-NeXT data) fractions of the image;
-    Gemma 3 and Idefics3 / SmolVLM, never trained to output boxes, are asked for 0-1000 and read so (fractions
-    accepted)."""
+    Gemma 3, Idefics3 / SmolVLM and Mistral 3, with no documented box format, are asked for 0-1000 and read so
+    (fractions accepted)."""
     llava = CONVENTIONS[get_family("llava").box_convention]
     assert llava.read_box("[0.25, 0.375, 0.75, 0.625]", (200, 100)).box == [50.0, 25.0, 150.0, 75.0]
     ov = CONVENTIONS[get_family("llava_onevision").box_convention]
     assert ov.read_box("[0.25, 0.25, 0.75, 0.75]", (200, 100)).box == [50.0, 25.0, 150.0, 75.0]
     gemma = CONVENTIONS[get_family("gemma3").box_convention]
-    assert get_family("idefics3").box_convention == gemma.name and "0-1000" in gemma.prompt("the cat")
+    assert get_family("idefics3").box_convention == get_family("mistral3").box_convention == gemma.name
+    assert "0-1000" in gemma.prompt("the cat")
     assert gemma.read_box("[250, 250, 750, 750]", (200, 100)).box == [50.0, 25.0, 150.0, 75.0]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_id,family", [("vrh_llava", "llava"), ("vrh_llava_onevision", "llava_onevision"),
-                                             ("vrh_gemma3", "gemma3"), ("vrh_smolvlm", "idefics3")])
+                                             ("vrh_gemma3", "gemma3"), ("vrh_smolvlm", "idefics3"),
+                                             ("vrh_mistral3", "mistral3")])
 def test_discovery_end_to_end(model_id, family, tiny_checkpoints, tmp_path, monkeypatch):
     """vrh_synth_grounding through lmms-eval's evaluator and the family's wrapper: a complete heads file, box tokens
     found among the image tokens, mass on the box never above the mass on the image."""

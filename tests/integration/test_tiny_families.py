@@ -52,6 +52,8 @@ LAYOUT = {
     "llava_onevision": ("<image>", [88], [152], "user", "\n"),
     # the processor's image_token is <start_of_image>; 64 soft tokens follow it
     "gemma3": ("<start_of_image>", [1], [1], "\n", "<image_soft_token>"),
+    # Pixtral: one [IMG] per 28 px cell, each row closed by [IMG_BREAK], the last by [IMG_END]: 4 x 4; 4 rows of 8
+    "mistral3": ("[IMG]", [4] * 4, [8] * 4, "[INST]", "[IMG_END]"),
 }
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
@@ -64,6 +66,7 @@ BACKENDS = {
     "llava": ("llava_hf", "", None),
     "llava_onevision": ("llava_hf", "", None),
     "gemma3": ("gemma3", "", None),
+    "mistral3": ("mistral3_vl", "", None),
 }
 TOKEN_ID_KEY = re.compile(r"(token_id|token_ids|token_index)$")
 

@@ -216,6 +216,11 @@ for _fam in (
            layout_builder="vrh_lmms.model.capture.tilings_crops:gemma3_crops",
            wrappers=(Wrapper("vrh_gemma3", "gemma3", "VRHGemma3"),), tiny=_tiny("gemma"),
            hf_class="Gemma3ForConditionalGeneration"),
+    # Mistral 3 (Mistral-Small-3.1, Ministral 3): Pixtral vision, Mistral text; no documented box format
+    Family("mistral3", ("mistral3",), ("model.language_model.layers",), convention=conv.GENERIC, layout="mistral3",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:pixtral_rows",
+           wrappers=(Wrapper("vrh_mistral3", "mistral3", "VRHMistral3"),), tiny=_tiny("mistral3"),
+           hf_class="Mistral3ForConditionalGeneration"),
 ):
     register(_fam)
 del _fam

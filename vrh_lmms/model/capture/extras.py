@@ -189,6 +189,9 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
         out.update(_magma_extras(processor, batch, index))
     elif name in _CROP_LAYOUTS:
         out.update(_CROP_LAYOUTS[name](processor, ip))
+    elif name == "mistral3":  # Pixtral: the resized (height, width) of the sample's image, px per token
+        out.update(image_size_hw=[int(v) for v in _row(batch, "image_sizes", index)],
+                   token_px=int(processor.patch_size) * int(processor.spatial_merge_size))
     elif name == "deepseek_vl2":
         out.update(image_size=int(processor.image_size), patch_size=int(processor.patch_size),
                    downsample_ratio=int(processor.downsample_ratio),

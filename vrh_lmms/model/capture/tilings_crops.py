@@ -1,6 +1,7 @@
 """Image-token layouts of LLaVA-1.5 (CLIP centre crop or pad-to-square), LLaVA-OneVision (AnyRes with
-`anyres_max_N` pooling) and Gemma 3 (squashed image, then pan-and-scan crops): builders `(w, h, extras) -> blocks`
-as in vrh_lmms.model.capture.tilings, reproducing transformers 5.25's processors and modelling code.
+`anyres_max_N` pooling), Gemma 3 (squashed image, then pan-and-scan crops) and Mistral 3 (Pixtral's rows): builders
+`(w, h, extras) -> blocks` as in vrh_lmms.model.capture.tilings, reproducing transformers 5.25's processors and
+modelling code.
 """
 
 from __future__ import annotations
@@ -94,3 +95,11 @@ def gemma3_crops(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
                        f"{max_crops} crops, ratio {min_ratio} gives {len(crops)} crops of {per_image}")
     blocks += [Grid("crop", spans(side, cw / side, x), spans(side, ch / side, y)) for x, y, cw, ch in crops]
     return blocks
+
+
+# --- Mistral 3 (Pixtral): the image resized (aspect kept, longest edge capped) to whole (patch x merge) cells, one
+# `[IMG]` per cell row-major; the `[IMG_BREAK]` / `[IMG_END]` closing each row are other ids, not placeholders.
+def pixtral_rows(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
+    (resized_h, resized_w), cell = _need(extras, "image_size_hw", "token_px")
+    rows, cols = int(resized_h) // int(cell), int(resized_w) // int(cell)
+    return [Grid("image", spans(cols, w / cols), spans(rows, h / rows))]
