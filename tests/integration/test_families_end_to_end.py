@@ -1,6 +1,6 @@
-"""LLaVA-1.5, LLaVA-OneVision, Gemma 3, Idefics3 / SmolVLM and Mistral 3: wrappers over lmms-eval's backends, tiny
-checkpoints that answer per image and per head set, image-token layouts against the real processors at the published
-checkpoints' settings, and discovery end to end.
+"""LLaVA-1.5, LLaVA-OneVision, Gemma 3, Idefics3 / SmolVLM, Mistral 3 and Llama 4: wrappers over lmms-eval's
+backends, tiny checkpoints that answer per image and per head set, image-token layouts against the real processors
+at the published checkpoints' settings, and discovery end to end.
 
 - heads=none answers equal the unwrapped lmms-eval backend's (Idefics3: the backend cannot load it, so plain
   transformers greedy generation on the backend's prompt);
@@ -32,7 +32,7 @@ from vrh_lmms.base.heads import HeadRef
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import image_token_map
 from vrh_lmms.model.capture.verify import check_layout
-from vrh_lmms.model.tiny.inputs import load_tiny, render_prompt, scene_messages
+from vrh_lmms.model.tiny.inputs import as_float32, load_tiny, render_prompt, scene_messages
 
 torch.set_num_threads(1)
 
@@ -46,8 +46,9 @@ CASES = [
     ("gemma3", f"{W}.gemma3:VRHGemma3", f"{S}.gemma3:Gemma3", {}),
     ("idefics3", f"{W}.idefics3:VRHIdefics3", f"{S}.idefics2:Idefics2", {}),
     ("mistral3", f"{W}.mistral3:VRHMistral3", f"{S}.mistral3_vl:Mistral3_VL", {}),
+    ("llama4", f"{W}.llama4:VRHLlama4", f"{S}.llama4_scout:Llama4Scout", {}),
 ]
-FAMILIES = ["llava", "llava_onevision", "gemma3", "idefics3", "mistral3"]
+FAMILIES = ["llava", "llava_onevision", "gemma3", "idefics3", "mistral3", "llama4"]
 
 
 def _cls(path: str):
@@ -135,7 +136,7 @@ def test_tiny_answers_depend_on_image_and_heads(family, tiny_checkpoints):
         out = []
         for doc in docs.values():
             text = render_prompt(processor, scene_messages("the object", doc["image"]))
-            batch = processor(text=[text], images=[doc["image"]], return_tensors="pt")
+            batch = as_float32(processor(text=[text], images=[doc["image"]], return_tensors="pt"))
             with torch.no_grad():
                 ids = model.generate(**batch, max_new_tokens=5, do_sample=False)
             out.append(processor.tokenizer.decode(ids[0, batch["input_ids"].shape[1]:]))
@@ -182,18 +183,25 @@ def _published_processor(family: str, **over):
         from vrh_lmms.model.tiny import mistral3
 
         return mistral3.mistral3_processor(AutoTokenizer.from_pretrained(over["ckpt"]), longest_edge=1540)
+    if family == "llama4":  # Llama-4-Scout: 336 px tiles, patch 14, pixel shuffle 0.5 (144 a tile), 16 tiles
+        from transformers import AutoTokenizer
+
+        from vrh_lmms.model.tiny import llama4
+
+        return llama4.llama4_processor(AutoTokenizer.from_pretrained(over["ckpt"]), tile=336, max_patches=16)
     # gemma-3-4b-it: 896 px, 256 tokens (pan-and-scan is a call-time option: see the test)
     return gemma.gemma3_processor(gemma.gemma3_tokenizer(), image_size=896, tokens=256)
 
 
 PUBLISHED = [("llava", {}), ("llava", {"kw": {"do_pad": True}}), ("llava_onevision", {}), ("gemma3", {}),
-             ("gemma3", {"pan_and_scan": True}), ("idefics3", {}), ("idefics3", {"split": False}), ("mistral3", {})]
+             ("gemma3", {"pan_and_scan": True}), ("idefics3", {}), ("idefics3", {"split": False}), ("mistral3", {}),
+             ("llama4", {})]
 
 
 @pytest.mark.exact
 @pytest.mark.parametrize("family,over", PUBLISHED, ids=["llava-crop", "llava-pad", "onevision", "gemma3",
                                                          "gemma3-pan-and-scan", "idefics3-split", "idefics3-whole",
-                                                         "mistral3"])
+                                                         "mistral3", "llama4"])
 def test_layout_counts_equal_real_processor(family, over, tiny_checkpoints):
     processor = _published_processor(family, ckpt=tiny_checkpoints(family), **over)
     views_seen = set()
@@ -211,7 +219,7 @@ def test_layout_counts_equal_real_processor(family, over, tiny_checkpoints):
     expect = {"llava": {"image"}, "llava_onevision": {"base", "anyres"},
               "gemma3": {"image", "crop"} if over.get("pan_and_scan") else {"image"},
               "idefics3": {"tile", "global"} if over.get("split", True) else {"global"},
-              "mistral3": {"image"}}[family]
+              "mistral3": {"image"}, "llama4": {"tile", "global"}}[family]
     assert views_seen == expect
 
 
@@ -261,7 +269,8 @@ def test_llava_centre_crop_geometry_equals_processor(w, h):
                                          ("llava_onevision", (300, 50)), ("gemma3", (150, 90)),
                                          ("gemma3-pas", (1200, 300)), ("gemma3-pas", (280, 800)),
                                          ("idefics3", (150, 90)), ("idefics3", (90, 200)),
-                                         ("mistral3", (150, 90)), ("mistral3", (300, 700))])
+                                         ("mistral3", (150, 90)), ("mistral3", (300, 700)),
+                                         ("llama4", (150, 90)), ("llama4", (97, 131)), ("llama4", (40, 30))])
 def test_layout_by_perturbation(family, size, tiny_checkpoints):
     """A rectangle drawn on a flat image changes exactly the predicted tokens' inputs to text layer 0 (Gemma 3 with
     pan-and-scan asked for at call time, its default crop settings: 4 and 3 crops here)."""
@@ -269,8 +278,8 @@ def test_layout_by_perturbation(family, size, tiny_checkpoints):
     call = {"do_pan_and_scan": True} if family.endswith("-pas") else {}
 
     def batch_of(proc, image):
-        return proc(text=[render_prompt(proc, scene_messages("the red square", image))], images=[image],
-                    return_tensors="pt", **call)
+        return as_float32(proc(text=[render_prompt(proc, scene_messages("the red square", image))], images=[image],
+                               return_tensors="pt", **call))
 
     for frac in [(0.2, 0.3, 0.55, 0.7), (0.6, 0.05, 0.95, 0.4)]:
         check = check_layout(model, processor, family.split("-")[0], size, batch_of, frac=frac)
@@ -282,14 +291,14 @@ def test_layout_by_perturbation(family, size, tiny_checkpoints):
 # ------------------------------------------------------------------------------------------- boxes, discovery
 def test_box_conventions_read_each_family_format():
     """LLaVA-1.5 answers fractions of the padded square; OneVision (LLaVA-NeXT data) fractions of the image;
-    Gemma 3, Idefics3 / SmolVLM and Mistral 3, with no documented box format, are asked for 0-1000 and read so
+    Gemma 3, Idefics3 / SmolVLM, Mistral 3 and Llama 4, with no documented box format, are asked for 0-1000 and read so
     (fractions accepted)."""
     llava = CONVENTIONS[get_family("llava").box_convention]
     assert llava.read_box("[0.25, 0.375, 0.75, 0.625]", (200, 100)).box == [50.0, 25.0, 150.0, 75.0]
     ov = CONVENTIONS[get_family("llava_onevision").box_convention]
     assert ov.read_box("[0.25, 0.25, 0.75, 0.75]", (200, 100)).box == [50.0, 25.0, 150.0, 75.0]
     gemma = CONVENTIONS[get_family("gemma3").box_convention]
-    assert get_family("idefics3").box_convention == get_family("mistral3").box_convention == gemma.name
+    assert {get_family(f).box_convention for f in ("idefics3", "mistral3", "llama4")} == {gemma.name}
     assert "0-1000" in gemma.prompt("the cat")
     assert gemma.read_box("[250, 250, 750, 750]", (200, 100)).box == [50.0, 25.0, 150.0, 75.0]
 
@@ -297,7 +306,7 @@ def test_box_conventions_read_each_family_format():
 @pytest.mark.slow
 @pytest.mark.parametrize("model_id,family", [("vrh_llava", "llava"), ("vrh_llava_onevision", "llava_onevision"),
                                              ("vrh_gemma3", "gemma3"), ("vrh_smolvlm", "idefics3"),
-                                             ("vrh_mistral3", "mistral3")])
+                                             ("vrh_mistral3", "mistral3"), ("vrh_llama4", "llama4")])
 def test_discovery_end_to_end(model_id, family, tiny_checkpoints, tmp_path, monkeypatch):
     """vrh_synth_grounding through lmms-eval's evaluator and the family's wrapper: a complete heads file, box tokens
     found among the image tokens, mass on the box never above the mass on the image."""

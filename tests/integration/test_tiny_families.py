@@ -19,7 +19,7 @@ from vrh_lmms.base.heads.geometry import Geometry
 from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 from vrh_lmms.cli import main
 from vrh_lmms.model.backbone import locate_decoder
-from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs, render_prompt, scene_messages
+from vrh_lmms.model.tiny.inputs import as_float32, load_tiny, processor_inputs, render_prompt, scene_messages
 from vrh_lmms.model.tiny.registry import TINY_FACTORIES, build_tiny
 
 torch.set_num_threads(1)
@@ -54,6 +54,9 @@ LAYOUT = {
     "gemma3": ("<start_of_image>", [1], [1], "\n", "<image_soft_token>"),
     # Pixtral: one [IMG] per 28 px cell, each row closed by [IMG_BREAK], the last by [IMG_END]: 4 x 4; 4 rows of 8
     "mistral3": ("[IMG]", [4] * 4, [8] * 4, "[INST]", "[IMG_END]"),
+    # the processor's image_token is the global view's <|image|> marker, then 16 <|patch|>; a 2:1 image gets 2 tiles
+    # (each closed by a separator) before it
+    "llama4": ("<|image|>", [1], [1], ("<|image_start|>", "<|tile_y_separator|>"), "<|patch|>"),
 }
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
@@ -63,11 +66,11 @@ BACKENDS = {
     "llava_next": ("llava_hf", "", None),
     # glm4v loads the MoE class unless "Flash" is in the path (lmms_eval/models/simple/glm4v.py).
     "glm4v": ("glm4v", "", "GLM-4.1V-Flash-tiny"),
-    "llava": ("llava_hf", "", None),
-    "llava_onevision": ("llava_hf", "", None),
-    "gemma3": ("gemma3", "", None),
-    "mistral3": ("mistral3_vl", "", None),
 }
+# families added with their wrappers, each loaded by name through the lmms-eval backend it wraps
+BACKENDS.update({family: (backend, "", None) for family, backend in (
+    ("llava", "llava_hf"), ("llava_onevision", "llava_hf"), ("gemma3", "gemma3"), ("mistral3", "mistral3_vl"),
+    ("llama4", "llama4_scout"))})
 TOKEN_ID_KEY = re.compile(r"(token_id|token_ids|token_index)$")
 
 
@@ -91,7 +94,7 @@ def one_prompt(processor, image):
     text = render_prompt(processor, scene_messages("the red circle", image))
     batch = processor(text=[text], images=[image], return_tensors="pt")
     batch.pop("labels", None)
-    return batch
+    return as_float32(batch)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -134,7 +137,8 @@ def test_image_token_layout(family, loaded):
     placeholder, runs_square, runs_wide, before, after = LAYOUT[family]
     assert processor.image_token == placeholder
     tok = processor.tokenizer
-    for size, runs in (((112, 112), runs_square), ((224, 112), runs_wide)):
+    befores = before if isinstance(before, tuple) else (before, before)  # per size where the two differ
+    for size, runs, before in (((112, 112), runs_square, befores[0]), ((224, 112), runs_wide, befores[1])):
         batch = one_prompt(processor, scene_image(size))
         tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
         idx = [i for i, t in enumerate(tokens) if t == placeholder]
@@ -168,8 +172,10 @@ def test_config_token_ids_inside_vocabulary(family, loaded):
     image_id = getattr(model.config, "image_token_id", None)
     if image_id is None:
         image_id = model.config.image_token_index
-    # Gemma 3's processor names <start_of_image> its image_token; the placeholder is the tokenizer's image_token
-    placeholder = getattr(processor.tokenizer, "image_token", None) or processor.image_token
+    # the placeholder features go to: Llama 4's <|patch|>; Gemma 3's soft token (the tokenizer's image_token: its
+    # processor names <start_of_image> so); the processor's image_token elsewhere
+    placeholder = (getattr(processor, "img_patch_token", None) or getattr(processor.tokenizer, "image_token", None)
+                   or processor.image_token)
     assert image_id == processor.tokenizer.convert_tokens_to_ids(placeholder)
 
 

@@ -221,6 +221,11 @@ for _fam in (
            layout_builder="vrh_lmms.model.capture.tilings_crops:pixtral_rows",
            wrappers=(Wrapper("vrh_mistral3", "mistral3", "VRHMistral3"),), tiny=_tiny("mistral3"),
            hf_class="Mistral3ForConditionalGeneration"),
+    # Llama 4 (Scout, Maverick): chunked-attention RoPE layers and global NoPE layers, MoE text; no box format
+    Family("llama4", ("llama4",), ("language_model.model.layers",), convention=conv.GENERIC, layout="llama4",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:llama4_tiles",
+           wrappers=(Wrapper("vrh_llama4", "llama4", "VRHLlama4"),), tiny=_tiny("llama4"),
+           hf_class="Llama4ForConditionalGeneration"),
 ):
     register(_fam)
 del _fam

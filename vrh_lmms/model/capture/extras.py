@@ -189,6 +189,12 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
         out.update(_magma_extras(processor, batch, index))
     elif name in _CROP_LAYOUTS:
         out.update(_CROP_LAYOUTS[name](processor, ip))
+    elif name == "llama4":  # <|patch|> placeholders (processor.image_token is the global view's <|image|>)
+        out.update(image_token_id=int(processor.tokenizer.convert_tokens_to_ids(processor.img_patch_token)),
+                   tile_size=int(_get(ip.size, "height")), max_patches=int(ip.max_patches),
+                   resize_to_max_canvas=bool(ip.resize_to_max_canvas),
+                   tokens_per_tile=(int(_get(ip.size, "height")) // int(processor.patch_size)) ** 2
+                   // int(processor.downsample_ratio))
     elif name == "mistral3":  # Pixtral: the resized (height, width) of the sample's image, px per token
         out.update(image_size_hw=[int(v) for v in _row(batch, "image_sizes", index)],
                    token_px=int(processor.patch_size) * int(processor.spatial_merge_size))

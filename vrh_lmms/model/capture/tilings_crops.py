@@ -103,3 +103,31 @@ def pixtral_rows(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
     (resized_h, resized_w), cell = _need(extras, "image_size_hw", "token_px")
     rows, cols = int(resized_h) // int(cell), int(resized_w) // int(cell)
     return [Grid("image", spans(cols, w / cols), spans(rows, h / rows))]
+
+
+# --- Llama 4: the image resized without distortion (upscaling capped at one tile) onto the best-fitting canvas of
+# tiles, pasted top-left and padded right / bottom; tiles row-major (separators are other ids), then, when there
+# are several, the whole image squashed to one tile. Canvas choice: transformers' own get_best_fit.
+def llama4_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
+    import torch
+    from transformers.image_processing_utils import SizeDict
+    from transformers.models.llama4.image_processing_llama4 import (
+        find_supported_resolutions,
+        get_best_fit,
+        get_max_res_without_distortion,
+    )
+
+    tile, per_tile, max_patches = (int(v) for v in _need(extras, "tile_size", "tokens_per_tile", "max_patches"))
+    side = math.isqrt(per_tile)
+    to_max = bool(extras.get("resize_to_max_canvas", False))
+    options = torch.tensor(find_supported_resolutions(max_patches, SizeDict(height=tile, width=tile)))
+    th, tw = (int(v) for v in get_best_fit((h, w), options, resize_to_max_canvas=to_max))
+    cap = (th, tw) if to_max else (min(max(h, tile), th), min(max(w, tile), tw))
+    nh, nw = (max(int(v), 1) for v in get_max_res_without_distortion((h, w), cap))
+    rows, cols = th // tile, tw // tile
+    cell = tile / side
+    blocks: list[Block] = [Grid("tile", back(spans(side, cell, c * tile), 0, nw / w),
+                                back(spans(side, cell, r * tile), 0, nh / h)) for r in range(rows) for c in range(cols)]
+    if rows * cols > 1:
+        blocks.append(Grid("global", spans(side, w / side), spans(side, h / side)))
+    return blocks

@@ -53,6 +53,14 @@ def processor_inputs(processor, n: int = 2, seed: int = 0, image_sizes: list[int
     prompts = [render_prompt(processor, c) for c in convs]
     batch = processor(text=prompts, images=per_sample_images(processor, images), return_tensors="pt", padding=True, padding_side=padding_side)
     batch.pop("labels", None)  # PaliGemma's processor derives training labels; inference inputs never want them
+    return as_float32(batch)
+
+
+def as_float32(batch):
+    """Floating inputs in float32, the tiny checkpoints' dtype (Llama 4's processor normalises in bfloat16)."""
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float32:
+            batch[key] = value.float()
     return batch
 
 

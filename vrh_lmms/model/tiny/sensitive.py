@@ -31,7 +31,7 @@ def save_sensitive(out_dir: str | Path, seed: int, model_cls, config, processor,
     """Random-init `model_cls(config)` under `seed` with image- and head-sensitive weights, save it beside its
     processor and tokenizer. `projector`: dotted path of the multimodal projector, scaled by `projector_gain`."""
     with seeded(seed):
-        model = model_cls(config).to(torch.float32).eval()
+        model = model_cls(config).float().eval()  # float(): complex buffers (Llama 4 vision RoPE) stay complex
         with torch.no_grad():
             for name, p in model.named_parameters():
                 if p.dim() == 2 and "embed" not in name:
