@@ -108,6 +108,24 @@ def test_idefics3_heads_none_answers_like_plain_transformers(tiny_checkpoints):
     assert got == expected and len(set(expected)) > 1, expected
 
 
+def test_mistral3_generate_error_is_raised_not_an_empty_answer(tiny_checkpoints, monkeypatch):
+    """lmms-eval's mistral3_vl answers "" when generate raises; vrh_mistral3 raises it once the batch is done."""
+    from vrh_lmms.model_wrappers.mistral3 import VRHMistral3
+
+    from vrh_lmms.base.errors import VRHError
+
+    lm = VRHMistral3(pretrained=str(tiny_checkpoints("mistral3")))
+    docs = scene_docs(2)
+    assert all(run(lm, docs))
+
+    def broken(**kwargs):
+        raise RuntimeError("out of memory (simulated)")
+
+    monkeypatch.setattr(lm._model, "generate", broken)
+    with pytest.raises(VRHError, match=r"generate failed on 2 of 2 requests: out of memory \(simulated\)"):
+        run(lm, docs)
+
+
 @pytest.mark.exact
 def test_ablated_logits_equal_eager_reference(case, tiny_checkpoints):
     family, wrapper, _, kwargs = case
