@@ -39,14 +39,15 @@ OLD_WRAPPERS = {
     "vrh_llama4": ("llama4", "VRHLlama4", None),
 }
 OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
-            "qwen2_5_omni", "llava", "llava_onevision", "gemma3", "mistral3", "llama4"}  # qwen2_5_omni: 29; llava..: 49
+            "qwen2_5_omni", "llava", "llava_onevision", "gemma3", "mistral3", "llama4",
+            "molmo2"}  # qwen2_5_omni: 29; llava..: 49
 OLD_BUILDERS = {"qwen2_5_vl": "merged_patch_grid", "qwen3_vl": "merged_patch_grid", "glm4v": "merged_patch_grid",
                 "internvl": "internvl_tiles", "llava_next": "llava_next_anyres", "paligemma": "square_grid",
                 "deepseek_vl": "deepseek_vl_padded", "deepseek_vl2": "deepseek_vl2_tiles",
                 "phi4_multimodal": "phi4_dynamic_hd", "idefics3": "idefics3_tiles",
                 "magma": "magma_crops",  # magma: added with its layout (issue 28 item 5)
                 "llava": "clip_square", "llava_onevision": "onevision_anyres", "gemma3": "gemma3_crops",
-                "mistral3": "pixtral_rows", "llama4": "llama4_tiles"}  # issue 49
+                "mistral3": "pixtral_rows", "llama4": "llama4_tiles", "molmo2": "molmo2_crops"}  # issue 49
 OLD_CONVENTIONS = {"qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "deepseek_vl2",
                    "phi4_multimodal", "magma", "generic", "llava"}  # llava: issue 49
 # the twelve vrh_* lines the grounding template carried before the wrappers' set_active made them redundant

@@ -57,7 +57,12 @@ LAYOUT = {
     # the processor's image_token is the global view's <|image|> marker, then 16 <|patch|>; a 2:1 image gets 2 tiles
     # (each closed by a separator) before it
     "llama4": ("<|image|>", [1], [1], ("<|image_start|>", "<|tile_y_separator|>"), "<|patch|>"),
+    # the processor's <|image|> is replaced whole: a 4 x 4 pooled low-res view, then the pooled high-res canvas
+    # (1 and 1 x 3 crops here), each row closed by <im_col>
+    "molmo2": ("<im_patch>", [4] * 8, [4] * 4 + [10] * 4, "<low_res_im_start>", "<im_col>"),
 }
+# the token the image features go to, where the processor's image_token is another one (a marker or framing token)
+FEATURE_TOKEN = {"gemma3": "<image_soft_token>", "llama4": "<|patch|>", "molmo2": "<im_patch>"}
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
     "qwen2_5_vl": ("qwen2_5_vl", "", None),
@@ -135,7 +140,7 @@ def test_other_seed_gives_other_weights(family, tiny_checkpoints, tmp_path):
 def test_image_token_layout(family, loaded):
     model, processor = loaded(family)
     placeholder, runs_square, runs_wide, before, after = LAYOUT[family]
-    assert processor.image_token == placeholder
+    assert placeholder in (processor.image_token, FEATURE_TOKEN.get(family))
     tok = processor.tokenizer
     befores = before if isinstance(before, tuple) else (before, before)  # per size where the two differ
     for size, runs, before in (((112, 112), runs_square, befores[0]), ((224, 112), runs_wide, befores[1])):
@@ -169,13 +174,9 @@ def test_config_token_ids_inside_vocabulary(family, loaded):
     walk(model.generation_config.to_dict())
     assert found and all(isinstance(i, int) and 0 <= i < n for i in found), found
     assert locate_decoder(model).text_config.vocab_size >= n
-    image_id = getattr(model.config, "image_token_id", None)
-    if image_id is None:
-        image_id = model.config.image_token_index
-    # the placeholder features go to: Llama 4's <|patch|>; Gemma 3's soft token (the tokenizer's image_token: its
-    # processor names <start_of_image> so); the processor's image_token elsewhere
-    placeholder = (getattr(processor, "img_patch_token", None) or getattr(processor.tokenizer, "image_token", None)
-                   or processor.image_token)
+    image_id = next(getattr(model.config, k) for k in ("image_token_id", "image_patch_id", "image_token_index")
+                    if getattr(model.config, k, None) is not None)
+    placeholder = FEATURE_TOKEN.get(family, processor.image_token)
     assert image_id == processor.tokenizer.convert_tokens_to_ids(placeholder)
 
 

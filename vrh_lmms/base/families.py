@@ -226,6 +226,10 @@ for _fam in (
            layout_builder="vrh_lmms.model.capture.tilings_crops:llama4_tiles",
            wrappers=(Wrapper("vrh_llama4", "llama4", "VRHLlama4"),), tiny=_tiny("llama4"),
            hf_class="Llama4ForConditionalGeneration"),
+    # Molmo 2: points, not boxes (asked with the generic prompt here); no lmms-eval backend (vrh_hf runs it)
+    Family("molmo2", ("molmo2",), ("model.language_model.layers",), convention=conv.GENERIC, layout="molmo2",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:molmo2_crops", tiny=_tiny("molmo2"),
+           hf_class="Molmo2ForConditionalGeneration"),
 ):
     register(_fam)
 del _fam

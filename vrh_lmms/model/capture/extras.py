@@ -195,6 +195,11 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
                    resize_to_max_canvas=bool(ip.resize_to_max_canvas),
                    tokens_per_tile=(int(_get(ip.size, "height")) // int(processor.patch_size)) ** 2
                    // int(processor.downsample_ratio))
+    elif name == "molmo2":  # <im_patch> placeholders; crop geometry from the image processor
+        out.update(image_token_id=int(processor.tokenizer.convert_tokens_to_ids("<im_patch>")),
+                   crop_size=int(_get(ip.size, "height")), patch_size=int(ip.patch_size),
+                   max_crops=int(ip.max_crops), overlap_margins=[int(v) for v in ip.overlap_margins],
+                   pooling_size=[int(v) for v in ip.pooling_size])
     elif name == "mistral3":  # Pixtral: the resized (height, width) of the sample's image, px per token
         out.update(image_size_hw=[int(v) for v in _row(batch, "image_sizes", index)],
                    token_px=int(processor.patch_size) * int(processor.spatial_merge_size))

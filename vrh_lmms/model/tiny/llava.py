@@ -28,7 +28,7 @@ from transformers import (
 
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT
 from vrh_lmms.model.tiny.sensitive import save_sensitive
-from vrh_lmms.model.tiny.vocab import build_tokenizer
+from vrh_lmms.model.tiny.vocab import build_tokenizer, chatml_tokenizer
 
 PATCH = 14
 NEWLINE = "\n"  # a token of both vocabularies (Llama-2's <0x0A>, Qwen2's "Ċ"): keep it one, not whitespace
@@ -120,10 +120,7 @@ def onevision_processor(tokenizer, tile: int = OV_TILE, patch: int = PATCH):
 def build_onevision(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
                     vision: dict[str, Any] | None = None, extra_words: tuple[str, ...] = ()) -> Path:
     """Write a complete tiny LLaVA-OneVision (Qwen2) checkpoint."""
-    tok = build_tokenizer(OV_SPECIALS, plain_tokens=(NEWLINE,), extra_words=extra_words,
-                          named_specials={"image_token": "<image>", "video_token": "<video>"},
-                          eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=OV_TEMPLATE)
-    tok.padding_side = "left"
+    tok = chatml_tokenizer(OV_SPECIALS, OV_TEMPLATE, extra_words)
     ids = tok.convert_tokens_to_ids
     text_cfg = {**DEFAULT_TEXT, **(text or {}), "model_type": "qwen2", "vocab_size": len(tok),
                 "max_position_embeddings": 8192, "eos_token_id": ids("<|im_end|>"),

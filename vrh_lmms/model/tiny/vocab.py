@@ -121,3 +121,14 @@ def _check_ids_stable(tok: PreTrainedTokenizerFast, vocab: Mapping[str, int]) ->
         got = tok.convert_tokens_to_ids(token)
         if got != idx:
             raise RuntimeError(f"tokenizer renumbered {token!r}: {idx} -> {got}")
+
+
+def chatml_tokenizer(special_tokens: Sequence[str], chat_template: str, extra_words: Iterable[str] = (),
+                     image_token: str = "<image>", video_token: str = "<video>") -> PreTrainedTokenizerFast:
+    """A Qwen-style ChatML tokenizer (`<|endoftext|>` pads, `<|im_end|>` ends a turn, "\\n" a token, left padding)
+    naming its image and video placeholders; `special_tokens` must hold those four."""
+    tok = build_tokenizer(special_tokens, plain_tokens=("\n",), extra_words=extra_words,
+                          named_specials={"image_token": image_token, "video_token": video_token},
+                          eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=chat_template)
+    tok.padding_side = "left"
+    return tok
