@@ -77,4 +77,4 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
                           eoi_token_index=ids("<end_of_image>"), tie_word_embeddings=True)
     processor = gemma3_processor(tok, vision_cfg["image_size"], TOKENS)
     return save_sensitive(out_dir, seed, Gemma3ForConditionalGeneration, config, processor, tok,
-                          stop_tokens=("<eos>", "<end_of_turn>"))
+                          stop_tokens=("<eos>", "<end_of_turn>"), never_generate=("<image_soft_token>",))

@@ -95,4 +95,4 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     processor = make_processor(tokenizer, vision)
     # answers that depend on the image and on the heads (vrh_lmms.model.tiny.sensitive)
     return save_sensitive(out_dir, seed, Idefics3ForConditionalGeneration, config, processor, tokenizer,
-                          stop_tokens=STOP, pad_token="<|reserved_special_token_0|>")
+                          stop_tokens=STOP, pad_token="<|reserved_special_token_0|>", never_generate=("<image>",))

@@ -59,4 +59,5 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
                           eoi_token_index=ids("<|image_end|>"), image_token_index=ids("<|patch|>"),
                           tie_word_embeddings=False)
     return save_sensitive(out_dir, seed, Llama4ForConditionalGeneration, config, processor, tok,
-                          stop_tokens=("<|end_of_text|>", "<|eot|>"), pad_token="<|finetune_right_pad|>", init_std=0.15)
+                          stop_tokens=("<|end_of_text|>", "<|eot|>"), pad_token="<|finetune_right_pad|>", init_std=0.15,
+                          never_generate=("<|patch|>",))

@@ -56,4 +56,4 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
                             tie_word_embeddings=False)
     return save_sensitive(out_dir, seed, Mistral3ForConditionalGeneration, config,
                           mistral3_processor(tok, vision_cfg["image_size"], vision_cfg["patch_size"]), tok,
-                          init_std=0.15)
+                          init_std=0.15, never_generate=("[IMG]",))

@@ -64,4 +64,5 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
                           frame_start_token_id=ids("<frame_start>"), frame_end_token_id=ids("<frame_end>"),
                           pad_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"))
     return save_sensitive(out_dir, seed, Molmo2ForConditionalGeneration, config,
-                          molmo2_processor(tok, vision_cfg["image_size"][0], vision_cfg["patch_size"]), tok)
+                          molmo2_processor(tok, vision_cfg["image_size"][0], vision_cfg["patch_size"]), tok,
+                          never_generate=("<im_patch>",))

@@ -27,9 +27,12 @@ def _get(model, path: str):
 
 def save_sensitive(out_dir: str | Path, seed: int, model_cls, config, processor, tokenizer, *,
                    projector: str | None = None, init_std: float = INIT_STD, projector_gain: float = 1.0,
-                   stop_tokens: tuple[str, ...] = (), pad_token: str | None = None) -> Path:
+                   stop_tokens: tuple[str, ...] = (), pad_token: str | None = None,
+                   never_generate: tuple[str, ...] = ()) -> Path:
     """Random-init `model_cls(config)` under `seed` with image- and head-sensitive weights, save it beside its
-    processor and tokenizer. `projector`: dotted path of the multimodal projector, scaled by `projector_gain`."""
+    processor and tokenizer. `projector`: dotted path of the multimodal projector, scaled by `projector_gain`.
+    `never_generate`: tokens generation suppresses, as a trained model never emits them (an image placeholder in an
+    answer would give a teacher-forced forward more placeholders than image features)."""
     with seeded(seed):
         model = model_cls(config).float().eval()  # float(): complex buffers (Llama 4 vision RoPE) stay complex
         with torch.no_grad():
@@ -39,7 +42,9 @@ def save_sensitive(out_dir: str | Path, seed: int, model_cls, config, processor,
             if projector is not None and projector_gain != 1.0:
                 for p in _get(model, projector).parameters():
                     p.mul_(projector_gain)
+    ids = tokenizer.convert_tokens_to_ids
     if stop_tokens:
-        ids = tokenizer.convert_tokens_to_ids
         set_generation_eos(model, [ids(t) for t in stop_tokens], pad_id=ids(pad_token) if pad_token else None)
+    if never_generate:
+        model.generation_config.suppress_tokens = [ids(t) for t in never_generate]
     return save_checkpoint(out_dir, model, processor, tokenizer)
