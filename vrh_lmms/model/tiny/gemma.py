@@ -57,8 +57,8 @@ def gemma3_tokenizer(extra_words: tuple[str, ...] = ()):
     tok = build_tokenizer(SPECIALS, plain_tokens=(NEWLINE,), extra_words=extra_words,
                           named_specials={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>",
                                           "eoi_token": "<end_of_image>"},
-                          bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", chat_template=TEMPLATE)
-    tok.padding_side = "left"
+                          bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", chat_template=TEMPLATE,
+                          padding_side="left")
     return tok
 
 

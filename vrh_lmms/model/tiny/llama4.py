@@ -46,8 +46,7 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     """Write a complete tiny Llama 4 checkpoint (config, weights, tokenizer, processor, template)."""
     tok = build_tokenizer(SPECIALS, plain_tokens=(NEWLINE,), extra_words=extra_words,
                           named_specials={"image_token": "<|image|>"}, bos_token="<|begin_of_text|>",
-                          eos_token="<|eot|>", pad_token="<|finetune_right_pad|>")
-    tok.padding_side = "left"
+                          eos_token="<|eot|>", pad_token="<|finetune_right_pad|>", padding_side="left")
     processor = llama4_processor(tok)
     tok.chat_template = processor.chat_template
     ids = tok.convert_tokens_to_ids

@@ -44,8 +44,7 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     """Write a complete tiny Mistral 3 checkpoint (config, weights, tokenizer, processor, template)."""
     tok = build_tokenizer(SPECIALS, plain_tokens=(NEWLINE,), extra_words=extra_words,
                           named_specials={"image_token": "[IMG]"}, bos_token="<s>", eos_token="</s>",
-                          pad_token="<pad>", chat_template=TEMPLATE, lowercase=True)
-    tok.padding_side = "left"
+                          pad_token="<pad>", chat_template=TEMPLATE, padding_side="left")
     ids = tok.convert_tokens_to_ids
     text_cfg = {**DEFAULT_TEXT, **(text or {}), "model_type": "mistral", "vocab_size": len(tok),
                 "max_position_embeddings": 8192, "sliding_window": None, "bos_token_id": ids("<s>"),
