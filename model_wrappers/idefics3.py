@@ -4,12 +4,13 @@ checkpoints.
 Correction: the backend loads every checkpoint with `Idefics2ForConditionalGeneration`, which cannot hold an
 Idefics3 or SmolVLM model; while it loads, that name points at the class the checkpoint's config asks for
 (`AutoModelForImageTextToText`). Everything else (chat template, processor call, `do_image_splitting=False` unless
-given, generate) is the backend's.
+given, generate) is the backend's. SmolVLM's processor needs `num2words`: without it, one line says so before any load.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +31,9 @@ def class_from_config(pretrained: str) -> Iterator[None]:
     if model_type not in MODEL_TYPES:
         raise VRHError(f"vrh_idefics3: checkpoint {pretrained} has model_type {model_type!r}; expected "
                        f"{' or '.join(MODEL_TYPES)}")
+    if model_type == "smolvlm" and importlib.util.find_spec("num2words") is None:
+        raise VRHError(f"vrh_smolvlm: {pretrained} is a SmolVLM checkpoint, whose processor needs the Python package "
+                       "num2words (pip install num2words)")
     saved = _idefics2_module.Idefics2ForConditionalGeneration
     _idefics2_module.Idefics2ForConditionalGeneration = AutoModelForImageTextToText
     try:

@@ -97,6 +97,28 @@ def test_batch_of_two_left_padded_equals_batch_of_one(family, wrapper, tiny_chec
                                                          batch_size=bs), scene_docs(3))
 
 
+def test_smolvlm_without_num2words_is_one_line_before_loading(tiny_checkpoints, tmp_path):
+    """A SmolVLM checkpoint (model_type smolvlm: Idefics3's classes and layout, its own processor, which needs
+    num2words) is refused in one line naming the package when it is missing, before any weight loads."""
+    import importlib.util
+    import shutil
+
+    from vrh_lmms.model_wrappers.idefics3 import VRHIdefics3
+
+    from vrh_lmms.base.errors import VRHError
+
+    if importlib.util.find_spec("num2words") is not None:
+        pytest.skip("num2words is installed here")
+    ckpt = tmp_path / "smolvlm"
+    shutil.copytree(tiny_checkpoints("idefics3"), ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    (ckpt / "config.json").write_text(json.dumps({**config, "model_type": "smolvlm",
+                                                  "architectures": ["SmolVLMForConditionalGeneration"]}))
+    (ckpt / "model.safetensors").write_bytes(b"not weights")  # loading them would fail differently
+    with pytest.raises(VRHError, match=r"SmolVLM checkpoint, whose processor needs the Python package num2words"):
+        VRHIdefics3(pretrained=str(ckpt))
+
+
 def test_idefics3_heads_none_answers_like_plain_transformers(tiny_checkpoints):
     """The backend's prompt (chat template over an image item and the text, image splitting off as the backend
     sets it), greedy generate, special tokens skipped."""
