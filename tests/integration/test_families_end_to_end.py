@@ -233,6 +233,27 @@ def test_tiny_answers_depend_on_image_and_heads(family, tiny_checkpoints):
     assert answers() != plain
 
 
+def test_tiny_gemma3_and_llama4_exercise_their_attention_masks(tiny_checkpoints):
+    """What the ablation, capture and batch checks above run through is really there: Gemma 3's sliding window and
+    Llama 4's attention chunk are shorter than a prompt, Gemma 3's image blocks are bidirectional (dropping
+    token_type_ids changes the logits), and Llama 4 has a NoPE layer, a chunked one and a MoE layer."""
+    from vrh_lmms.model.tiny.inputs import processor_inputs
+
+    model, processor = load_tiny(tiny_checkpoints("gemma3"))
+    batch = processor_inputs(processor, n=1)
+    text = model.config.text_config
+    assert set(text.layer_types) == {"sliding_attention", "full_attention"}
+    assert text.sliding_window < batch["input_ids"].shape[1]
+    with torch.no_grad():
+        both = model(**batch).logits
+        causal = model(**{k: v for k, v in batch.items() if k != "token_type_ids"}).logits
+    assert (both - causal).abs().max() > 1e-3
+    model, processor = load_tiny(tiny_checkpoints("llama4"))
+    text = model.config.text_config
+    assert text.attention_chunk_size < processor_inputs(processor, n=1)["input_ids"].shape[1]
+    assert sorted(text.no_rope_layers) == [0, 1] and text.moe_layers == [1]
+
+
 # ------------------------------------------------------------------------------------- layouts vs processors
 SIZES = [(640, 480), (480, 640), (97, 131), (1000, 250), (250, 1000), (30, 30), (333, 334), (1200, 90),
          (90, 700), (2000, 1500)]
