@@ -119,6 +119,24 @@ def test_smolvlm_without_num2words_is_one_line_before_loading(tiny_checkpoints, 
         VRHIdefics3(pretrained=str(ckpt))
 
 
+def test_gemma3_pads_left_whatever_the_tokenizer_says(tiny_checkpoints, tmp_path):
+    """lmms-eval's gemma3 pads each request to a multiple of 8 on the tokenizer's side: with a right-padding tokenizer
+    it generates after pad tokens; vrh_gemma3 answers as with a left-padding one."""
+    import shutil
+
+    from lmms_eval.models.simple.gemma3 import Gemma3
+    from vrh_lmms.model_wrappers.gemma3 import VRHGemma3
+
+    ckpt = tmp_path / "right"
+    shutil.copytree(tiny_checkpoints("gemma3"), ckpt)
+    config = json.loads((ckpt / "tokenizer_config.json").read_text())
+    (ckpt / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "right"}))
+    docs = scene_docs(3)
+    expected = run(VRHGemma3(pretrained=str(tiny_checkpoints("gemma3"))), docs)
+    assert run(VRHGemma3(pretrained=str(ckpt)), docs) == expected
+    assert run(Gemma3(pretrained=str(ckpt), device="cpu", device_map="cpu"), docs) != expected
+
+
 def test_idefics3_heads_none_answers_like_plain_transformers(tiny_checkpoints):
     """The backend's prompt (chat template over an image item and the text, image splitting off as the backend
     sets it), greedy generate, special tokens skipped."""
