@@ -119,22 +119,22 @@ def test_smolvlm_without_num2words_is_one_line_before_loading(tiny_checkpoints, 
         VRHIdefics3(pretrained=str(ckpt))
 
 
-def test_gemma3_pads_left_whatever_the_tokenizer_says(tiny_checkpoints, tmp_path):
-    """lmms-eval's gemma3 pads each request to a multiple of 8 on the tokenizer's side: with a right-padding tokenizer
-    it generates after pad tokens; vrh_gemma3 answers as with a left-padding one."""
+@pytest.mark.parametrize("family,wrapper,base,bs", [
+    ("gemma3", f"{W}.gemma3:VRHGemma3", f"{S}.gemma3:Gemma3", 1),
+    ("llama4", f"{W}.llama4:VRHLlama4", f"{S}.llama4_scout:Llama4Scout", 2)])
+def test_pads_left_whatever_the_tokenizer_says(family, wrapper, base, bs, tiny_checkpoints, tmp_path):
+    """lmms-eval's gemma3 pads each request to a multiple of 8, llama4_scout pads batches, on the tokenizer's side:
+    with a right-padding tokenizer they generate after pad tokens; the wrappers answer as with a left-padding one."""
     import shutil
 
-    from lmms_eval.models.simple.gemma3 import Gemma3
-    from vrh_lmms.model_wrappers.gemma3 import VRHGemma3
-
     ckpt = tmp_path / "right"
-    shutil.copytree(tiny_checkpoints("gemma3"), ckpt)
+    shutil.copytree(tiny_checkpoints(family), ckpt)
     config = json.loads((ckpt / "tokenizer_config.json").read_text())
     (ckpt / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "right"}))
     docs = scene_docs(3)
-    expected = run(VRHGemma3(pretrained=str(tiny_checkpoints("gemma3"))), docs)
-    assert run(VRHGemma3(pretrained=str(ckpt)), docs) == expected
-    assert run(Gemma3(pretrained=str(ckpt), device="cpu", device_map="cpu"), docs) != expected
+    expected = run(_cls(wrapper)(pretrained=str(tiny_checkpoints(family)), batch_size=bs), docs)
+    assert run(_cls(wrapper)(pretrained=str(ckpt), batch_size=bs), docs) == expected
+    assert run(_cls(base)(pretrained=str(ckpt), device="cpu", device_map="cpu", batch_size=bs), docs) != expected
 
 
 def test_idefics3_heads_none_answers_like_plain_transformers(tiny_checkpoints):
