@@ -4,7 +4,9 @@ checkpoints.
 Correction: the backend loads every checkpoint with `Idefics2ForConditionalGeneration`, which cannot hold an
 Idefics3 or SmolVLM model; while it loads, that name points at the class the checkpoint's config asks for
 (`AutoModelForImageTextToText`). Everything else (chat template, processor call, `do_image_splitting=False` unless
-given, generate) is the backend's. SmolVLM's processor needs `num2words`: without it, one line says so before any load.
+given, generate) is the backend's, except that batches are padded on the left (the backend pads on the tokenizer's
+side, and a right-padding tokenizer makes the shorter prompts generate after pad tokens). SmolVLM's processor needs
+`num2words`: without it, one line says so before any load.
 """
 
 from __future__ import annotations
@@ -44,6 +46,10 @@ def class_from_config(pretrained: str) -> Iterator[None]:
 
 class VRHIdefics3(VRHMixin, _Simple):
     vrh_family = "idefics3"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._processor.tokenizer.padding_side = "left"  # the backend pads batches on the tokenizer's side
 
     def _vrh_load_context(self, args: tuple, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
         pretrained = kwargs.get("pretrained") or (args[0] if args else "HuggingFaceTB/SmolVLM-Instruct")

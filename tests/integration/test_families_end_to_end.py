@@ -86,7 +86,8 @@ def test_heads_none_answers_like_the_base_backend(case, tiny_checkpoints):
     assert got == expected and len(set(expected)) > 1, expected
 
 
-@pytest.mark.parametrize("family,wrapper", [("gemma3", f"{W}.gemma3:VRHGemma3"), ("llama4", f"{W}.llama4:VRHLlama4")])
+@pytest.mark.parametrize("family,wrapper", [("gemma3", f"{W}.gemma3:VRHGemma3"), ("llama4", f"{W}.llama4:VRHLlama4"),
+                                            ("idefics3", f"{W}.idefics3:VRHIdefics3")])
 def test_batch_of_two_left_padded_equals_batch_of_one(family, wrapper, tiny_checkpoints):
     """Backends that batch (left padding; Gemma 3 also pads to a multiple of 8): each sample answers as alone, also
     with Gemma 3's bidirectional image blocks and Llama 4's chunked attention under the padding."""
