@@ -81,7 +81,7 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
                          vision_feature_layer=-2, vision_feature_select_strategy="default",
                          image_seq_length=side * side, tie_word_embeddings=False)
     return save_sensitive(out_dir, seed, LlavaForConditionalGeneration, config, llava_processor(tok), tok,
-                          projector="model.multi_modal_projector", never_generate=("<image>",))
+                          never_generate=("<image>",))
 
 
 # --- LLaVA-OneVision (Qwen2 text) --------------------------------------------------------------------------------
@@ -133,4 +133,4 @@ def build_onevision(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] 
                                   image_grid_pinpoints=ov_pinpoints(tile), tie_word_embeddings=False)
     return save_sensitive(out_dir, seed, LlavaOnevisionForConditionalGeneration, config,
                           onevision_processor(tok, tile, vision_cfg["patch_size"]), tok,
-                          projector="model.multi_modal_projector", never_generate=("<image>", "<video>"))
+                          never_generate=("<image>", "<video>"))
