@@ -30,22 +30,36 @@ OLD_WRAPPERS = {
     "vrh_magma": ("magma", "VRHMagma", None),
     "vrh_deepseek_vl2": ("deepseek_vl2", "VRHDeepseekVL2", None),
     "vrh_qwen25_omni": ("qwen2_5_omni", "VRHQwen25Omni", None),  # added with its family (issue 29)
+    "vrh_llava": ("llava", "VRHLlava", "VRHLlavaChat"),  # added with their families (issue 49)
+    "vrh_llava_onevision": ("llava", "VRHLlavaOneVision", "VRHLlavaOneVisionChat"),
+    "vrh_gemma3": ("gemma3", "VRHGemma3", None),
+    "vrh_idefics3": ("idefics3", "VRHIdefics3", None),
+    "vrh_smolvlm": ("idefics3", "VRHIdefics3", None),
+    "vrh_mistral3": ("mistral3", "VRHMistral3", None),
+    "vrh_llama4": ("llama4", "VRHLlama4", None),
 }
 OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
-            "qwen2_5_omni"}  # qwen2_5_omni: added with its family (issue 29)
+            "qwen2_5_omni", "llava", "llava_onevision", "gemma3", "mistral3", "llama4",
+            "molmo2"}  # qwen2_5_omni: 29; llava..: 49
 OLD_BUILDERS = {"qwen2_5_vl": "merged_patch_grid", "qwen3_vl": "merged_patch_grid", "glm4v": "merged_patch_grid",
                 "internvl": "internvl_tiles", "llava_next": "llava_next_anyres", "paligemma": "square_grid",
                 "deepseek_vl": "deepseek_vl_padded", "deepseek_vl2": "deepseek_vl2_tiles",
                 "phi4_multimodal": "phi4_dynamic_hd", "idefics3": "idefics3_tiles",
-                "magma": "magma_crops"}  # magma: added with its layout (issue 28 item 5)
+                "magma": "magma_crops",  # magma: added with its layout (issue 28 item 5)
+                "llava": "clip_square", "llava_onevision": "onevision_anyres", "gemma3": "gemma3_crops",
+                "mistral3": "pixtral_rows", "llama4": "llama4_tiles", "molmo2": "molmo2_crops"}  # issue 49
 OLD_CONVENTIONS = {"qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "deepseek_vl2",
-                   "phi4_multimodal", "magma", "generic"}
+                   "phi4_multimodal", "magma", "generic", "llava"}  # llava: issue 49
 # the twelve vrh_* lines the grounding template carried before the wrappers' set_active made them redundant
 OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_internvl": "internvl",
                       "vrh_internvl3": "internvl", "vrh_internvl3_5": "internvl", "vrh_internvl2": "internvl",
                       "vrh_llava_next": "llava_next", "vrh_glm4v": "glm4v", "vrh_phi4": "phi4_multimodal",
                       "vrh_paligemma": "paligemma", "vrh_magma": "magma", "vrh_deepseek_vl2": "deepseek_vl2",
-                      "vrh_qwen25_omni": "qwen2_5_vl"}  # omni (issue 29): no template line; Qwen2.5-VL's convention
+                      "vrh_qwen25_omni": "qwen2_5_vl",  # omni (issue 29): no template line; Qwen2.5-VL's convention
+                      # issue 49: no template lines either
+                      "vrh_llava": "llava", "vrh_llava_onevision": "llava_next", "vrh_gemma3": "generic",
+                      "vrh_idefics3": "generic", "vrh_smolvlm": "generic", "vrh_mistral3": "generic",
+                      "vrh_llama4": "generic"}
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():

@@ -16,7 +16,14 @@ import pytest
 import torch
 from lmms_eval.models.simple.llava_hf import VICUNA_CHAT_TEMPLATE
 from oracles.reference_ablation import reference_ablation
-from support.wrappers import last_logits_by_prompt, model_inputs, recorded_generate, run, scene_docs
+from support.wrappers import (
+    assert_batch_two_equals_one,
+    last_logits_by_prompt,
+    model_inputs,
+    recorded_generate,
+    run,
+    scene_docs,
+)
 
 from vrh_lmms.base.heads import HeadRef
 
@@ -130,22 +137,8 @@ def test_batch_of_two_left_padded_equals_batch_of_one(case, tiny_or_skip):
     if not case.batches:
         pytest.skip(f"{case}: the lmms-eval backend runs batch size 1 only (it asserts it)")
     ckpt = tiny_or_skip(case.family)
-    docs = scene_docs(3)
-    texts, logits = {}, {}
-    for bs in (1, 2):
-        wrapper = _cls(case.wrapper)(pretrained=str(ckpt), heads=HEADS, dtype="float32", batch_size=bs,
-                                     **case.kwargs)
-        with recorded_generate(wrapper.model) as calls:
-            texts[bs] = run(wrapper, docs)
-        if bs == 2:
-            assert max(c["input_ids"].shape[0] for c in calls) == 2
-            mask = next(c["attention_mask"] for c in calls if c["input_ids"].shape[0] == 2)
-            assert not mask[:, 0].all() and mask[:, -1].all(), "batches must be left padded"
-        logits[bs] = last_logits_by_prompt(wrapper.model, calls)
-    assert texts[2] == texts[1]
-    assert logits[1].keys() == logits[2].keys()
-    for key in logits[1]:
-        torch.testing.assert_close(logits[2][key], logits[1][key], rtol=1e-4, atol=1e-4)
+    assert_batch_two_equals_one(lambda bs: _cls(case.wrapper)(pretrained=str(ckpt), heads=HEADS, dtype="float32",
+                                                               batch_size=bs, **case.kwargs), scene_docs(3))
 
 
 # ------------------------------------------------------------------------------------------- our own backends

@@ -14,8 +14,9 @@ from typing import Any
 
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor, Idefics3Processor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT
 from vrh_lmms.model.tiny.llava_next import SPECIALS as LLAMA3_SPECIALS
+from vrh_lmms.model.tiny.sensitive import save_sensitive
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 ROW_COL = tuple(f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6))
@@ -92,5 +93,6 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
     tokenizer = make_tokenizer(extra_words)
     config = make_config(tokenizer, text, vision, initializer_range)
     processor = make_processor(tokenizer, vision)
-    return init_and_save(out_dir, seed, Idefics3ForConditionalGeneration, config, processor, tokenizer,
-                         stop_tokens=STOP, pad_token="<|reserved_special_token_0|>")
+    # answers that depend on the image and on the heads (vrh_lmms.model.tiny.sensitive)
+    return save_sensitive(out_dir, seed, Idefics3ForConditionalGeneration, config, processor, tokenizer,
+                          stop_tokens=STOP, pad_token="<|reserved_special_token_0|>", never_generate=("<image>",))
