@@ -206,7 +206,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
                 with engine.inputs_once(lm) if fast else contextlib.nullcontext(), \
                         doc_subset.restrict_docs(subset_of(group[0])):
                     if fast:  # every answer of the pack first, several docs' rows per generate
-                        engine.generate_ahead(served, lambda: lmms.evaluate(
+                        engine.generate_ahead(served, lambda: lmms.generate(
                             lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
                             offsets=offsets), rows_limit(lm))
                     for i, cfg in enumerate(group):
