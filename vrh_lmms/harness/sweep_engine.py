@@ -11,9 +11,10 @@ the head set once per sweep instead of once per configuration:
   (`task_dict_once`, which also asks git for lmms-eval's version once); each pass still configures the tasks and
   rebuilds its requests from the docs, so prompts and doc ids are the same;
 - the answers of a pack are generated before its evaluator passes (`generate_ahead`): a dry pass, which scores
-  nothing, records the model calls the docs make, which then run for all the pack's configurations, several calls' rows stacked in one
-  generate where their prompts are of equal length (no padding, so each answer is the one its own batch would
-  give; rows per generate: `rows_limit` in vrh_lmms.runs.sweep.run); each configuration's pass gets its answers back;
+  nothing, records the model calls the docs make, which then run for all the pack's configurations, several calls'
+  rows stacked in one generate where their prompts are of equal length (no padding, so each answer is the one its
+  own batch would give; rows per generate: `rows_limit` in vrh_lmms.runs.sweep.run); each configuration's pass gets
+  its answers back;
 - the docs the backend reads are decoded once (`rows_once`: the dataset's image column is decoded on every read),
   and so are the docs each pass's requests and scoring iterate over (`task_dict_once` hands out tasks whose splits
   keep their rows: `_Rows`, shared with the backend's);
@@ -307,9 +308,9 @@ def request_key(requests: Any) -> tuple | None:
 
 def generate_ahead(pack: Any, dry_pass: Callable[[], Any], rows_for: Callable[[int], int]) -> None:
     """Make every answer of a pack before its evaluator passes: `dry_pass` (an evaluator pass ended once its model
-    calls are made, before any doc is scored: `lmms.generate`) records the generate calls the docs make, which then run for all the pack's configurations, several
-    calls per generate (vrh_lmms.model.packing `PackedGenerate.collect`), in windows of bounded memory. The passes that
-    follow replay them."""
+    calls are made, before any doc is scored: `lmms.generate`) records the generate calls the docs make, which then
+    run for all the pack's configurations, several calls per generate (vrh_lmms.model.packing
+    `PackedGenerate.collect`), in windows of bounded memory. The passes that follow replay them."""
     pack.collect(rows_for)
     dry_pass()
     pack.generate_collected()
