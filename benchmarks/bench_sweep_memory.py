@@ -62,11 +62,13 @@ def main() -> int:
                         "4G,256M)")
     args = parser.parse_args()
 
+    import numpy as np
+
+    from vrh_lmms.base.families import get_family
     from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
     from vrh_lmms.base.synth.cache import SynthSpec, ensure_hub_data
+    from vrh_lmms.harness.preload import config_geometry, load_config
     from vrh_lmms.model.tiny.qwen2_5_vl import build
-
-    import numpy as np
 
     work = Path(tempfile.mkdtemp(prefix="bench_sweep_memory."))
     scene = {"image_size": args.size, "min_size": args.size // 12, "max_size": args.size // 4}
@@ -76,9 +78,6 @@ def main() -> int:
     os.environ.update(VRH_CACHE_DIR=env["VRH_CACHE_DIR"])
     ensure_hub_data(SynthSpec(n=args.docs, seed=0, scene=scene))  # drawn once, outside the measured processes
     model = build(work / "tiny", seed=0)
-    from vrh_lmms.harness.preload import config_geometry, load_config
-    from vrh_lmms.base.families import get_family
-
     geometry = config_geometry(load_config(str(model)), get_family("qwen2_5_vl"))
     scores = np.random.default_rng(0).random((geometry.layers, geometry.heads))
     heads = save_heads_file(HeadsFile({"id": str(model), "family": "qwen2_5_vl"}, geometry, scores,
