@@ -64,6 +64,24 @@ def test_a_damaged_manifest_is_refused_naming_force_and_force_discards_it(damage
     assert json.loads((root / "sweep.json").read_text())["identity"] == identity
 
 
+def test_a_damaged_identity_of_a_one_result_run_is_refused_naming_force(tmp_path):
+    """The rule is the runner's, so every command's manifest has it: here a one-result run's identity.json."""
+    from vrh_lmms.runs.runner import IDENTITY, result_job, result_layout
+
+    out = tmp_path / "locate"
+    out.mkdir()
+    (out / "locate.json").write_text("{}")
+    (out / IDENTITY).write_bytes(b'{"command": ')
+    job = result_job(out, result_layout(None, "locate.json"), "locate.json", {"command": "locate", "k": 1},
+                     "locate run")
+    with pytest.raises(VRHError, match=r"identity\.json cannot be read \(not JSON: .*--force to discard it$"):
+        Runner(job).inspect()
+    runner = Runner(job, force=True)
+    runner.inspect()
+    runner.claim()
+    assert json.loads((out / IDENTITY).read_text())["command"] == "locate" and not (out / "locate.json").exists()
+
+
 def test_a_damaged_manifest_beside_a_file_we_did_not_write_is_still_refused(tmp_path):
     root = tmp_path / "sweep"
     identity = _finished_sweep(root)
