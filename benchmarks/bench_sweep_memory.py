@@ -6,12 +6,15 @@ Each side is the real command line in its own process, its peak resident memory 
 (`os.wait4`'s ru_maxrss): a tiny random-weight Qwen2.5-VL (float32, CPU; the model is a few MB, so the figures are the
 engine's, not the weights'), synthetic grounding scenes of SIZE x SIZE pixels (default 2500: 19 MB each decoded),
 baseline + top-1 + 2 random-1 configurations (one pack), 4 new tokens. The scenes are drawn once, before the sides
-run. Sides: the reference; the fast engine with each budget of `--budgets` (default `4G`, the default, and `256M`).
-Every side's answers and metrics must equal the reference's; the script exits 1 otherwise. Printed per side: peak
-RSS, its ratio to the reference's, and the memory beyond the reference's.
+run. Sides: the reference; the fast engine with each budget of `--budgets` (default `4G`, the default, and `256M`);
+with `--old PATH` also the fast engine of an older checkout (e.g. one before the budget, whose caches were bounded by
+count), run as bench_sweep_engine.py runs its older side. Every side's answers and metrics must equal the
+reference's; the script exits 1 otherwise. Printed per side: peak RSS, its ratio to the reference's, the memory
+beyond the reference's, and wall seconds.
 
-    python benchmarks/bench_sweep_memory.py                       # 40 scenes of 2500 x 2500 (~3 min on 2 cores)
-    python benchmarks/bench_sweep_memory.py --docs 12 --size 1500 # a quick look
+    python benchmarks/bench_sweep_memory.py                        # 40 scenes of 2500 x 2500 (~12 min on 2 cores)
+    python benchmarks/bench_sweep_memory.py --docs 12 --size 1500  # a quick look
+    git archive b8a8d8d | tar -x -C /tmp/old && python benchmarks/bench_sweep_memory.py --old /tmp/old
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=2500, help="scene width and height in pixels (default 2500)")
     parser.add_argument("--budgets", default="4G,256M", help="the fast engine's VRH_SWEEP_CACHE values (default "
                         "4G,256M)")
+    parser.add_argument("--old", help="a checkout of an older commit: its fast engine as one more side")
     args = parser.parse_args()
 
     import numpy as np
@@ -85,16 +89,24 @@ def main() -> int:
     base = [sys.executable, "-m", "vrh_lmms", "sweep", "--model", "vrh_qwen25", "--model_args",
             f"pretrained={model},dtype=float32,min_pixels={PIXELS},max_pixels={PIXELS}", "--tasks", TASK,
             "--heads-file", str(heads), "--k", "1", "--random-seeds", "2", "--gen-kwargs", "max_new_tokens=4"]
-    sides = [("lmms", None)] + [("fast", b) for b in args.budgets.split(",")]
+    sides = [("--engine lmms", "lmms", {})]
+    if args.old:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_sweep_engine import OLD_SITE
+
+        old_site = work / "old_site"
+        old_site.mkdir()
+        (old_site / "sitecustomize.py").write_text(OLD_SITE.format(old=str(Path(args.old).resolve())))
+        sides.append(("--engine fast, older checkout", "fast",
+                      {"PYTHONPATH": f"{Path(args.old).resolve()}{os.pathsep}{old_site}"}))
+    sides += [(f"--engine fast, VRH_SWEEP_CACHE={b}", "fast", {"VRH_SWEEP_CACHE": b}) for b in args.budgets.split(",")]
     rows, reference = [], None
-    for engine, budget in sides:
-        out = work / f"{engine}_{budget or 'ref'}"
-        side_env = dict(env) | ({"VRH_SWEEP_CACHE": budget} if budget else {})
-        rss, seconds = peak_rss(base + ["--engine", engine, "--output", str(out)], side_env)
+    for i, (name, engine, extra) in enumerate(sides):
+        out = work / f"side{i}"
+        rss, seconds = peak_rss(base + ["--engine", engine, "--output", str(out)], env | extra)
         got = answers(out)
         reference = reference or got
-        rows.append((f"--engine {engine}" + (f", VRH_SWEEP_CACHE={budget}" if budget else ""), rss, seconds,
-                     got == reference))
+        rows.append((name, rss, seconds, got == reference))
     ref_rss = rows[0][1]
     print(f"{args.docs} scenes of {args.size}x{args.size} ({args.size * args.size * 3 / 2**20:.1f} MiB each decoded),"
           f" 4 configurations in one pack, tiny Qwen2.5-VL on CPU")
