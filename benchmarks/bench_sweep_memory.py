@@ -44,10 +44,10 @@ def answers(out: Path) -> dict[str, tuple]:
     return found
 
 
-def peak_rss(command: list[str], env: dict[str, str]) -> tuple[float, float]:
-    """Run `command`; (its peak resident memory in MiB, wall seconds). Fails on a non-zero exit."""
+def peak_rss(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]:
+    """Run `command` in `cwd`; (its peak resident memory in MiB, wall seconds). Fails on a non-zero exit."""
     started = time.perf_counter()
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -103,7 +103,8 @@ def main() -> int:
     rows, reference = [], None
     for i, (name, engine, extra) in enumerate(sides):
         out = work / f"side{i}"
-        rss, seconds = peak_rss(base + ["--engine", engine, "--output", str(out)], env | extra)
+        # run outside this checkout: `python -m` puts the working folder first on sys.path
+        rss, seconds = peak_rss(base + ["--engine", engine, "--output", str(out)], env | extra, work)
         got = answers(out)
         reference = reference or got
         rows.append((name, rss, seconds, got == reference))
