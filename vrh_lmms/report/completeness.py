@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base import owned
 from vrh_lmms.base.errors import VRHError
 
 
@@ -29,17 +30,10 @@ def sweep_status(manifest: Path) -> dict[str, Any] | None:
     """{"folder", "pending": [ids], "unlisted": [ids]} of one sweep manifest, with "unreadable" (why) where it
     cannot be read; None when it is a JSON object that lists no statuses (an earlier version's manifest)."""
     folder = manifest.parent
-    try:
-        data = json.loads(manifest.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        return _unreadable(folder, "not UTF-8 text")
-    except OSError as exc:
-        return _unreadable(folder, f"unreadable: {exc.strerror or exc}")
-    except ValueError as exc:
-        return _unreadable(folder, f"not JSON: {exc}")
-    if not isinstance(data, dict):
-        return _unreadable(folder, "not a JSON object")
-    configs = data.get("configurations")
+    problem = owned.json_problem(manifest)
+    if problem is not None:
+        return {"folder": str(folder), "pending": [], "unlisted": [], "unreadable": problem}
+    configs = json.loads(manifest.read_text(encoding="utf-8")).get("configurations")
     if not isinstance(configs, list):
         return None
     listed = [c for c in configs if isinstance(c, dict) and "id" in c]
@@ -48,10 +42,6 @@ def sweep_status(manifest: Path) -> dict[str, Any] | None:
     ids = {str(c["id"]) for c in listed}
     done_dirs = sorted(p.parent.name for p in (folder / "configs").glob("*/results.json"))
     return {"folder": str(folder), "pending": pending, "unlisted": [d for d in done_dirs if d not in ids]}
-
-
-def _unreadable(folder: Path, why: str) -> dict[str, Any]:
-    return {"folder": str(folder), "pending": [], "unlisted": [], "unreadable": why}
 
 
 def incomplete_sweeps(dirs: list[str | Path]) -> list[dict[str, Any]]:

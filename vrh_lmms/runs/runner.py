@@ -62,15 +62,7 @@ class Manifest:
 
     def damage(self) -> str:
         """Why the file at `path`, which the command's layout does not recognise, cannot be read as its manifest."""
-        try:
-            data = json.loads(self.path.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError:
-            return "not UTF-8 text"
-        except OSError as exc:
-            return f"unreadable: {exc.strerror or exc}"
-        except ValueError as exc:
-            return f"not JSON: {exc}"
-        return "not a JSON object" if not isinstance(data, dict) else "a JSON object without this command's fields"
+        return owned.json_problem(self.path) or "a JSON object without this command's fields"
 
     def identity(self) -> dict[str, Any] | None:
         """The identity recorded there (None where there is no manifest)."""
