@@ -180,6 +180,9 @@ class VRHMixin:
     """Mix in before an lmms-eval backend class; set `vrh_family` (a key of vrh_lmms.base.families.FAMILIES)."""
 
     vrh_family: str = ""
+    # the most docs one backend call takes (None: no limit); `--batch-size` beyond it is refused before the load
+    # (vrh_lmms.harness.preload.check_batch_size)
+    vrh_max_batch_size: int | None = None
     # names of the base constructor's device arguments (most backends use both)
     vrh_device_args: tuple[str, ...] = ("device", "device_map")
 

@@ -10,3 +10,4 @@ from vrh_lmms.model_wrappers.base import VRHMixin
 class VRHInternVLChat(VRHMixin, _Chat):
     vrh_family = "internvl"
     is_simple = False
+    vrh_max_batch_size = 1  # internvl_hf asserts batch size 1

@@ -33,6 +33,7 @@ class _ConfigFix:
 
 class VRHInternVL3(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL3):
     vrh_family = "internvl_chat"
+    vrh_max_batch_size = 1  # lmms-eval's internvl3 asserts batch size 1
 
 
 class VRHInternVL3_5(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL3_5):
@@ -41,3 +42,4 @@ class VRHInternVL3_5(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL3_5):
 
 class VRHInternVL2(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL2):
     vrh_family = "internvl_chat"
+    vrh_max_batch_size = 1  # lmms-eval's internvl2 asserts batch size 1

@@ -43,7 +43,7 @@ RUN_FILE = "run.yaml"
 _NOT_RECORDED = {"command", "config", "force", "wait"}
 # Per-user and per-machine settings: read from the environment, never recorded in a run file (a rerun elsewhere keeps
 # that account's registry and that machine's threads); docs/configuration.md lists every VRH_* variable.
-UNRECORDED_ENV = ("VRH_HEADS_REGISTRY", "VRH_HUB_PROBE_TIMEOUT", "VRH_LMMS_CLI", "VRH_THREADS")
+UNRECORDED_ENV = ("VRH_HEADS_REGISTRY", "VRH_HUB_PROBE_TIMEOUT", "VRH_LMMS_CLI", "VRH_SWEEP_CACHE", "VRH_THREADS")
 HEADER = "# vrh-lmms run file"  # the first line of every run file vrh-lmms writes (`write`), in every version
 # A run file holds a few dozen options: anything far larger is not one (and is refused before it is parsed).
 MAX_BYTES = 256 * 1024

@@ -9,7 +9,8 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -164,14 +165,56 @@ def evaluate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwa
 
     `offsets` skips each named task's first docs (lmms-eval's own `offset`, so doc ids stay the dataset's): tasks
     with different offsets run as separate evaluator passes whose results are merged task by task."""
-    groups: dict[int, list[str]] = {}
-    for task in tasks:
-        groups.setdefault(int((offsets or {}).get(task, 0)), []).append(task)
     parts = [_evaluate_once(lm, names, tm, limit, gen_kwargs, bootstrap_iters, seed, offset)
-             for offset, names in groups.items()]
+             for offset, names in _offset_groups(tasks, offsets).items()]
     if any(p is None for p in parts):
         return None
     return merge_results(parts)
+
+
+def generate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwargs: str | None = None,
+             seed: int = 0, offsets: Mapping[str, int] | None = None) -> None:
+    """The evaluator passes of `evaluate`, each ended once its model calls are made: no doc is scored and nothing
+    aggregated. The fast sweep engine's dry pass records a pack's calls this way; scoring its empty answers would
+    cost a judge call per doc on a judge-scored task."""
+    for offset, names in _offset_groups(tasks, offsets).items():
+        with _ends_after_generation(lm):
+            try:
+                _evaluate_once(lm, names, tm, limit, gen_kwargs, 0, seed, offset)
+            except _Generated:
+                pass
+
+
+class _Generated(Exception):
+    """An evaluator pass made its model calls (`generate`)."""
+
+
+@contextmanager
+def _ends_after_generation(lm) -> Iterator[None]:
+    """While active, `lm.clean()`, which lmms-eval's evaluator calls once every model call is made and before any
+    doc is scored, ends the pass (after doing its own work)."""
+    clean, own = lm.clean, vars(lm).get("clean")
+
+    def clean_then_end() -> None:
+        clean()
+        raise _Generated
+
+    lm.clean = clean_then_end
+    try:
+        yield
+    finally:
+        if own is None:
+            vars(lm).pop("clean", None)
+        else:
+            lm.clean = own
+
+
+def _offset_groups(tasks: list[str], offsets: Mapping[str, int] | None) -> dict[int, list[str]]:
+    """The tasks of one evaluator pass per offset (tasks with different offsets run as separate passes)."""
+    groups: dict[int, list[str]] = {}
+    for task in tasks:
+        groups.setdefault(int((offsets or {}).get(task, 0)), []).append(task)
+    return groups
 
 
 def _evaluate_once(lm, tasks: list[str], tm, limit, gen_kwargs, bootstrap_iters: int, seed: int,

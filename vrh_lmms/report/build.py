@@ -24,7 +24,7 @@ from vrh_lmms.report import plots
 from vrh_lmms.report.analysis import LoadedRun, Settings, analyze_group
 from vrh_lmms.report.claims import build_claims
 from vrh_lmms.report.comparisons import add_null_comparisons, add_summary, apply_corrections, transfer_rows
-from vrh_lmms.report.completeness import check_complete, pending_record, warning_line
+from vrh_lmms.report.completeness import check_complete, pending_record, unknown_note, unknown_sweeps, warning_line
 from vrh_lmms.report.discover import discover
 from vrh_lmms.report.doc_filters import doc_filters, group_scores
 from vrh_lmms.report.explorer import EXPLORER_NAME, write_explorer
@@ -187,12 +187,14 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     out = Path(output)
     replaced = _check_output(out, settings.force)
     unfinished = check_complete(dirs, settings.allow_incomplete)
+    unknown = unknown_sweeps(dirs)
     heads = [read_heads_file(p) for p in settings.heads_files]
     map_dirs = [d for d in dirs if is_maps_folder(d)]  # attention-maps / locate folders: their own panel
     dirs = [d for d in dirs if d not in map_dirs]
     if not dirs:
         raise VRHError("give at least one sweep or lmms-eval output folder beside the attention-maps / locate ones")
     runs, warnings = load_runs(dirs, settings.score_field)
+    warnings = [unknown_note(shown_path(f)) for f in unknown] + warnings
     stats_settings = Settings(settings.alpha, settings.n_resamples, settings.seed, settings.score_field,
                               settings.intersection, settings.score_quantity)
     scoring = ScoringLookup(heads)
@@ -220,7 +222,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "version": _version(),
         "arguments": _shown_arguments(settings.arguments),
         "inputs": [shown_path(d) for d in dirs],
-        "complete": not unfinished,
+        "complete": False if unfinished else None if unknown else True,
         "pending": pending_record(unfinished),
         "settings": {"alpha": settings.alpha, "n_resamples": settings.n_resamples, "seed": settings.seed,
                      "score_field": settings.score_field,

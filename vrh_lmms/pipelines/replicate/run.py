@@ -317,6 +317,10 @@ def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, 
     """Run every stage not yet finished, after printing the plan (vrh_lmms.pipelines.replicate.budget); returns the
     summary (replicate.md)."""
     spec.check()
+    # deferred: keeps `vrh-lmms replicate --help` free of lmms_eval
+    from vrh_lmms.harness import preload
+
+    preload.check_batch_size(spec.model, preload.model_class(spec.model), spec.batch_size)
     out = Path(output)
     manifest: dict[str, Any] = {"schema": SCHEMA, "stages": {}}
     runner = Runner(replicate_job(spec, out, manifest), force)

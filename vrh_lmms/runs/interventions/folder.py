@@ -54,6 +54,7 @@ def preflight(spec, command: str, job: Job, configurations: Sequence, force: boo
     plan = None
     if lm is None:
         plan = preload.plan_args(spec.model, spec.model_args)
+        preload.check_batch_size(spec.model, plan.cls, getattr(spec, "batch_size", 1))
         intact = f"{command} runs on the intact model (it chooses its own head sets), so no model arg may set heads"
         preload.refuse_head_args(plan.args, command, {k: intact for k in preload.HEAD_ARGS})
     if not spec.heads_file:

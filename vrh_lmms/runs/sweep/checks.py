@@ -180,6 +180,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     if lm is None:
         plan = preload.plan_args(spec.model, spec.model_args)
         preload.refuse_head_args(plan.args, "sweep", INSTEAD)
+        preload.check_batch_size(spec.model, plan.cls, spec.batch_size)
     hf = load_heads_file(spec.heads_file) if spec.heads_file else None
     needs_file = [c.id for c in spec.configurations if kinds.kind(c.kind).needs_file]
     if needs_file and hf is None:

@@ -114,6 +114,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
 
     out = Path(output)
     fast = engine.check_engine(spec.engine) == "fast"
+    budget = engine.CacheBudget(engine.cache_bytes()) if fast else None  # VRH_SWEEP_CACHE, checked before the load
     control_docs.check_control_docs(spec.control_docs)
     distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
@@ -188,8 +189,8 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         bar.update(1)
 
     try:
-        with engine.task_dict_once() if fast else contextlib.nullcontext(), \
-                engine.rows_once(lm) if fast else contextlib.nullcontext(), \
+        with engine.task_dict_once(budget) if fast else contextlib.nullcontext(), \
+                engine.rows_once(lm, budget) if fast else contextlib.nullcontext(), \
                 engine.unwrap_once(lm) if fast else contextlib.nullcontext(), \
                 engine.scoring_in_thread() if fast and lmms.own_tasks(tm, spec.tasks) else contextlib.nullcontext():
             # controls on the doc subset run in packs of their own, so a pack's generations cover one doc set
@@ -203,10 +204,10 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
                         evaluate_and_write(group[0])
                     continue
                 served = lm.vrh_pack(headsets, [cfg.mode for cfg in group], means=means)
-                with engine.inputs_once(lm) if fast else contextlib.nullcontext(), \
+                with engine.inputs_once(lm, budget) if fast else contextlib.nullcontext(), \
                         doc_subset.restrict_docs(subset_of(group[0])):
                     if fast:  # every answer of the pack first, several docs' rows per generate
-                        engine.generate_ahead(served, lambda: lmms.evaluate(
+                        engine.generate_ahead(served, lambda: lmms.generate(
                             lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
                             offsets=offsets), rows_limit(lm))
                     for i, cfg in enumerate(group):
