@@ -95,6 +95,7 @@ def kept() -> Iterator[None]:
     finally:
         uninstall()
         if state[0] is not None:
+            # deferred: keeps `vrh-lmms discover --help` free of lmms_eval
             from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
 
             EvaluationTracker.save_results_aggregated = method

@@ -26,6 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
 from vrh_lmms.base import atomic, folder_lock
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import family_for_config, get_family
@@ -115,9 +118,6 @@ def _using(model: Model, what: str, advice: str) -> Iterator[None]:
 @contextlib.contextmanager
 def _generators_kept() -> Iterator[None]:
     """lmms-eval's evaluator seeds Python's, NumPy's and torch's global generators: put their states back after."""
-    import numpy as np
-    import torch
-
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state(),
               torch.cuda.get_rng_state_all() if cuda else None)

@@ -10,6 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+from transformers.image_processing_utils import SizeDict
+
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.capture.tilings import Block, Grid, Span, _need, back, llava_next_anyres, spans
 
@@ -110,8 +113,7 @@ def pixtral_rows(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
 # tiles, pasted top-left and padded right / bottom; tiles row-major (separators are other ids), then, when there
 # are several, the whole image squashed to one tile. Canvas choice: transformers' own get_best_fit.
 def llama4_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
-    import torch
-    from transformers.image_processing_utils import SizeDict
+    # deferred: an optional dependency (the installed transformers may predate Llama 4's image processor)
     from transformers.models.llama4.image_processing_llama4 import (
         find_supported_resolutions,
         get_best_fit,
@@ -147,6 +149,7 @@ def _pooled_spans(n_patches: int, pool: int, patch_px: float) -> tuple[Span, ...
 
 
 def molmo2_crops(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
+    # deferred: an optional dependency (transformers releases before Molmo 2 have no molmo2 module)
     from transformers.models.molmo2.image_processing_molmo2 import compute_crop_geometry
 
     crop, patch, max_crops = (int(v) for v in _need(extras, "crop_size", "patch_size", "max_crops"))

@@ -18,6 +18,7 @@ from transformers import (
     CLIPImageProcessor,
     LlavaConfig,
     LlavaForConditionalGeneration,
+    LlavaImageProcessor,
     LlavaOnevisionConfig,
     LlavaOnevisionForConditionalGeneration,
     LlavaOnevisionImageProcessor,
@@ -53,8 +54,6 @@ def llava_processor(tokenizer, side: int = LLAVA_SIDE, do_pad: bool = False):
     """llava-1.5-hf's processor at `side` (336 in the published checkpoint): CLIP resize + centre crop, or, with
     `do_pad`, LlavaImageProcessor's pad-to-square (the original LLaVA-1.5 `image_aspect_ratio=pad`)."""
     if do_pad:
-        from transformers import LlavaImageProcessor
-
         ip = LlavaImageProcessor(size={"height": side, "width": side}, do_pad=True, do_center_crop=False,
                                  image_mean=CLIP_MEAN, image_std=CLIP_STD)
     else:
