@@ -7,7 +7,6 @@ import argparse
 from vrh_lmms.base import console
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.cli.commands.options import add_model_options
-from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.scoring import DEFAULT_CELL, PRESETS, all_cells, parse_cells
 from vrh_lmms.runs.protocol import DISCOVER_PRESETS, resolve
 
@@ -47,6 +46,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: keeps `vrh-lmms discover --help` free of torch, transformers, lmms_eval
+    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+
     opts = resolve(DISCOVER_PRESETS, args.preset,
                    {"limit": args.limit, "key_tokens": args.key_tokens, "scoring": args.scoring})
     limit = None if opts["limit"] < 0 else (int(opts["limit"]) if float(opts["limit"]).is_integer() else opts["limit"])
