@@ -284,8 +284,10 @@ def track(items: Iterable, total: int, desc: str, unit: str, enabled: bool = Tru
 
 
 def print_summary(*renderables: Any) -> None:
-    """The end of a command: rendered on stdout (plain text where stdout is not a terminal). Text is never wrapped
-    or cut (a path stays whole and can be copied); tables and markdown fit the width."""
+    """The end of a command: rendered on stdout (plain text where stdout is not a terminal). On a terminal, prose
+    wraps at its width (between words); a file row of `files_table` is never wrapped or cut (a path stays whole and
+    can be copied), nor is anything where stdout is not a terminal (a pipe, a file: one line per line, for grep);
+    tables and markdown fit the width."""
     if _active is not None and not _active.show:
         return
     if _active is not None and _active.progress is not None:  # the summary ends the command: the display goes
@@ -296,15 +298,18 @@ def print_summary(*renderables: Any) -> None:
         for part in (item if isinstance(item, list) else [item]):
             if isinstance(part, str):
                 part = Text(part)
-            target.print(part, soft_wrap=isinstance(part, Text))
+            whole = isinstance(part, Text) and (part.no_wrap or not target.is_terminal)
+            target.print(part, soft_wrap=whole)
 
 
 def files_table(title: str, files: Iterable[tuple[str | Path, str]]) -> list[Any]:
     """`title` above one `path  what it is` line per file written (paths as given: relative where they were)."""
     rows = [(str(path), what) for path, what in files]
     width = max((len(path) for path, _ in rows), default=0)
-    return [Text(title, style="bold")] + [Text.assemble((path.ljust(width), "bold"), "  ", what)
-                                          for path, what in rows]
+    lines = [Text.assemble((path.ljust(width), "bold"), "  ", what) for path, what in rows]
+    for line in lines:
+        line.no_wrap = True  # print_summary keeps a path whole, on one line, on a terminal too
+    return [Text(title, style="bold"), *lines]
 
 
 def elapsed() -> float:
