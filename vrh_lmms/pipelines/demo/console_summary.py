@@ -1,4 +1,5 @@
-"""The end of `vrh-lmms demo` on the console: the verdict, one row per k and the files written, in a screenful.
+"""The end of `vrh-lmms demo` on the console: the finding, one row per k, the demo model's design targets and the files
+written, in a screenful.
 
 demo_summary.md and the report hold everything else; `--verbose` prints demo_summary.md here as well.
 """
@@ -14,7 +15,7 @@ from rich.text import Text
 from vrh_lmms.base import console
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.pipelines.demo.recall import recall_line
-from vrh_lmms.pipelines.demo.stages import demo_controls
+from vrh_lmms.pipelines.demo.stages import TARGETS_NOTE, demo_controls
 from vrh_lmms.report.fmt import pct, pct_ci, pct_opt_ci
 
 
@@ -39,7 +40,7 @@ def k_table(summary: dict[str, Any]):
     table = Table(box=None, padding=(0, 1), header_style="bold")
     controls = [kinds.kind(name) for name in demo_controls(targets_only=True)]
     for name, justify in (("k", "left"), ("top-k drop [95% CI]", "right"),
-                          *((f"{c.dashed} ± SE", "right") for c in controls), ("targets", "left")):
+                          *((f"{c.dashed} ± SE", "right") for c in controls), ("design targets", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     for r in summary["acceptance"]["rows"]:
         lo, hi = r["topk_drop_ci"]
@@ -74,14 +75,17 @@ def files(out: Path, recall: bool = False) -> list[tuple[Path, str]]:
 def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     """Print the demo's closing summary (the whole demo_summary.md first with --verbose or outside a CLI run)."""
     acc = summary["acceptance"]
-    verdict = markdown.splitlines()[0]
+    finding = markdown.splitlines()[0]  # what was measured; the design targets are a note on the model below
+    targets = next((line for line in markdown.splitlines() if line.startswith(TARGETS_NOTE)), None)
     parts: list[Any] = []
     if console.verbose():
         parts.append(Text(markdown.replace("\n![k-curve](kcurve.png)\n", "")))
-    parts += [Text(""), Text(verdict.replace("**", ""), style="bold"),
+    parts += [Text(""), Text(finding.replace("**", ""), style="bold"),
               Text(f"Baseline Acc@0.5 {acc['baseline_acc']:.1%} on {acc['n_eval']} held-out scenes; drops in "
                    f"points, controls as mean ± SE over their draws."),
               k_table(summary)]
+    if targets:
+        parts.append(Text(targets))
     parts += [Text(line) for line in markdown.splitlines() if line.startswith(("Steering (", "Patching ("))]
     if summary.get("transfer"):
         parts += [Text(""), transfer_table(summary["transfer"])]
