@@ -199,3 +199,28 @@ def test_interventions_line_says_unavailable_for_a_control_live_heads_cannot_sup
     text = interventions_markdown(figures)
     assert "layer-matched unavailable, unsteered 0.0%" in text
     assert "top-k heads destroy 90.0%" in text and "layer-matched unavailable;" in text
+
+
+def test_the_k_curve_labels_its_dotted_line_and_the_console_names_only_its_series(tmp_path, monkeypatch):
+    """The k-curve's dotted line is in the legend (10% of the heads); a control with no draw at any k (layer-matched,
+    where live heads cannot fill it) has no line, and the console's file row names exactly the series drawn."""
+    from pathlib import Path
+
+    from vrh_lmms.pipelines.demo import kcurve
+    from vrh_lmms.pipelines.demo.console_summary import files
+    from vrh_lmms.pipelines.demo.pipeline import plot_acceptance_curve
+
+    figures = []
+    monkeypatch.setattr(kcurve.plt, "close", figures.append)
+    rows = [_row(k=k, layer_matched_drops=[], random_all_drops=[0.1, 0.2]) for k in (2, 3)]
+    plot_acceptance_curve(Acceptance(0.88, 100, rows), layers=4, heads=8, path=tmp_path / "kcurve.png")
+    (fig,) = figures
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["top-k (scorer)", "live random-k (mean of 3)", "uniform random-k (all heads) (mean of 2)",
+                      "10% of the heads (k = 3.2)"]
+    (kcurve_row,) = [what for path, what in files(Path("o"), rows=rows) if path.name == "kcurve.png"]
+    assert kcurve_row == "drops against k: top-k vs live random-k vs uniform random-k (all heads)"
+    rows[0]["layer_matched_drops"] = [0.0, 0.1]
+    (kcurve_row,) = [what for path, what in files(Path("o"), rows=rows) if path.name == "kcurve.png"]
+    assert kcurve_row == "drops against k: top-k vs live random-k vs live layer-matched random-k vs uniform " \
+                         "random-k (all heads)"

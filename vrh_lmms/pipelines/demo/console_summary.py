@@ -14,6 +14,7 @@ from rich.text import Text
 
 from vrh_lmms.base import console
 from vrh_lmms.base.heads import kinds
+from vrh_lmms.pipelines.demo.kcurve import control_series
 from vrh_lmms.pipelines.demo.recall import recall_line
 from vrh_lmms.pipelines.demo.stages import TARGETS_NOTE, demo_controls
 from vrh_lmms.report.fmt import pct, pct_ci, pct_opt_ci
@@ -62,11 +63,14 @@ def transfer_table(rows: list[dict[str, Any]]):
     return table
 
 
-def files(out: Path, recall: bool = False) -> list[tuple[Path, str]]:
-    rows = [(out / "report" / "report.html", "the report as one page: verdict, tables, plots (open in a browser)"),
+def files(out: Path, recall: bool = False, rows: list[dict[str, Any]] | None = None) -> list[tuple[Path, str]]:
+    """The files the demo wrote, each with what it holds; `rows` (the acceptance rows) name the k-curve's series:
+    only those it draws (a control live heads could not supply at any k has no line)."""
+    series = ["top-k", *(label for _, label in control_series(rows or [], kinds.DEFAULT_POOL))]
+    rows = [(out / "report" / "report.html", "the report as one page: finding, tables, plots (open in a browser)"),
             (out / "report" / "report.md", "the report in markdown (report.json: its numbers)"),
-            (out / "demo_summary.md", "the demo's verdict per k and its criteria"),
-            (out / "kcurve.png", "drops against k: top-k vs random-k vs layer-matched")]
+            (out / "demo_summary.md", "the demo's finding, its table per k and the model's design targets"),
+            (out / "kcurve.png", f"drops against k: {' vs '.join(series)}")]
     if recall:
         rows.append((out / "recall.png", "recall heads: each set's top-k masked on the needle and grounding tasks"))
     return rows + console.log_row()
@@ -92,5 +96,5 @@ def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     if summary.get("recall"):
         parts += [Text(""), Text(recall_line(summary["recall"]))]
     parts += [Text(""), *console.files_table(f"Written in {out} ({summary['seconds']:.0f} s)",
-                                             files(out, bool(summary.get("recall"))))]
+                                             files(out, bool(summary.get("recall")), acc["rows"]))]
     console.print_summary(*parts)
