@@ -135,7 +135,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             if command.run_file:
                 p.add_argument("--config", metavar="RUN.yaml",
                                help="take the options from a run file (docs/runs.md; every finished run writes one "
-                                    "into its output); flags given beside it override it")
+                                    "into its output); flags given beside it override it (default: none)")
             if command.output:
                 add_wait_option(p)
             if name in QUIET_COMMANDS:

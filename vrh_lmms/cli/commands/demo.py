@@ -30,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfer", nargs="?", const="shipped", default=None, metavar="MODEL",
                         help="also a second VLM on the same text backbone (without MODEL: the shipped one, where the "
                              "version ships one): its own discovery and sweep, and each model's top-k heads ablated "
-                             "in the other (the report's transfer table)")
+                             "in the other (the report's transfer table; default: none, one model)")
     parser.add_argument("--applications", action="store_true",
                         help="also put the heads to work: the locator (vrh-lmms locate) on the evaluation scenes and "
                              "the ranker (vrh-lmms rank) on multi-image queries; applications/applications.md")

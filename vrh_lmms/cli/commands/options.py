@@ -37,7 +37,8 @@ def add_control_options(parser: argparse.ArgumentParser, what: str, preset: bool
     """--control image-matched and its --control-tolerance (`what`: the head sets the control adds). With `preset`,
     unset flags stay None so a `--preset` can fill them (vrh_lmms.runs.protocol)."""
     parser.add_argument("--control", action="append", default=None if preset else [], choices=tuple(OPTIONS),
-                        help=f"{what}: " + "; ".join(f"{name} ({kind.option_help})" for name, kind in OPTIONS.items()))
+                        help=f"{what}: " + "; ".join(f"{name} ({kind.option_help})" for name, kind in OPTIONS.items())
+                        + " (default: none)")
     parser.add_argument("--control-tolerance", type=float, default=None,
                         help="largest image-mass difference of an image-matched head (default 0.05)")
     parser.add_argument("--control-pool", default=None if preset else DEFAULT_POOL, choices=POOLS,
@@ -64,7 +65,7 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
                 or "%(default)" in text):
             return text
         shown = default_text(default)
-        if f"default: {shown}" in text or f"default {shown}" in text:
+        if f"default: {shown}" in text or f"default {shown}" in text or "(default: none" in text:
             return text
         return f"{text} (default: {shown})" if text else f"default: {shown}"
 
@@ -73,4 +74,6 @@ def default_text(default: object) -> str:
     """How --help writes a default: lists as `a b c` (as they are typed), the rest as str()."""
     if isinstance(default, (list, tuple)):
         return " ".join(map(str, default)) if default else "none"
+    if default == "":  # an empty value (no model args, no kept states): "(default: )" read as a slip
+        return "none"
     return str(default).replace("%", "%%")
