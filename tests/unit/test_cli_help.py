@@ -117,3 +117,41 @@ def test_the_help_walk_sees_each_kind_of_problem():
         "x --limit: its default is not said: 'docs per task'"]
     p.add_argument("--model_args", default="", help="model args")
     assert not [x for x in help_problems(p, "x") if "model_args" in x]  # an empty default shows as `(default: none)`
+
+
+def _sections(sub: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """--help's headings with the options under each, as printed."""
+    text = sub.format_help()
+    out: dict[str, list[str]] = {}
+    for block in text.split("\n\n"):
+        head, _, body = block.partition(":\n")
+        if body and not head.startswith(("usage", " ")) and "\n" not in head:
+            out[head] = re.findall(r"^  (--?[\w-]+)", body, flags=re.M)
+    return out
+
+
+def test_long_commands_show_their_options_under_headings(parser):
+    """A command with 15 options or more lists them under headings (argparse argument groups), every option once;
+    a short one keeps one list; parsing is unchanged."""
+    from vrh_lmms.cli.commands.options import LONG_HELP, SECTIONS
+
+    titles = [t for t, _ in SECTIONS]
+    long_ones = []
+    for name in cli.COMMANDS:
+        sub = cli.subparser(parser, name)
+        options = [a.option_strings[0] for a in sub._actions if a.option_strings and a.help != argparse.SUPPRESS]
+        sections = _sections(sub)
+        shown = [o for opts in sections.values() for o in opts]
+        assert sorted(shown) == sorted(options), name  # each option under exactly one heading
+        if len([a for a in sub._actions if a.option_strings]) - 1 >= LONG_HELP:  # hidden ones counted, -h not
+            long_ones.append(name)
+            assert set(sections) - {"options", "positional arguments"} <= set(titles) and len(sections) >= 4, \
+                (name, list(sections))
+            assert sections["options"] == ["-h"], name
+            assert "--output" not in sections.get(titles[0], []) and "--model" not in sections.get(titles[0], [])
+        else:
+            assert set(sections) <= {"positional arguments", "options"}, name
+    assert {"demo", "discover", "sweep", "replicate", "report"} <= set(long_ones)
+    args = parser.parse_args(["sweep", "--model", "vrh_qwen25", "--tasks", "t", "--output", "o", "--k", "1,2",
+                              "--no-random", "--seed", "3"])
+    assert (args.k, args.no_random, args.seed, args.output, args.model_args) == ("1,2", True, 3, "o", "")

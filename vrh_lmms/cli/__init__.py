@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vrh_lmms.base import gc_startup, runfile
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option
+from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option, sectioned_if_long
 from vrh_lmms.harness.distributed import close_group, error_prefix, is_main, world_size
 
 
@@ -131,15 +131,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=command.help, description=command.help,
                            formatter_class=DefaultsHelpFormatter)
         if only is None or only == name:
-            _load(command.module).configure(p)
+            configure = _load(command.module).configure
+            extra = bool(command.run_file) + bool(command.output) + (name in QUIET_COMMANDS)
+            view = sectioned_if_long(p, configure, extra)  # a long command's --help under headings
+            configure(view)
             if command.run_file:
-                p.add_argument("--config", metavar="RUN.yaml",
+                view.add_argument("--config", metavar="RUN.yaml",
                                help="take the options from a run file (docs/runs.md; every finished run writes one "
                                     "into its output); flags given beside it override it (default: none)")
             if command.output:
-                add_wait_option(p)
+                add_wait_option(view)
             if name in QUIET_COMMANDS:
-                p.add_argument("--verbose", "-v", action="store_true",
+                view.add_argument("--verbose", "-v", action="store_true",
                                help="show lmms-eval's and the other libraries' output as it comes (default: one "
                                     "progress display, that output kept in vrh-lmms.log in the output folder)")
     return parser
