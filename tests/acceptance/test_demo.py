@@ -287,3 +287,17 @@ def test_recall_step_figures_are_the_heads_files_and_the_samples(demo_run):
     assert (out / "recall.png").stat().st_size > 1000 and (out / "recall" / "score_maps.png").stat().st_size > 1000
     report = (out / "report" / "report.md").read_text()
     assert f"top{k}@task:{NEEDLE_TASK}" in report and f"top{k}@demo_backbone" in report
+
+
+def test_iou_equals_acc50_on_the_demo_as_the_readme_says(demo_run):
+    """The README tells why lmms-eval's table shows iou = acc50 for the demo model: each answer is the target's
+    exact box (IoU 1) or another object's, which never overlaps it (IoU 0)."""
+    for cfg in ("baseline", "top5"):
+        rows = [json.loads(line) for line in
+                open(demo_run / "sweep" / "configs" / cfg / f"samples_{TASK}.jsonl")]
+        ious = {round(r["vrh_record"]["iou"], 6) for r in rows}
+        assert ious <= {0.0, 1.0}, (cfg, sorted(ious)[:5])
+        results = json.loads((demo_run / "sweep" / "configs" / cfg / "results.json").read_text())["results"][TASK]
+        assert results["iou,none"] == pytest.approx(results["acc50,none"])
+        # the task's cluster_key: lmms-eval's clustered SE (one scene per image: equal to its naive one here)
+        assert results["acc50_stderr_clustered,none"] == pytest.approx(results["acc50_stderr_clt,none"])

@@ -161,9 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # `eval` hands every following argument to lmms-eval untouched (argparse would claim --model etc.).
     if argv and argv[0] == "eval" and not {"-h", "--help"} & set(argv[1:2]):
         _freeze_at_exit()
-        return _guarded(lambda: _with_threads(lambda: _load("eval").passthrough(argv[1:])))
+        return _guarded(lambda: _with_threads(lambda: _check_torch_builds() or _load("eval").passthrough(argv[1:])))
     # Configure only the chosen subcommand, so `vrh-lmms tasks-path` does not import torch-heavy modules.
     chosen = next((a for a in argv if not a.startswith("-")), None)
+    if chosen in MODEL_COMMANDS + RANK_COMMANDS and not {"-h", "--help"} & set(argv):
+        code = _guarded(_check_torch_builds)  # before the command's modules import transformers
+        if code:
+            return code
     parser = build_parser(only=chosen if chosen in COMMANDS else "__none__")
     if chosen in CONFIG_COMMANDS and argv and argv[0] == chosen:
         try:
@@ -258,6 +262,15 @@ def _with_threads(call):
 
     choose_threads()
     return call()
+
+
+def _check_torch_builds() -> None:
+    """One line where torch and torchvision come from different builds, before a command that loads a model imports
+    its modules (else transformers' lazy imports fail in a 90-line traceback)."""
+    # deferred: keeps `vrh-lmms --help` free of torch
+    from vrh_lmms.model.device import check_torch_builds
+
+    check_torch_builds()
 
 
 def _guarded(call, output: str | None = None) -> int:
