@@ -224,7 +224,8 @@ def test_end_to_end_tiny_qwen25(tiny_qwen25, tmp_path):
         res = data["results"][task]
         for metric in ("acc50", "iou", "parse_failure", "mislocated"):
             assert isinstance(res[f"{metric},none"], float)
-            assert res[f"{metric}_stderr,none"] != "N/A"
+            assert isinstance(res[f"{metric}_stderr_clt,none"], float)  # lmms-eval's naive and clustered SE
+            assert isinstance(res[f"{metric}_stderr_clustered,none"], float)
         lines = [json.loads(x) for x in next(out.rglob(f"*_samples_{task}.jsonl")).read_text().splitlines()]
         assert len(lines) == 3
         for line in lines:
@@ -233,4 +234,5 @@ def test_end_to_end_tiny_qwen25(tiny_qwen25, tmp_path):
             assert rec["status"] in ("correct", "mislocated", "parse_failure")
             assert rec["image_size"] == [224, 224] and len(rec["gt_box"]) == 4 and rec["raw"] is not None
             assert (rec["pred_box"] is None) == (rec["status"] == "parse_failure")
-            assert line["parse_failure"] == float(rec["status"] == "parse_failure")
+            assert line["parse_failure"] == {"score": float(rec["status"] == "parse_failure"),
+                                             "image_id": rec["image_id"]}
