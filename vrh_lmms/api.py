@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base import atomic
+from vrh_lmms.base import atomic, console
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import family_for_config, get_family
 from vrh_lmms.base.heads.geometry import HeadRef, parse_head
@@ -79,7 +79,8 @@ def load(pretrained: str, model: str | None = None, batch_size: int = 1, **model
         raise VRHError(f"vrh.load: {', '.join(chosen)} chooses heads; pass heads to vrh.ablate / vrh.evaluate instead")
     name = model or _model_name(str(pretrained))
     args = ",".join(f"{k}={v}" for k, v in {"pretrained": pretrained, **model_args}.items())
-    return Model(lmms.build_model(name, args, batch_size=batch_size), name, args)
+    with console.quiet_libraries():  # transformers' weight-loading bar and the like: not in a notebook
+        return Model(lmms.build_model(name, args, batch_size=batch_size), name, args)
 
 
 @dataclass
@@ -115,8 +116,29 @@ def discover(model: Model, task: str, limit: int | None = 200, output: str | Pat
     out = Path(output) if output else atomic.scratch_dir("vrh-discover-") / "heads.json"
     spec = DiscoverySpec(model=model.name, model_args=model.model_args, tasks=[task], output=str(out),
                          limit=limit, **options)
-    path = run_discovery(spec, lm=model.lm)
+    with console.quiet_libraries(), _one_bar(model.lm, f"discover {task}", limit):
+        path = run_discovery(spec, lm=model.lm)
     return Discovered(load_heads_file(path), model.geometry)
+
+
+@contextlib.contextmanager
+def _one_bar(lm: Any, desc: str, total: int | None) -> Iterator[None]:
+    """One progress bar for a library call (console.quiet_libraries holds the libraries' own back): each answer moves
+    it, counted at lmms-eval's cache hook, which every backend calls once per answer."""
+    hook = lm.cache_hook
+    bar = console.bar(total, desc, "doc")
+    add = hook.add_partial
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        bar.update(1)
+        return add(*args, **kwargs)
+
+    hook.add_partial = counted
+    try:
+        yield
+    finally:
+        del hook.add_partial  # the class's own again
+        bar.close()
 
 
 @contextlib.contextmanager
@@ -180,7 +202,8 @@ def evaluate(model: Model, task: str, heads: Heads = None, limit: int | None = N
     lm.vrh_apply(headset, mode=mode)
     try:
         lm.batch_size_per_gpu = batch_size or batch  # as the demo's sweeps batch their docs
-        results = lmms.evaluate(lm, [task], tm, limit=limit, gen_kwargs=gen_kwargs)
+        with console.quiet_libraries(), _one_bar(lm, f"evaluate {task}", limit):
+            results = lmms.evaluate(lm, [task], tm, limit=limit, gen_kwargs=gen_kwargs)
         record = lm.vrh_record()
     finally:
         lm.batch_size_per_gpu = batch

@@ -115,3 +115,36 @@ def test_summary_prose_wraps_at_the_terminal_and_a_path_stays_whole(tmp_path):
     assert any(line.startswith(path) and line.endswith("the report") for line in lines), lines
     piped = _run(tmp_path, SUMMARY, COLUMNS="60")
     assert ("verdict " * 30).strip() in piped.stdout and f"{path}  the report" in piped.stdout
+
+
+LIBRARY_CALL = """
+    import sys, warnings
+    from tqdm import tqdm
+    warnings.simplefilter("error")  # tqdm.auto's 'IProgress not found' would fail the run
+    sys.modules.setdefault("ipykernel", type(sys)("ipykernel"))  # as in a notebook (this one without ipywidgets)
+    with console.quiet_libraries():
+        print("py-stdout-noise")
+        for _ in tqdm(range(3), desc="Model Responding"):
+            pass
+        bar = console.bar(3, "evaluate vrh_demo_grounding", "doc")
+        bar.update(3)
+        bar.close()
+    print("after")
+    try:
+        with console.quiet_libraries():
+            sys.stderr.write("what went wrong\\n")
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    """
+
+
+def test_library_calls_show_one_bar_and_hold_the_libraries_output(tmp_path):
+    """Library use (a notebook, no session): a call's own bar shows, the libraries' bars and prints do not; a call
+    that fails shows what they wrote; no 'IProgress not found' warning where ipywidgets is missing."""
+    proc = _run(tmp_path, LIBRARY_CALL)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "after\n"
+    assert "evaluate vrh_demo_grounding" in proc.stderr and "3/3" in proc.stderr
+    assert "Model Responding" not in proc.stderr and "noise" not in proc.stderr
+    assert "what went wrong" in proc.stderr and "IProgress" not in proc.stderr

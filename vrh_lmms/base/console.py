@@ -15,6 +15,8 @@ Library use (no session): `bar` falls back to tqdm and `step` to print, as befor
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -35,7 +37,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.text import Text
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.owned import LOG_HEADER
@@ -267,10 +269,53 @@ class _Bar:
 
 
 def bar(total: int | None, desc: str, unit: str, enabled: bool = True) -> Any:
-    """A progress bar: the session's one display, or a tqdm bar where no session runs (or with --verbose)."""
+    """A progress bar: the session's one display, or a tqdm bar where no session runs (or with --verbose); inside
+    `quiet_libraries` it writes to the stream the libraries' output was taken from."""
     if _active is None or _active.verbose or not enabled:
-        return tqdm(total=total, desc=desc, unit=unit, disable=not enabled)
+        return _tqdm_class()(total=total, desc=desc, unit=unit, disable=not enabled, file=_library_stream)
     return _Bar(total, desc, unit)
+
+
+def _tqdm_class() -> type:
+    """tqdm's notebook widget where a notebook can draw it (ipywidgets installed), else its text bar: tqdm.auto in a
+    notebook without ipywidgets warns 'IProgress not found' and falls back to the text bar anyway."""
+    if "ipykernel" in sys.modules:
+        try:
+            # deferred: optional dependency (ipywidgets, tqdm's notebook widget), in a notebook only
+            import ipywidgets  # noqa: F401
+            from tqdm.notebook import tqdm as widget
+        except ImportError:
+            return tqdm
+        return widget
+    return tqdm
+
+
+_library_stream = None  # inside quiet_libraries: where our one bar writes (the caller's stderr)
+
+
+@contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Library use (a notebook, a script; no session): one progress bar per call instead of every library's (datasets'
+    split generation, transformers' weight loading, lmms-eval's request building and postprocessing, each a line in a
+    notebook) and their prints: what they write to sys.stdout / sys.stderr during the call is held back, and shown
+    only if the call fails. Our bar (`bar`) writes to the stderr the call started with. Inside a session, or nested,
+    nothing changes."""
+    global _library_stream
+    if _active is not None or _library_stream is not None:
+        yield
+        return
+    held = io.StringIO()
+    _library_stream = sys.stderr
+    try:
+        with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
+            yield
+    except BaseException:
+        tail = held.getvalue().replace("\r", "\n").splitlines()[-TAIL_LINES:]
+        if tail:
+            print("\n".join(tail), file=sys.stderr)
+        raise
+    finally:
+        _library_stream = None
 
 
 def track(items: Iterable, total: int, desc: str, unit: str, enabled: bool = True) -> Iterator:
