@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from vrh_lmms.base import atomic, folder_lock
+from vrh_lmms.base import atomic, console, folder_lock
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import family_for_config, get_family
 from vrh_lmms.base.heads.geometry import HeadRef, parse_head
@@ -91,7 +91,8 @@ def load(pretrained: str, model: str | None = None, batch_size: int = 1, **model
         raise VRHError(f"vrh.load: {', '.join(chosen)} chooses heads; pass heads to vrh.ablate / vrh.evaluate instead")
     name = model or _model_name(str(pretrained))
     args = ",".join(f"{k}={v}" for k, v in {"pretrained": pretrained, **model_args}.items())
-    return Model(lmms.build_model(name, args, batch_size=batch_size), name, args)
+    with console.quiet_libraries():  # transformers' weight-loading bar and the like: not in a notebook
+        return Model(lmms.build_model(name, args, batch_size=batch_size), name, args)
 
 
 _IN_USE: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # HF model -> the call using it
@@ -185,8 +186,29 @@ def discover(model: Model, task: str, limit: int | None = 200, output: str | Pat
                          limit=limit, **options)
     with _using(model, f"vrh.discover({task})", "discover outside the vrh.ablate block (it scores the intact "
                 "model)"), _output_lock(named, "vrh.discover", wait), _as_found():
-        path = run_discovery(spec, lm=model.lm, register=named is not None)
+        with console.quiet_libraries(), _one_bar(model.lm, f"discover {task}", limit):
+            path = run_discovery(spec, lm=model.lm, register=named is not None)
     return Discovered(load_heads_file(path), model.geometry)
+
+
+@contextlib.contextmanager
+def _one_bar(lm: Any, desc: str, total: int | None) -> Iterator[None]:
+    """One progress bar for a library call (console.quiet_libraries holds the libraries' own back): each answer moves
+    it, counted at lmms-eval's cache hook, which every backend calls once per answer."""
+    hook = lm.cache_hook
+    bar = console.bar(total, desc, "doc")
+    add = hook.add_partial
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        bar.update(1)
+        return add(*args, **kwargs)
+
+    hook.add_partial = counted
+    try:
+        yield
+    finally:
+        del hook.add_partial  # the class's own again
+        bar.close()
 
 
 @contextlib.contextmanager
@@ -273,7 +295,8 @@ def _evaluate(lm, task: str, tm, headset: HeadSet, mode: str, limit: int | None,
     lm.vrh_apply(headset, mode=mode)
     try:
         lm.batch_size_per_gpu = batch_size or batch  # as the demo's sweeps batch their docs
-        results = lmms.evaluate(lm, [task], tm, limit=limit, gen_kwargs=gen_kwargs)
+        with console.quiet_libraries(), _one_bar(lm, f"evaluate {task}", limit):
+            results = lmms.evaluate(lm, [task], tm, limit=limit, gen_kwargs=gen_kwargs)
         return results, lm.vrh_record()
     finally:
         lm.batch_size_per_gpu = batch

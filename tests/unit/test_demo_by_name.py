@@ -4,12 +4,15 @@ demo's VRH_SYNTH_CONFIG gives, and an unreachable hub is one line in seconds."""
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import registry
+from vrh_lmms.base.paths import tasks_path
 from vrh_lmms.base.pretrained import check_hub_reachable, demo_folder, named_model_args
 
 
@@ -93,6 +96,9 @@ def test_unreachable_hub_is_one_line_in_seconds(monkeypatch):
     text = str(err.value)
     assert "\n" not in text and text.startswith("pretrained=Org/Not-Cached (the backend's default")
     assert "did not answer within 2 s" in text and "pretrained=vrh-demo" in text
+    # the hint names the task the demo model reads (lmms-eval's refcoco would retry the hub for two minutes)
+    task = re.search(r"pretrained=vrh-demo for the shipped demo model with --tasks (\w+)", text).group(1)
+    assert f"task: {task}\n" in (Path(tasks_path()) / "synth" / f"{task}.yaml").read_text()
     pretrained._hub_answers.cache_clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(VRHError, match=r"^pretrained=Org/Default \(the backend's default: no pretrained= was given\) "

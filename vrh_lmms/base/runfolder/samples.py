@@ -76,6 +76,8 @@ _MISSING = object()
 
 
 def _as_score(value: Any, where: str) -> float:
+    if isinstance(value, dict) and "score" in value:  # lmms-eval's clustered-SE item: {"score": x, <cluster_key>: id}
+        value = value["score"]
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)) and math.isfinite(float(value)):

@@ -9,8 +9,7 @@ from pathlib import Path
 from vrh_lmms.base import console
 from vrh_lmms.base.synth.demo_spec import DemoSpec
 from vrh_lmms.cli.commands.demo_applications import run_applications
-from vrh_lmms.pipelines.demo.pipeline import DemoSettings, run_demo
-from vrh_lmms.pipelines.demo.stages import demo_model_args
+from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args
 from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
@@ -31,7 +30,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfer", nargs="?", const="shipped", default=None, metavar="MODEL",
                         help="also a second VLM on the same text backbone (without MODEL: the shipped one, where the "
                              "version ships one): its own discovery and sweep, and each model's top-k heads ablated "
-                             "in the other (the report's transfer table)")
+                             "in the other (the report's transfer table; default: none, one model)")
     parser.add_argument("--applications", action="store_true",
                         help="also put the heads to work: the locator (vrh-lmms locate) on the evaluation scenes and "
                              "the ranker (vrh-lmms rank) on multi-image queries; applications/applications.md")
@@ -54,6 +53,9 @@ def run(args: argparse.Namespace) -> int:
                             ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds,
                             interventions=args.interventions, transfer_model=args.transfer,
                             recall=args.recall)
+    # deferred: keeps `vrh-lmms demo --help` free of scipy, matplotlib, statsmodels
+    from vrh_lmms.pipelines.demo.pipeline import run_demo
+
     summary = run_demo(args.output, settings, force=args.force, model_path=args.pretrained)
     if args.applications:
 

@@ -26,7 +26,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", required=True, help="task(s), comma-separated, e.g. vrh_refcoco_val")
     parser.add_argument("--heads-file", required=True, help="heads file whose ranking orders the KV groups")
     parser.add_argument("--k", type=int, default=None,
-                        help="also evaluate the budget at which exactly the groups of the top-k heads keep images")
+                        help="also evaluate the budget at which exactly the groups of the top-k heads keep images "
+                             "(default: none)")
     parser.add_argument("--budgets", default="1,0.75,0.5,0.25,0.1",
                         help="shares of image KV kept, comma-separated (default 1,0.75,0.5,0.25,0.1)")
     parser.add_argument("--random-seeds", type=int, default=3, help="random-head draws per budget (default 3)")
@@ -39,9 +40,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recent", type=int, default=RECENT,
                         help=f"last prompt positions always kept (default {RECENT})")
     parser.add_argument("--limit", type=int, default=None, help="docs per task (default all)")
-    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--gen-kwargs", default=None,
+                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="evaluator seed, and the seed of the accuracy intervals")
     parser.add_argument("--output", required=True, help="output folder")
     parser.add_argument("--force", action="store_true",
                         help="replace another kv-cache run's result in the folder, or run this one again")

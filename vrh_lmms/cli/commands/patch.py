@@ -34,8 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--patch-batch", type=int, default=8,
                         help="patched copies of a run per forward (default 8; memory grows with it)")
     add_control_options(parser, "also control head sets per k")
-    parser.add_argument("--limit", type=float, default=None, help="docs per task evaluated to form pairs")
-    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--limit", type=float, default=None,
+                        help="docs per task evaluated to form pairs (default: all)")
+    parser.add_argument("--gen-kwargs", default=None,
+                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--output", required=True, help="patching folder (resumed if it holds the same run)")

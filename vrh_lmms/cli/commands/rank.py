@@ -44,7 +44,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="synth: first scene id (default 100000, the demo's held-out scenes)")
     parser.add_argument("--max-pages", type=int, default=None,
                         help="mmdocir: leave out documents with more pages than this (all of a document's pages "
-                             "are its candidates, in one prompt)")
+                             "are its candidates, in one prompt; default: none, every document)")
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--output", required=True, help="output folder")
     parser.add_argument("--force", action="store_true",

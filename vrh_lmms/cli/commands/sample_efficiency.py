@@ -29,7 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "it is smaller)")
     parser.add_argument("--ns", default=",".join(map(str, DEFAULT_NS)), help="sample counts n to try")
     parser.add_argument("--resamples", type=int, default=200, help="bootstrap resamples per n (default 200)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the subsample draws")
     parser.add_argument("--output", required=True, help="folder for efficiency.md, efficiency.json, efficiency.png")
     parser.add_argument("--force", action="store_true", help="replace efficiency results written here before")
 

@@ -30,11 +30,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seeds", type=int, default=3, help="random draws per k (default 3)")
     add_draw_options(parser)
     add_control_options(parser, "also control head sets per k")
-    parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
+    parser.add_argument("--limit", type=float, default=None, help="docs per task, for quick runs (default: all)")
     parser.add_argument("--batch-size", type=int, default=1,
                         help="docs per generate call (default 1; larger batches need a backend that looks docs up in "
                              "batch order, which is checked)")
-    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--gen-kwargs", default=None,
+                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--distractor-seed", type=int, default=0, help="seed of the per-doc distractor draw")
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")

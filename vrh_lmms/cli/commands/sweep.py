@@ -17,12 +17,14 @@ from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 def configure(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
     parser.add_argument("--tasks", required=True, help="comma-separated tasks, e.g. vrh_refcoco_val,vrh_vqa")
-    parser.add_argument("--heads-file", help="heads file from `vrh-lmms discover` (needed for top-k)")
+    parser.add_argument("--heads-file", help="heads file from `vrh-lmms discover` (needed for top-k; default: none, "
+                                                 "baseline and random draws only)")
     parser.add_argument("--k", default=None, help="head counts to ablate (default 1,5,10,20,40)")
     parser.add_argument("--preset", default=None, choices=sorted(SWEEP_PRESETS),
-                        help="the paper's protocol (vrh_lmms.runs.protocol; docs/paper.md): paper = k 1,3,5,10,20, "
+                        help="the paper's protocol (docs/paper.md): paper = k 1,3,5,10,20, "
                              "random controls over all heads and outside the top-k, discovery docs left out; "
-                             "paper_a9 = the same at k 5,10,20,50 (Table A9). Explicit flags win")
+                             "paper_a9 = the same at k 5,10,20,50 (Table A9). Explicit flags win (default: none, "
+                             "each flag's own default)")
     parser.add_argument("--random-seeds", type=int, default=19,
                         help="random draws per k (default 19: the fewest whose empirical p can reach 0.05)")
     add_draw_options(parser)
@@ -32,8 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "the paper's DPO experiment)")
     parser.add_argument("--ablation", default="zero",
                         help="comma-separated modes: zero, mean, uniform, uniform_image (default zero)")
-    parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
-    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--limit", type=float, default=None, help="docs per task, for quick runs (default: all)")
+    parser.add_argument("--batch-size", type=int, default=1, help="docs per generate call")
     parser.add_argument("--pack", default="auto",
                         help="configurations evaluated side by side in one batch (default auto: up to 100 batch "
                              "rows on CPU, 32 on CUDA; 1 = one configuration at a time). Same files either way")
@@ -41,7 +43,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="fast (default): each task and each pack's model inputs built once for all "
                              "configurations; lmms: everything rebuilt per configuration, as a plain lmms-eval run "
                              "does (the reference). Same files either way (docs/sweeps.md)")
-    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--gen-kwargs", default=None,
+                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--allow-cross-model", action="store_true",
                         help="use a heads file made on another geometry (transfer experiments)")

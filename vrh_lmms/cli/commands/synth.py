@@ -25,7 +25,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="scene stream seed (default 0)")
     parser.add_argument("--start", type=int, default=0, help="first scene id (default 0)")
     parser.add_argument("--scene", metavar="JSON", help="SceneConfig overrides as JSON text or a .json file, "
-                                                         "e.g. '{\"image_size\": 224, \"max_objects\": 4}'")
+                                                         "e.g. '{\"image_size\": 224, \"max_objects\": 4}' "
+                                                         "(default: none, the scene defaults)")
     parser.add_argument("--dataset", default="refcoco", help="refer layout: dataset folder name (default refcoco)")
     parser.add_argument("--split-by", default="unc", help="refer layout: refs(<split_by>).p (default unc)")
     parser.add_argument("--force", action="store_true", help="replace synthetic data written here before")

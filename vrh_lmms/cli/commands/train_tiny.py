@@ -24,7 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="design to train (default and only choice: the shipped model's); research designs "
                              "train with `python -m research.train` from the repository")
     parser.add_argument("--backbone", default=None,
-                        help="text-pretrained checkpoint (a run's backbone/ folder): skip the text phase")
+                        help="text-pretrained checkpoint (a run's backbone/ folder): skip the text phase "
+                             "(default: none, train the text phase)")
     parser.add_argument("--vision-seed", type=int, default=None,
                         help="seed of the vision tower and visual data (default --seed): VLMs sharing a backbone")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
@@ -33,7 +34,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="continue the unfinished run in --out (same design, seed and --backbone) where it stood")
     parser.add_argument("--keep-state-at", default="", metavar="PHASE:STEP,...",
                         help="evaluation points (e.g. joint:4500) whose resume state is also kept in --out, as "
-                             "resume_state_PHASE_STEP.pt: a later design identical until there continues it")
+                             "resume_state_PHASE_STEP.pt: a later design identical until there continues it (default: "
+                             "none)")
 
 
 # The trainer feeds the vision tower's output to the model once per batch (`mm_encoder_outputs`, transformers 5.18+;

@@ -107,6 +107,10 @@ def demo_plan(ks: Sequence[int], random_seeds: int) -> list:
     return plan_configurations(ks, random_seeds, True, ["zero"], uniform_random=True)
 
 
+# How demo_summary.md's note on the demo model's design targets begins (the console prints that line under its table).
+TARGETS_NOTE = "Design targets of the demo model"
+
+
 def demo_controls(targets_only: bool = False) -> tuple[str, ...]:
     """The demo sweep's control kinds (vrh_lmms.base.heads.kinds), those drawing from the run's live pool first: the
     design targets are checked against them (`targets_only`); the kinds with a pool of their own (uniform over all
