@@ -41,6 +41,7 @@ from vrh_lmms.base.stats import paired_drop
 from vrh_lmms.harness import lmms
 from vrh_lmms.harness.preload import HEAD_ARGS, load_config
 from vrh_lmms.model.ablation import ablated
+from vrh_lmms.model_wrappers import results_hook
 from vrh_lmms.report.pairing import align, pair
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
 
@@ -135,9 +136,6 @@ def _generators_kept() -> Iterator[None]:
 @contextlib.contextmanager
 def _as_found() -> Iterator[None]:
     """The global generators and lmms-eval's tracker wrap (results_hook) as they were before the block."""
-    # deferred: the model wrappers' floor loads with the model
-    from vrh_lmms.model_wrappers import results_hook
-
     with _generators_kept(), results_hook.kept():
         yield
 

@@ -15,8 +15,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="a report folder (holding report.json), a run folder holding one in report/ "
                              "(vrh-lmms demo, replicate), or a heads file (a discovery: its scores alone)")
     parser.add_argument("--output", default=None, metavar="FILE",
-                        help="where a heads file's page goes (required for a heads file; a report's page is always "
-                             "its folder's explorer.html)")
+                        help="where a heads file's page goes (default: none; required for a heads file, while a "
+                             "report's page is always its folder's explorer.html)")
     parser.add_argument("--title", default=None, help="the page's title (default: the models it shows)")
 
 

@@ -113,7 +113,7 @@ def pixtral_rows(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
 # tiles, pasted top-left and padded right / bottom; tiles row-major (separators are other ids), then, when there
 # are several, the whole image squashed to one tile. Canvas choice: transformers' own get_best_fit.
 def llama4_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
-    # deferred: an optional dependency (the installed transformers may predate Llama 4's image processor)
+    # deferred: optional dependency (transformers releases before Llama 4 lack its image processor)
     from transformers.models.llama4.image_processing_llama4 import (
         find_supported_resolutions,
         get_best_fit,
@@ -149,7 +149,7 @@ def _pooled_spans(n_patches: int, pool: int, patch_px: float) -> tuple[Span, ...
 
 
 def molmo2_crops(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
-    # deferred: an optional dependency (transformers releases before Molmo 2 have no molmo2 module)
+    # deferred: optional dependency (transformers releases before Molmo 2 lack its module)
     from transformers.models.molmo2.image_processing_molmo2 import compute_crop_geometry
 
     crop, patch, max_crops = (int(v) for v in _need(extras, "crop_size", "patch_size", "max_crops"))

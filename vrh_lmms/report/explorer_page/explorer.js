@@ -5,8 +5,8 @@
   const DATA = JSON.parse(document.getElementById("explorer-data").textContent);
   const SVG = "http://www.w3.org/2000/svg";
   const KINDS = DATA.kinds || {};
-  const PALETTE = ["#d1242f", "#bf8700", "#8250df", "#e16f24", "#0a7ea4", "#bf3989", "#6e7781", "#116329",
-                   "#953800", "#0550ae"];
+  const PALETTE = ["#d1242f", "#bf8700", "#8250df", "#e16f24", "#0a7ea4", "#bf3989", "#6e7781", "rgb(17, 99, 41)",
+                   "rgb(149, 56, 0)", "#0550ae"];
   const STATUS = { c: "correct", m: "mislocated", p: "parse failure", w: "wrong", "-": "not scored" };
   const tip = document.getElementById("tip");
 
@@ -266,7 +266,7 @@
     const img = IMAGES[d.key];
     if (img) {
       s.appendChild(sv("image", { href: img, x: 0, y: 0, width: w, height: hgt, preserveAspectRatio: "none" }));
-      s.appendChild(sv("rect", { x: 0, y: 0, width: w, height: hgt, fill: "#000", "fill-opacity": 0.55 }));
+      s.appendChild(sv("rect", { x: 0, y: 0, width: w, height: hgt, fill: "black", "fill-opacity": 0.55 }));
     } else s.appendChild(sv("rect", { x: 0, y: 0, width: w, height: hgt, fill: "#1f2328" }));
     const cells = CELLS[d.key], per = d.rows * d.cols, off = (l * d.heads + h) * per;
     let peak = 0, peakAt = 0;
