@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
-from vrh_lmms.tasks.common.cross_modal import DEFAULTS, make_doc
 
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.runs.discovery import collector as collector_mod
 from vrh_lmms.runs.discovery.controls import IMAGE_MASS
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.tasks.common.cross_modal import DEFAULTS, make_doc
 
 torch.set_num_threads(1)
 N = 2

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
-from vrh_lmms.tasks.common.text_needle import make_doc, needle_config, read_value
 
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.runs.discovery import collector as collector_mod
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.tasks.common.text_needle import make_doc, needle_config, read_value
 
 torch.set_num_threads(1)
 N = 2

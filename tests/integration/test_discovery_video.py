@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
-from vrh_lmms.tasks.common.needle_clip import clip_config, clip_frames, make_doc
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import load_heads_file
@@ -21,6 +20,7 @@ from vrh_lmms.runs.discovery import collector as collector_mod
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.store import PartStore
 from vrh_lmms.runs.discovery.video_evidence import video_keys, video_target
+from vrh_lmms.tasks.common.needle_clip import clip_config, clip_frames, make_doc
 
 torch.set_num_threads(1)
 N = 2
