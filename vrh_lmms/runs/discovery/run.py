@@ -28,6 +28,7 @@ from vrh_lmms.base.heads.heads_file import HeadsFile, save_heads_file
 from vrh_lmms.base.runfile import run_file_path
 from vrh_lmms.harness import distributed, lmms, preload
 from vrh_lmms.model.ablation import means_path_for, save_means
+from vrh_lmms.model.head_view import per_head
 from vrh_lmms.runs.discovery.controls import corrected_stats, heads_file_extras
 from vrh_lmms.runs.discovery.evidence import check_docs, get_kind
 from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor, parse_key
@@ -317,8 +318,7 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     if spec.collect_means and all(p.head_sums is not None for p in parts):
         sums = np.sum([p.head_sums.astype(np.float64) for p in parts], axis=0)
         tokens = sum(p.tokens for p in parts)
-        means = torch.from_numpy((sums / max(tokens, 1)).astype(np.float32)).reshape(
-            geometry.layers, geometry.heads, geometry.head_dim)
+        means = per_head(torch.from_numpy((sums / max(tokens, 1)).astype(np.float32)), geometry.head_dim)
         save_means(means, paths["means"], geometry, tokens)
     if paths["eval"].exists():
         owned.remove(paths["eval"])  # checked to be ours before the run

@@ -39,6 +39,7 @@ from vrh_lmms.base.heads.spec import check_heads_file_fits, resolve_spec
 from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
 from vrh_lmms.model.backbone import dead_heads, locate_decoder
 from vrh_lmms.model.export import copy_side_files, load_config, load_model, source_files_dir
+from vrh_lmms.model.head_view import per_head
 from vrh_lmms.runs.dpo_train import vision_parameters
 from vrh_lmms.runs.rank.capture import checked_spans, multi_image_inputs
 from vrh_lmms.runs.rank.data import synth_set
@@ -213,7 +214,7 @@ def keep_dead_heads_dead(model, dead) -> list:
         mask = torch.ones_like(weight)
         for h in dead:
             if h.layer == layer:
-                mask[:, h.head * d:(h.head + 1) * d] = 0
+                per_head(mask, d)[:, h.head] = 0
         handles.append(weight.register_hook(lambda g, m=mask: g * m))
     return handles
 
