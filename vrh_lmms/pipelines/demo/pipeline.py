@@ -332,7 +332,7 @@ def demo_layout(out: Path) -> owned.Layout:
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
             "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file,
             runfile.RUN_FILE: runfile.is_ours,  # written by the command line when the demo ends
-            "applications": None}  # demo --applications (vrh_lmms.cli.commands.demo_applications)
+            "applications": None}  # demo --applications (vrh_lmms.pipelines.demo.applications)
 
 
 def _finished_anything(out: Path) -> bool:

@@ -1,6 +1,5 @@
-"""`vrh-lmms kv-cache`: VRH-aware KV cache. After prefill only the KV groups holding retrieval heads keep the image
-tokens; accuracy against the image KV kept, beside random heads, uniform image-token pruning and no compression
-(vrh_lmms.runs.kvcache; docs/applications.md 'KV cache')."""
+"""The run of `vrh-lmms kv-cache` (its options: vrh_lmms.cli.commands.kv_cache): the VRH-aware KV cache, accuracy
+against the image KV kept beside random heads, uniform pruning and no compression."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ from pathlib import Path
 
 from vrh_lmms.base import atomic, console, owned
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.cli.commands.options import add_model_options
-from vrh_lmms.model.kvcache.policy import RECENT, SINK, check_budget, topk_budget
+from vrh_lmms.model.kvcache.policy import check_budget, topk_budget
 from vrh_lmms.runs.maps.setup import prepare, run_identity
 from vrh_lmms.runs.runner import result_job, result_layout
 from vrh_lmms.runs.sweep.checks import dead_heads_of
@@ -19,32 +17,6 @@ RESULT, MARKDOWN, PLOT, RUNS = "kv_cache.json", "kv_cache.md", "kv_cache.png", "
 # what `vrh-lmms kv-cache` writes into its folder (vrh_lmms.runs.runner.result_layout); `runs` holds one lmms-eval
 # run folder per configuration
 LAYOUT = result_layout(owned.json_with("rows", schema_prefix="vrh-kv-cache/"), RESULT, MARKDOWN, PLOT, RUNS)
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    add_model_options(parser)
-    parser.add_argument("--tasks", required=True, help="task(s), comma-separated, e.g. vrh_refcoco_val")
-    parser.add_argument("--heads-file", required=True, help="heads file whose ranking orders the KV groups")
-    parser.add_argument("--k", type=int, default=None,
-                        help="also evaluate the budget at which exactly the groups of the top-k heads keep images")
-    parser.add_argument("--budgets", default="1,0.75,0.5,0.25,0.1",
-                        help="shares of image KV kept, comma-separated (default 1,0.75,0.5,0.25,0.1)")
-    parser.add_argument("--random-seeds", type=int, default=3, help="random-head draws per budget (default 3)")
-    parser.add_argument("--mode", default="mask", choices=("mask", "compress", "compact"),
-                        help="mask: exact masking of the dropped keys (default); compress: also remove them from "
-                             "the cache of layers whose groups all drop the same keys; compact: gather every "
-                             "layer's kept keys into per-layer buffers after prefill (any batch size, no per-step "
-                             "mask building)")
-    parser.add_argument("--sink", type=int, default=SINK, help=f"first positions always kept (default {SINK})")
-    parser.add_argument("--recent", type=int, default=RECENT,
-                        help=f"last prompt positions always kept (default {RECENT})")
-    parser.add_argument("--limit", type=int, default=None, help="docs per task (default all)")
-    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
-    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument("--force", action="store_true",
-                        help="replace another kv-cache run's result in the folder, or run this one again")
 
 
 def parse_budgets(text: str) -> list[float]:
@@ -57,7 +29,7 @@ def parse_budgets(text: str) -> list[float]:
     return sorted({check_budget(v) for v in values}, reverse=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_kv_cache(args: argparse.Namespace) -> int:
     """A job of the runner with one unit (vrh_lmms.runs.runner.result_job): the same arguments into a finished
     folder do nothing and load no model. The accuracies depend on the model, the heads file (its sha256 is in the
     identity), the data and these settings (the random draws are seeded), as a sweep's results do; --force

@@ -1,6 +1,5 @@
-"""`vrh-lmms locate`: the training-free locator. The top-k heads' attention map over the image becomes a box
-(Localization Heads' recipe, vrh_lmms.runs.maps.locator); Acc@0.5 of the located boxes against the ground truth, beside
-the model's own answer, for the top-k VRHs, random-k and layer-matched heads, with the report's intervals."""
+"""The run of `vrh-lmms locate` (its options: vrh_lmms.cli.commands.locate): the training-free locator, boxes from
+the top-k heads' attention maps, Acc@0.5 beside the model's answer and the control draws."""
 
 from __future__ import annotations
 
@@ -12,9 +11,8 @@ from rich.table import Table
 
 from vrh_lmms.base import atomic, console
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.kinds import DEFAULT_POOL, KINDS, POOLS
+from vrh_lmms.base.heads.kinds import KINDS
 from vrh_lmms.base.owned import json_with
-from vrh_lmms.cli.commands.attention_maps import add_map_options
 from vrh_lmms.runs.maps.collect import collect_maps
 from vrh_lmms.runs.maps.locator import LocatorSettings, parse_threshold
 from vrh_lmms.runs.maps.setup import prepare, run_identity
@@ -25,16 +23,6 @@ RESULT = "locate.json"
 SCHEMA = "vrh-locate/1"
 # what `vrh-lmms locate` writes into its folder (vrh_lmms.runs.runner.result_layout)
 LAYOUT = result_layout(json_with("rows", schema_prefix="vrh-locate/"), RESULT)
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    add_map_options(parser)
-    parser.add_argument("--limit", type=int, default=100, help="docs per task (default 100; -1 for all)")
-    parser.add_argument("--k", default="5,10,20", help="head-set sizes, comma-separated (default 5,10,20)")
-    parser.add_argument("--random-seeds", type=int, default=10,
-                        help="random-k and layer-matched draws per k (default 10)")
-    parser.add_argument("--control-pool", default=DEFAULT_POOL, choices=POOLS,
-                        help="what control draws are drawn from: live heads (default) or all heads")
 
 
 def _pct(v: float) -> str:
@@ -70,7 +58,7 @@ def _diff_text(d: dict[str, Any]) -> str:
     return f"{100 * d['diff']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
 
 
-def run(args: argparse.Namespace) -> int:
+def run_locate(args: argparse.Namespace) -> int:
     """A job of the runner with one unit (vrh_lmms.runs.runner.result_job): the same arguments into a finished
     folder do nothing and load no model. Acc@0.5 depends on the model, the heads file (its sha256 is in the
     identity), the data and these settings (the control draws are seeded), as a sweep's results do, so such a

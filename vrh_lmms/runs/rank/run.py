@@ -1,7 +1,5 @@
-"""`vrh-lmms rank`: retrieval heads as a ranker. Several candidate images and a query in one prompt; candidates are
-ranked by the heads' attention mass from the last prompt row (null-question calibrated); Recall@1/@5 and MRR of the
-top-k heads vs all live heads vs random-k, with clustered intervals (vrh_lmms.runs.rank; docs/applications.md,
-Ranker)."""
+"""The run of `vrh-lmms rank` (its options: vrh_lmms.cli.commands.rank): retrieval heads as a ranker, candidate
+images ranked by the heads' attention mass, Recall@1/@5 and MRR of the top-k heads vs all live heads vs random-k."""
 
 from __future__ import annotations
 
@@ -17,7 +15,6 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.spec import check_heads_file_fits
 from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
-from vrh_lmms.cli.commands.options import add_model_options
 from vrh_lmms.harness.preload import parse_model_args
 from vrh_lmms.runs.maps.setup import run_identity
 from vrh_lmms.runs.rank import outputs
@@ -26,29 +23,6 @@ from vrh_lmms.runs.rank.outputs import table_rows
 from vrh_lmms.runs.rank.scoring import NULL_QUERY
 from vrh_lmms.runs.runner import Runner, result_job
 from vrh_lmms.runs.sweep.checks import dead_heads_of
-
-
-def configure(parser: argparse.ArgumentParser) -> None:
-    add_model_options(parser)
-    parser.add_argument("--data", required=True,
-                        help="'synth' (seeded synthetic multi-image set) or 'mmdocir:<folder>' (MMDocIR's "
-                             "MMDocIR_annotations.jsonl and MMDocIR_pages.parquet; page level)")
-    parser.add_argument("--heads-file", required=True, help="heads file whose ranking gives the top-k heads")
-    parser.add_argument("--k", default="5", help="top-k sizes, comma-separated (default 5)")
-    parser.add_argument("--random-seeds", type=int, default=10, help="random-k draws from the live heads (default 10)")
-    parser.add_argument("--limit", type=int, default=100, help="queries (default 100)")
-    parser.add_argument("--candidates", type=int, default=4, help="synth: candidate images per query (default 4)")
-    parser.add_argument("--scene-seed", type=int, default=None,
-                        help="synth: scene stream seed (default: the demo's held-out seed, 2)")
-    parser.add_argument("--scene-start", type=int, default=100_000,
-                        help="synth: first scene id (default 100000, the demo's held-out scenes)")
-    parser.add_argument("--max-pages", type=int, default=None,
-                        help="mmdocir: leave out documents with more pages than this (all of a document's pages "
-                             "are its candidates, in one prompt)")
-    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
-    parser.add_argument("--output", required=True, help="output folder")
-    parser.add_argument("--force", action="store_true",
-                        help="replace another run's result in the output folder, or run this one again")
 
 
 def _ks(text: str) -> list[int]:
@@ -81,7 +55,7 @@ def load_data(args: argparse.Namespace):
     return data, PROMPT.replace("{expression}", "{query}")
 
 
-def run(args: argparse.Namespace) -> int:
+def run_rank(args: argparse.Namespace) -> int:
     """A job of the runner with one unit (vrh_lmms.runs.runner.result_job): the same arguments into a finished
     folder do nothing and load no model. The ranks depend on the model (the demo spec beside it chooses the
     synthetic scenes), the heads file (its sha256 is in the identity), these settings (the scenes and draws are
@@ -167,7 +141,6 @@ def run(args: argparse.Namespace) -> int:
         (js, "every figure and each query's gold rank per head set"), (md, "the tables with 95% intervals"),
         (png, "Recall@1 and MRR per head set"), *console.log_row()]))
     return 0
-
 
 
 # what the ranks depend on, besides the heads file and the data files (vrh_lmms.runs.maps.setup.run_identity)
