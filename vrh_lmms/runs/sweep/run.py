@@ -113,7 +113,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     from vrh_lmms.harness import distributed, doc_subset, lmms
 
     out = Path(output)
-    fast = engine.check_engine(spec.engine) == "fast"
+    fast = engine.check_fast_engine(spec.engine)
     control_docs.check_control_docs(spec.control_docs)
     distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
@@ -188,10 +188,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         bar.update(1)
 
     try:
-        with engine.task_dict_once() if fast else contextlib.nullcontext(), \
-                engine.rows_once(lm) if fast else contextlib.nullcontext(), \
-                engine.unwrap_once(lm) if fast else contextlib.nullcontext(), \
-                engine.scoring_in_thread() if fast and lmms.own_tasks(tm, spec.tasks) else contextlib.nullcontext():
+        with engine.fast_session(lm, lmms.own_tasks(tm, spec.tasks)) if fast else contextlib.nullcontext():
             # controls on the doc subset run in packs of their own, so a pack's generations cover one doc set
             on_subset = [c for c in todo if subset_of(c) is not None]
             groups = pack_groups([c for c in todo if subset_of(c) is None], pack) + pack_groups(on_subset, pack)
