@@ -181,8 +181,8 @@ def test_compare_heads_runs_on_the_three_heads_files(discovered, tmp_path):
 
 
 def test_audio_heads_ablated_on_the_text_task_are_cross_ablation_rows(models, discovered, tmp_path):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     lm, task = models("qwen2_5_omni"), "vrh_synth_fact_text"

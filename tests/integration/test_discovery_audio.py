@@ -120,8 +120,8 @@ def test_malformed_audio_evidence_is_refused_in_one_line():
 
 
 def test_sweep_and_report_run_on_the_audio_task(lm, discovered, tmp_path, monkeypatch):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     monkeypatch.setenv("VRH_AUDIO_CONFIG", json.dumps(CONFIG))

@@ -174,8 +174,8 @@ def test_evidence_mass_equals_eager_attention(lm, mode, tmp_path):
 
 
 def test_sweep_and_report_run_on_the_haystack(lm, tmp_path):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     family, model = lm

@@ -138,8 +138,8 @@ def test_needle_scoring_reads_the_value():
 
 
 def test_sweep_and_report_run_on_the_needle_task(lm, discovered, tmp_path):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     heads, _ = discovered

@@ -167,8 +167,8 @@ def check_masses(lm, out, inputs, videos, prefix: str = ""):
 
 
 def test_sweep_and_report_run_on_the_clip_task(lm, discovered, tmp_path):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     heads = discovered[0]

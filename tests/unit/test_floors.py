@@ -63,10 +63,10 @@ def test_the_mapped_packages_are_checked_where_installed(tmp_path):
     wrappers.unlink()
     shutil.copytree(REPO / "model_wrappers", wrappers, ignore=shutil.ignore_patterns("__pycache__"))
     with open(wrappers / "manifests.py", "a") as f:
-        f.write("\nfrom vrh_lmms.runs.sweep import plan  # noqa: E402,F401\n")
+        f.write("\nfrom vrh_lmms.runs.sweep import packs  # noqa: E402,F401\n")
     proc = lint_imports(root)
     assert proc.returncode != 0
-    assert "vrh_lmms.model_wrappers.manifests -> vrh_lmms.runs.sweep.plan" in proc.stdout, proc.stdout[-3000:]
+    assert "vrh_lmms.model_wrappers.manifests -> vrh_lmms.runs.sweep.packs" in proc.stdout, proc.stdout[-3000:]
 
 
 def test_an_upward_import_breaks_the_floors(tmp_path):
@@ -76,8 +76,8 @@ def test_an_upward_import_breaks_the_floors(tmp_path):
     base.unlink()
     shutil.copytree(REPO / "vrh_lmms" / "base", base, ignore=shutil.ignore_patterns("__pycache__"))
     with open(base / "heads" / "spec.py", "a") as f:
-        f.write("\nfrom vrh_lmms.runs.sweep import plan  # noqa: E402,F401\n")
+        f.write("\nfrom vrh_lmms.runs.sweep import packs  # noqa: E402,F401\n")
     proc = lint_imports(root)
     assert proc.returncode != 0
     assert "vrh_lmms.base is not allowed to import vrh_lmms.runs" in proc.stdout, proc.stdout[-3000:]
-    assert "vrh_lmms.base.heads.spec -> vrh_lmms.runs.sweep.plan" in proc.stdout
+    assert "vrh_lmms.base.heads.spec -> vrh_lmms.runs.sweep.packs" in proc.stdout

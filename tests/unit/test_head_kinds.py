@@ -127,7 +127,7 @@ def test_a_kind_missing_a_field_is_refused():
 
 
 def test_planned_ids_read_back_as_their_kind():
-    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.base.heads.plan import plan_configurations
 
     pattern = kinds.id_pattern()
     plan = plan_configurations([3, 12], 2, True, ["zero", "mean"], controls=list(kinds.OPTIONS), uniform_random=True)
@@ -143,7 +143,7 @@ def test_planned_ids_read_back_as_their_kind():
 
 
 def test_the_plan_carries_its_pool_to_every_draw():
-    from vrh_lmms.runs.sweep.plan import carried_pool, plan_configurations, planned_headset
+    from vrh_lmms.base.heads.plan import carried_pool, plan_configurations, planned_headset
     from vrh_lmms.runs.sweep.run import SweepSpec
 
     for pool in kinds.POOLS:

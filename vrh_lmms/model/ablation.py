@@ -25,13 +25,13 @@ from torch import nn
 from vrh_lmms.base.atomic import save_safetensors
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.heads.plan import MODES, UNIFORM_MODES
 from vrh_lmms.base.heads.spec import HeadSet
 from vrh_lmms.model.backbone import HEAD_OUT, Decoder, Hook, Installed, locate_decoder, site_name
 from vrh_lmms.model.head_view import per_head
 
-# zero / mean fold into o_proj; the uniform modes replace answer-row attention (vrh_lmms.model.interventions.uniform)
-UNIFORM_MODES = ("uniform", "uniform_image")
-MODES = ("zero", "mean", *UNIFORM_MODES)
+# MODES: zero / mean fold into o_proj; UNIFORM_MODES replace answer-row attention (model.interventions.uniform);
+# their names are declared with the configurations that carry them (vrh_lmms.base.heads.plan)
 METHODS = ("auto", "fold", "hook")
 
 

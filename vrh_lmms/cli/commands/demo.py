@@ -9,11 +9,11 @@ from pathlib import Path
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import parse_int_list
 from vrh_lmms.base.synth.demo_spec import DemoSpec
 from vrh_lmms.pipelines.demo.applications import run_applications
 from vrh_lmms.pipelines.demo.pipeline import DemoSettings, run_demo
 from vrh_lmms.pipelines.demo.stages import demo_model_args
-from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

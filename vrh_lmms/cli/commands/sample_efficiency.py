@@ -10,6 +10,7 @@ from vrh_lmms.base import atomic, owned
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.plan import parse_int_list
 from vrh_lmms.runs.discovery.efficiency import (
     DEFAULT_NS,
     choose_k,
@@ -18,7 +19,6 @@ from vrh_lmms.runs.discovery.efficiency import (
     load_samples,
     sample_efficiency,
 )
-from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console, gc_startup
+from vrh_lmms.base.heads.plan import parse_int_list, plan_configurations
 from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness.sweep_engine import ENGINES
 from vrh_lmms.runs.protocol import SWEEP_PRESETS, compare_cells, resolve
-from vrh_lmms.runs.sweep.plan import parse_int_list, parse_pack, plan_configurations
+from vrh_lmms.runs.sweep.packs import parse_pack
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 

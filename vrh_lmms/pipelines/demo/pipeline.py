@@ -154,7 +154,7 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
 
 
 def _draw_seed(config_name: str) -> int:
-    """`random5_s12` -> 12 (the sweep's configuration names, vrh_lmms.runs.sweep.plan)."""
+    """`random5_s12` -> 12 (the sweep's configuration names, vrh_lmms.base.heads.plan)."""
     return int(re.search(r"_s(\d+)", config_name).group(1))
 
 

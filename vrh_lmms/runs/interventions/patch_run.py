@@ -38,6 +38,7 @@ from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
+from vrh_lmms.base.heads.plan import plan_configurations, planned_headset
 from vrh_lmms.base.heads.spec import ControlUnavailable
 from vrh_lmms.base.stats import cluster_ci
 from vrh_lmms.harness import distributed, lmms
@@ -54,7 +55,6 @@ from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest, is_published_file
 from vrh_lmms.runs.sweep.checks import dead_head_names, dead_heads_of, sha256_of
-from vrh_lmms.runs.sweep.plan import plan_configurations, planned_headset
 
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
 

@@ -31,6 +31,7 @@ from vrh_lmms.base import console
 from vrh_lmms.base.boxes.geometry import iou
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import Configuration, carried_pool, planned_headset
 from vrh_lmms.harness import distributed, lmms
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map, lm_input_ids
@@ -49,7 +50,6 @@ from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest
 from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of, sha256_of
-from vrh_lmms.runs.sweep.plan import Configuration, carried_pool, planned_headset
 
 MOVED_IOU = 0.5
 

@@ -26,11 +26,11 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.geometry import parse_head
 from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.plan import planned_headset
 from vrh_lmms.base.heads.spec import ControlUnavailable, check_heads_file_fits
 from vrh_lmms.base.runfile import RUN_FILE
 from vrh_lmms.runs.runner import Job, Manifest, Runner
 from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
-from vrh_lmms.runs.sweep.plan import planned_headset
 from vrh_lmms.tasks.common.grounding_data import SYNTH_CONFIG_ENV, synth_spec
 
 MANIFEST = "sweep.json"

@@ -25,19 +25,13 @@ from typing import Any
 
 from vrh_lmms.base import console, gc_startup
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import Configuration, carried_pool, from_dict, planned_headset
 from vrh_lmms.base.heads.spec import HeadSet
 from vrh_lmms.harness import sweep_engine as engine
 from vrh_lmms.runs.runner import Job
 from vrh_lmms.runs.sweep import checks, control_docs
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
-from vrh_lmms.runs.sweep.plan import (
-    Configuration,
-    carried_pool,
-    from_dict,
-    pack_groups,
-    planned_headset,
-    unpackable_reason,
-)
+from vrh_lmms.runs.sweep.packs import pack_groups, unpackable_reason
 
 MANIFEST = checks.MANIFEST
 # automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per

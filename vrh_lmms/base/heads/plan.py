@@ -1,4 +1,5 @@
-"""Which configurations a sweep evaluates, and their stable ids (docs/contracts.md)."""
+"""Which head-set configurations a run evaluates (a sweep, steering, patching, the locator), how each resolves to
+its head set, and their stable ids (docs/contracts.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
 from vrh_lmms.base.heads.spec import HeadSet, resolve_spec
+
+# How a configuration's heads are ablated: zero or mean fold into o_proj (vrh_lmms.model.ablation); the uniform modes
+# replace the heads' answer-row attention (vrh_lmms.model.interventions.uniform).
+UNIFORM_MODES = ("uniform", "uniform_image")
+MODES = ("zero", "mean", *UNIFORM_MODES)
 
 
 @dataclass(frozen=True)
@@ -84,9 +90,6 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
     if random_seeds < 0:
         raise VRHError("--random-seeds must be >= 0")
     kinds.check_pool(pool, "--control-pool")
-    # deferred: keeps `vrh-lmms report` free of torch
-    from vrh_lmms.model.ablation import MODES
-
     for mode in modes:
         if mode not in MODES:
             raise VRHError(f"--ablation {mode!r}: use any of {', '.join(MODES)}")
@@ -109,59 +112,6 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
 def cell_slug(cell: str) -> str:
     """A scoring cell as part of a configuration id: `in,sum,mean` -> `in-sum-mean`."""
     return cell.replace(",", "-")
-
-
-def unpackable_reason(cfg: Configuration) -> str | None:
-    """Why a configuration must run alone rather than in a pack (None: it can share one)."""
-    # deferred: keeps `vrh-lmms report` free of torch
-    from vrh_lmms.model.ablation import UNIFORM_MODES
-
-    if cfg.mode in UNIFORM_MODES:
-        return (f"ablation {cfg.mode} replaces answer-row attention, which a pack's per-row o_proj masks cannot "
-                "carry")
-    return None
-
-
-def _even_groups(configs: Sequence[Configuration], size: int) -> list[list[Configuration]]:
-    if not configs:
-        return []
-    n_groups = -(-len(configs) // size)
-    base, extra = divmod(len(configs), n_groups)
-    groups, start = [], 0
-    for g in range(n_groups):
-        end = start + base + (1 if g < extra else 0)
-        groups.append(list(configs[start:end]))
-        start = end
-    return groups
-
-
-def pack_groups(configs: Sequence[Configuration], size: int) -> list[list[Configuration]]:
-    """Consecutive groups of at most `size` configurations, as even as possible (22 by 16 -> 11 + 11); a
-    configuration that cannot be packed (`unpackable_reason`) is a group of its own, in its place."""
-    if size < 1:
-        raise VRHError(f"--pack must be >= 1, got {size}")
-    groups: list[list[Configuration]] = []
-    run: list[Configuration] = []
-    for cfg in configs:
-        if unpackable_reason(cfg) is None:
-            run.append(cfg)
-            continue
-        groups += _even_groups(run, size) + [[cfg]]
-        run = []
-    return groups + _even_groups(run, size)
-
-
-def parse_pack(text: str | int | None) -> int | None:
-    """`--pack`: a positive integer, or `auto` (None)."""
-    if text is None or str(text).strip().lower() == "auto":
-        return None
-    try:
-        value = int(str(text))
-    except ValueError:
-        raise VRHError(f"--pack {text!r}: expected a positive integer or auto") from None
-    if value < 1:
-        raise VRHError(f"--pack {text!r}: expected a positive integer or auto")
-    return value
 
 
 def parse_int_list(text: str, what: str) -> list[int]:
