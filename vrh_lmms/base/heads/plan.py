@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
-from vrh_lmms.base.heads.spec import HeadSet, resolve_spec
+from vrh_lmms.base.heads.spec import ControlUnavailable, HeadSet, check_heads_file_fits, resolve_spec
 
 # How a configuration's heads are ablated: zero or mean fold into o_proj (vrh_lmms.model.ablation); the uniform modes
 # replace the heads' answer-row attention (vrh_lmms.model.interventions.uniform).
@@ -43,6 +43,50 @@ def planned_headset(cfg, geometry, heads_file=None, dead: tuple = (), allow_cros
     scoring cell) on a model of `geometry` whose `dead` heads write nothing."""
     return resolve_spec(cfg.spec, geometry, heads_file=heads_file, seed=cfg.seed if cfg.seed is not None else 0,
                         allow_cross_model=allow_cross_model, dead=dead, pool=cfg.pool, cell=getattr(cfg, "cell", None))
+
+
+class HeadSets:
+    """Each configuration's head set, resolved once per model shape and handed forward: a run's checks resolve every
+    configuration against the heads file's geometry, the checkpoint's config.json and the loaded model (so none
+    fails after others have run), and the run uses the same `HeadSet` where the shape and the dead heads are the
+    same, instead of drawing it again (the same seeds draw the same heads either way)."""
+
+    def __init__(self, heads_file=None, allow_cross_model: bool = False) -> None:
+        self.heads_file, self.allow_cross_model = heads_file, allow_cross_model
+        self._resolved: dict[tuple, HeadSet] = {}
+
+    def get(self, cfg, geometry, dead: tuple = ()) -> HeadSet:
+        key = (cfg, geometry, tuple(dead))
+        if key not in self._resolved:
+            self._resolved[key] = planned_headset(cfg, geometry, self.heads_file, dead, self.allow_cross_model)
+        return self._resolved[key]
+
+    def __len__(self) -> int:
+        """How many resolutions were made (one per configuration when the shape never changed)."""
+        return len(self._resolved)
+
+
+def check_headsets(configurations, geometry, heads_file, dead: tuple = (), allow_cross_model: bool = False,
+                   headsets: HeadSets | None = None) -> dict[str, str]:
+    """Resolve every configuration's head set (`planned_headset`, from the pool it carries) against
+    `geometry` and the model's `dead` heads (k too large, a heads file of another model), so no configuration fails
+    after others have run. Returns the configurations whose control cannot be drawn from its pool (a layer without
+    enough live heads), with the reason: they are reported as unavailable, never padded with dead heads. With
+    `headsets` (of the same heads file) the head sets are kept there for the run to use."""
+    if heads_file is not None:
+        check_heads_file_fits(heads_file, geometry, allow_cross_model=allow_cross_model)
+    unavailable: dict[str, str] = {}
+    for cfg in configurations:
+        try:
+            if headsets is not None:
+                headsets.get(cfg, geometry, dead)
+            else:
+                planned_headset(cfg, geometry, heads_file, dead, allow_cross_model)
+        except ControlUnavailable as exc:
+            unavailable[cfg.id] = str(exc)
+        except VRHError as exc:
+            raise VRHError(f"configuration {cfg.id} (--k {cfg.k}): {exc}") from None
+    return unavailable
 
 
 def from_dict(entry: dict, pool: str) -> Configuration:

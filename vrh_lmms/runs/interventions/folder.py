@@ -16,8 +16,9 @@ from typing import Any
 from vrh_lmms.base import owned
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.plan import check_headsets
+from vrh_lmms.runs.checks import dead_heads_of
 from vrh_lmms.runs.runner import Job, Runner
-from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of
 
 
 def beside(manifest: str, check: owned.Check) -> owned.Check:

@@ -44,6 +44,7 @@ from vrh_lmms.base.stats import cluster_ci
 from vrh_lmms.harness import distributed, lmms
 from vrh_lmms.harness.preload import parse_model_args
 from vrh_lmms.model.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
+from vrh_lmms.runs.checks import dead_head_names, dead_heads_of, sha256_of
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.runs.discovery.queries import answer_length
 from vrh_lmms.runs.dpo import format_ground_truth_box
@@ -54,7 +55,6 @@ from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest, is_published_file
-from vrh_lmms.runs.sweep.checks import dead_head_names, dead_heads_of, sha256_of
 
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
 

@@ -31,11 +31,12 @@ from vrh_lmms.base import console
 from vrh_lmms.base.boxes.geometry import iou
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.plan import Configuration, carried_pool, planned_headset
+from vrh_lmms.base.heads.plan import Configuration, carried_pool, check_headsets, planned_headset
 from vrh_lmms.harness import distributed, lmms
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map, lm_input_ids
 from vrh_lmms.model.interventions.steering import SteerPlan, steer_attention
+from vrh_lmms.runs.checks import dead_heads_of, sha256_of
 from vrh_lmms.runs.discovery.collector import backend_processor
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
 from vrh_lmms.runs.discovery.queries import expression_rows, token_pieces
@@ -49,7 +50,6 @@ from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering f
 from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest
-from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of, sha256_of
 
 MOVED_IOU = 0.5
 

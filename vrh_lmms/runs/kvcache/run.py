@@ -9,9 +9,9 @@ from pathlib import Path
 from vrh_lmms.base import atomic, console, owned
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.kvcache.policy import check_budget, topk_budget
+from vrh_lmms.runs.checks import dead_heads_of
 from vrh_lmms.runs.maps.setup import prepare, run_identity
 from vrh_lmms.runs.runner import result_job, result_layout
-from vrh_lmms.runs.sweep.checks import dead_heads_of
 
 RESULT, MARKDOWN, PLOT, RUNS = "kv_cache.json", "kv_cache.md", "kv_cache.png", "runs"
 # what `vrh-lmms kv-cache` writes into its folder (vrh_lmms.runs.runner.result_layout); `runs` holds one lmms-eval

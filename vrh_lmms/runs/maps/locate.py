@@ -13,11 +13,11 @@ from vrh_lmms.base import atomic, console
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.kinds import KINDS
 from vrh_lmms.base.owned import json_with
+from vrh_lmms.runs.checks import dead_heads_of
 from vrh_lmms.runs.maps.collect import collect_maps
 from vrh_lmms.runs.maps.locator import LocatorSettings, parse_threshold
 from vrh_lmms.runs.maps.setup import prepare, run_identity
 from vrh_lmms.runs.runner import result_job, result_layout
-from vrh_lmms.runs.sweep.checks import dead_heads_of
 
 RESULT = "locate.json"
 SCHEMA = "vrh-locate/1"

@@ -13,8 +13,8 @@ from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.spec import check_heads_file_fits
+from vrh_lmms.runs.checks import data_identity, sha256_of
 from vrh_lmms.runs.runner import Job, Runner
-from vrh_lmms.runs.sweep.checks import data_identity, sha256_of
 
 
 @dataclass

@@ -16,13 +16,13 @@ from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.spec import check_heads_file_fits
 from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
 from vrh_lmms.harness.preload import parse_model_args
+from vrh_lmms.runs.checks import dead_heads_of
 from vrh_lmms.runs.maps.setup import run_identity
 from vrh_lmms.runs.rank import outputs
 from vrh_lmms.runs.rank.data import ANNOTATIONS, PAGES, load_mmdocir, parse_data, synth_set
 from vrh_lmms.runs.rank.outputs import table_rows
 from vrh_lmms.runs.rank.scoring import NULL_QUERY
 from vrh_lmms.runs.runner import Runner, result_job
-from vrh_lmms.runs.sweep.checks import dead_heads_of
 
 
 def _ks(text: str) -> list[int]:

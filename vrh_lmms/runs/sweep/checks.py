@@ -14,8 +14,7 @@ nothing (a run that failed early) never blocks: its leftovers are replaced.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,18 +23,15 @@ from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
-from vrh_lmms.base.heads.geometry import parse_head
 from vrh_lmms.base.heads.heads_file import load_heads_file
-from vrh_lmms.base.heads.plan import planned_headset
-from vrh_lmms.base.heads.spec import ControlUnavailable, check_heads_file_fits
+from vrh_lmms.base.heads.plan import HeadSets, check_headsets
 from vrh_lmms.base.runfile import RUN_FILE
+from vrh_lmms.runs.checks import data_identity, dead_heads_of, sha256_of
 from vrh_lmms.runs.runner import Job, Manifest, Runner
 from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
-from vrh_lmms.tasks.common.grounding_data import SYNTH_CONFIG_ENV, synth_spec
 
 MANIFEST = "sweep.json"
 CONFIGS = "configs"
-SYNTH_TASKS = ("vrh_synth_grounding", "vrh_synth_grounding_refer")
 # How to do what a model arg would do in a sweep (each configuration sets its own heads).
 INSTEAD = {
     "heads": "each configuration sets its own heads; choose them with --k, --random-seeds, --layer-matched "
@@ -61,22 +57,6 @@ SWEEP_LAYOUT: dict[str, owned.Check | None] = {
 }
 
 
-def sha256_of(path: str | None) -> str | None:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
-
-
-def data_identity(tasks: list[str]) -> dict[str, Any]:
-    """The synthetic scenes a sweep's synthetic tasks evaluate (VRH_SYNTH_CONFIG or defaults): part of what must
-    match to resume, and what `vrh-lmms dpo-pairs` regenerates the images from."""
-    if not any(t in SYNTH_TASKS for t in tasks):
-        return {}
-
-    try:
-        return {"synth": asdict(synth_spec({}, SYNTH_CONFIG_ENV))}
-    except ValueError as exc:
-        raise VRHError(str(exc)) from None
-
-
 # ------------------------------------------------------------------------------------------------ the folder
 def sweep_job(out: Path, identity: dict[str, Any]) -> Job:
     """The sweep as the runner's job (vrh_lmms.runs.runner): its folder rules are the module doc's; run_sweep adds
@@ -96,45 +76,7 @@ class Preflight:
     runner: Runner  # the sweep's folder, inspected (vrh_lmms.runs.runner)
     unavailable: dict[str, str] = field(default_factory=dict)  # configuration id -> why it cannot be drawn
     offsets: dict[str, int] = field(default_factory=dict)  # task -> leading docs left out (discovery's)
-
-
-def recorded_dead_heads(heads_file) -> tuple:
-    """The dead heads a heads file recorded at discovery (the model's own are read again once it loads)."""
-    names = (heads_file.extra.get("dead_heads") or {}).get("heads") if heads_file is not None else None
-    return tuple(parse_head(n) for n in names) if isinstance(names, list) else ()
-
-
-def dead_heads_of(lm, heads_file=None) -> tuple:
-    """The heads that write nothing: the loaded model's own (read from its weights at load), else, before it
-    loads, what the heads file recorded; () where neither knows."""
-    if lm is None:
-        return recorded_dead_heads(heads_file)
-    return tuple(getattr(lm, "vrh_dead_heads", None) or ())
-
-
-def dead_head_names(lm) -> list[str] | None:
-    """The loaded model's dead heads as names for the files a run writes; None where the weights were unreadable."""
-    dead = getattr(lm, "vrh_dead_heads", None)
-    return None if dead is None else [str(h) for h in dead]
-
-
-def check_headsets(configurations, geometry, heads_file, dead: tuple = (), allow_cross_model: bool = False
-                   ) -> dict[str, str]:
-    """Resolve every configuration's head set (`planned_headset`, from the pool it carries) against
-    `geometry` and the model's `dead` heads (k too large, a heads file of another model), so no configuration fails
-    after others have run. Returns the configurations whose control cannot be drawn from its pool (a layer without
-    enough live heads), with the reason: they are reported as unavailable, never padded with dead heads."""
-    if heads_file is not None:
-        check_heads_file_fits(heads_file, geometry, allow_cross_model=allow_cross_model)
-    unavailable: dict[str, str] = {}
-    for cfg in configurations:
-        try:
-            planned_headset(cfg, geometry, heads_file, dead, allow_cross_model)
-        except ControlUnavailable as exc:
-            unavailable[cfg.id] = str(exc)
-        except VRHError as exc:
-            raise VRHError(f"configuration {cfg.id} (--k {cfg.k}): {exc}") from None
-    return unavailable
+    headsets: HeadSets | None = None  # every configuration's head set, resolved once and handed forward
 
 
 def check_modes(spec, model) -> None:
@@ -176,9 +118,10 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
         means = load_means(means_path_for(spec.heads_file))
     offsets = discovery_offsets(spec, hf)
     dead = dead_heads_of(lm, hf)
+    headsets = HeadSets(hf, spec.allow_cross_model)
     unavailable: dict[str, str] = {}
     if hf is not None:  # k against the heads file (the model's own geometry follows)
-        unavailable = check_headsets(spec.configurations, hf.geometry, hf, dead, spec.allow_cross_model)
+        unavailable = check_headsets(spec.configurations, hf.geometry, hf, dead, spec.allow_cross_model, headsets)
     extra_data = data_env(skip=("VRH_SYNTH_CONFIG",))  # the synthetic scenes are in data_identity already
     identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
         | ({"data": extra_data} if extra_data else {}) \
@@ -189,8 +132,8 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
     lmms.check_tasks(tm, spec.tasks)
     geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
     if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
-        unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
-    return Preflight(identity, hf, means, tm, runner, unavailable, offsets)
+        unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model, headsets)
+    return Preflight(identity, hf, means, tm, runner, unavailable, offsets, headsets)
 
 
 def discovery_offsets(spec, hf) -> dict[str, int]:

@@ -25,9 +25,10 @@ from typing import Any
 
 from vrh_lmms.base import console, gc_startup
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.plan import Configuration, carried_pool, from_dict, planned_headset
+from vrh_lmms.base.heads.plan import Configuration, carried_pool, check_headsets, from_dict
 from vrh_lmms.base.heads.spec import HeadSet
 from vrh_lmms.harness import sweep_engine as engine
+from vrh_lmms.runs.checks import dead_head_names, dead_heads_of
 from vrh_lmms.runs.runner import Job
 from vrh_lmms.runs.sweep import checks, control_docs
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
@@ -136,16 +137,16 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     lm = runner.model(lambda: lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size))
     gc_startup.settle()  # start-up's objects (modules, model, tasks) frozen: later collections skip them
     geometry = lm.vrh_decoder.geometry
-    dead = checks.dead_heads_of(lm)
+    dead = dead_heads_of(lm)
     # the loaded model's own geometry and dead heads, before the first evaluation
-    unavailable = runner.unavailable = checks.check_headsets(spec.configurations, geometry, hf, dead,
-                                                             spec.allow_cross_model)
+    unavailable = runner.unavailable = check_headsets(spec.configurations, geometry, hf, dead,
+                                                      spec.allow_cross_model, ready.headsets)
     pending = set(runner.pending)
     todo = [c for c in spec.configurations if c.id in pending]
     checks.check_modes(spec, lm.model)
     packable = [c for c in todo if unpackable_reason(c) is None]
     pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
-    dead_names = checks.dead_head_names(lm)
+    dead_names = dead_head_names(lm)
     rank = distributed.rank()
     runner.write_manifest()
     if unavailable and rank == 0:
@@ -158,8 +159,8 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
         console.note(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}")
     bar = _progress(len(todo), enabled=progress and rank == 0)
 
-    def headset_of(cfg: Configuration):
-        return planned_headset(cfg, geometry, hf, dead, spec.allow_cross_model)
+    def headset_of(cfg: Configuration):  # resolved by the checks above (ready.headsets), not drawn again
+        return ready.headsets.get(cfg, geometry, dead)
 
     def subset_of(cfg: Configuration) -> dict[str, list[int]] | None:
         return subset.tasks if subset is not None and control_docs.is_control(cfg) else None
