@@ -27,7 +27,7 @@ from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.plan import HeadSets, check_headsets
 from vrh_lmms.base.runfile import RUN_FILE
 from vrh_lmms.runs.checks import data_identity, dead_heads_of, sha256_of
-from vrh_lmms.runs.runner import Job, Manifest, Runner
+from vrh_lmms.runs.runner import CONFIG_ENTRY, Job, Manifest, Runner
 from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
 
 MANIFEST = "sweep.json"
@@ -44,9 +44,6 @@ INSTEAD = {
     "heads_cell": "the sweep ranks heads by the heads file's primary cell",
 }
 
-# A configuration folder: complete (results.json) or left by a killed run (partial files, or write_run's
-# `.<id>.*` staging folder).
-CONFIG_ENTRY = owned.files_matching("results.json", "samples_*.jsonl")
 SWEEP_LAYOUT: dict[str, owned.Check | None] = {
     MANIFEST: owned.json_with("identity", "configurations"),
     f".{MANIFEST}.*": owned.is_file,  # its atomic write's temporary (`.sweep.json.tmp` before)
