@@ -6,7 +6,6 @@ M-RoPE sections, a 14 px patch vision tower merged 2x2, and GLM's prompt frame (
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import (
@@ -17,7 +16,7 @@ from transformers import (
     Glm4vVideoProcessor,
 )
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 # In the order of the real vocabulary (151329..151344): image/video placeholders follow the begin/end markers.
@@ -111,12 +110,8 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
-    """Write a complete tiny GLM-4.1V checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
-    return init_and_save(out_dir, seed, Glm4vForConditionalGeneration, config, processor, tokenizer,
-                         stop_tokens=STOP, pad_token="<|endoftext|>")
+# the factory: a complete tiny GLM-4.1V checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("GLM-4.1V", Glm4vForConditionalGeneration,
+                     make_tokenizer, make_config, lambda tokenizer, vision, **kw: make_processor(tokenizer, **kw),
+                     stop_tokens=STOP, pad_token="<|endoftext|>")
+build = FAMILY.build

@@ -9,12 +9,11 @@ environment lacks, so the tiny family uses Idefics3's own processor.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor, Idefics3Processor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily
 from vrh_lmms.model.tiny.llava_next import SPECIALS as LLAMA3_SPECIALS
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -85,12 +84,8 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
                           scale_factor=SCALE, pad_token_id=text_cfg["pad_token_id"], tie_word_embeddings=False)
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = ()) -> Path:
-    """Write a complete tiny Idefics3 checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, vision)
-    return init_and_save(out_dir, seed, Idefics3ForConditionalGeneration, config, processor, tokenizer,
-                         stop_tokens=STOP, pad_token="<|reserved_special_token_0|>")
+# the factory: a complete tiny Idefics3 checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("Idefics3", Idefics3ForConditionalGeneration,
+                     make_tokenizer, make_config, make_processor, stop_tokens=STOP,
+                     pad_token="<|reserved_special_token_0|>")
+build = FAMILY.build

@@ -7,12 +7,11 @@ row of the unpadded tile grid, and a GQA Llama-3 text backbone whose tokenizer p
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextImageProcessor, LlavaNextProcessor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 SPECIALS = (
@@ -97,12 +96,8 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = ()) -> Path:
-    """Write a complete tiny LLaVA-NeXT (Llama-3) checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer)
-    return init_and_save(out_dir, seed, LlavaNextForConditionalGeneration, config, processor, tokenizer,
-                         stop_tokens=STOP, pad_token="<pad>")
+# the factory: a complete tiny LLaVA-NeXT (Llama-3) checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("LLaVA-NeXT (Llama-3)", LlavaNextForConditionalGeneration,
+                     make_tokenizer, make_config, lambda tokenizer, vision: make_processor(tokenizer),
+                     stop_tokens=STOP, pad_token="<pad>")
+build = FAMILY.build

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import (
@@ -13,7 +12,7 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
-from vrh_lmms.model.tiny.common import init_and_save
+from vrh_lmms.model.tiny.common import TinyFamily
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 SPECIALS = (
@@ -115,11 +114,7 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
-    """Write a complete tiny Qwen2.5-VL checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
-    return init_and_save(out_dir, seed, Qwen2_5_VLForConditionalGeneration, config, processor, tokenizer)
+# the factory: a complete tiny Qwen2.5-VL checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("Qwen2.5-VL", Qwen2_5_VLForConditionalGeneration,
+                     make_tokenizer, make_config, lambda tokenizer, vision, **kw: make_processor(tokenizer, **kw))
+build = FAMILY.build

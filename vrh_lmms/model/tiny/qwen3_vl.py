@@ -6,7 +6,6 @@ position embeddings and DeepStack mergers that inject vision features into the f
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import (
@@ -17,7 +16,7 @@ from transformers import (
     Qwen3VLVideoProcessor,
 )
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily
 from vrh_lmms.model.tiny.qwen2_5_vl import SPECIALS as QWEN25_SPECIALS
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -210,11 +209,7 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
-    """Write a complete tiny Qwen3-VL checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
-    return init_and_save(out_dir, seed, Qwen3VLForConditionalGeneration, config, processor, tokenizer)
+# the factory: a complete tiny Qwen3-VL checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("Qwen3-VL", Qwen3VLForConditionalGeneration,
+                     make_tokenizer, make_config, lambda tokenizer, vision, **kw: make_processor(tokenizer, **kw))
+build = FAMILY.build
