@@ -205,6 +205,7 @@ def vision_parameters(model) -> list[str]:
 
 
 def output_layout(output: Path) -> owned.Layout:
+    """A trained checkpoint's folder (dpo-train's and rank-train's): the files its listing names."""
     return owned.listing_layout(output)
 
 
@@ -214,6 +215,8 @@ def check_output(output: Path, model_dir: str, force: bool) -> None:
 
 @dataclass
 class TrainResult:
+    """What a training run (dpo-train, rank-train) hands back: its checkpoint folder and the record written there."""
+
     output: Path
     record: dict[str, Any]
 

@@ -40,7 +40,7 @@ from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, De
 from vrh_lmms.model.backbone import dead_heads, locate_decoder
 from vrh_lmms.model.export import copy_side_files, load_config, load_model, source_files_dir
 from vrh_lmms.model.head_view import per_head
-from vrh_lmms.runs.dpo_train import vision_parameters
+from vrh_lmms.runs.dpo_train import TrainResult, output_layout, vision_parameters
 from vrh_lmms.runs.rank.capture import checked_spans, multi_image_inputs
 from vrh_lmms.runs.rank.data import synth_set
 from vrh_lmms.runs.rank.loss import DEFAULT_TEMPERATURE, candidate_masses, head_rows, listwise_loss
@@ -227,18 +227,8 @@ def choose_heads(options: RankTrainOptions, heads_file, geometry, dead) -> tuple
     return resolve_spec(spec, geometry, heads_file=heads_file, seed=options.seed, dead=tuple(dead)).heads
 
 
-def output_layout(output: Path) -> owned.Layout:
-    return owned.listing_layout(output)
-
-
 def check_output(output: Path, model_dir: str, force: bool) -> None:
     owned.check_checkpoint_output(output, model_dir, output_layout(output), force=force, what="a rank-train checkpoint")
-
-
-@dataclass
-class TrainResult:
-    output: Path
-    record: dict[str, Any]
 
 
 def train(model_dir: str, heads_file_path: str, output: str | Path, options: RankTrainOptions, *,
