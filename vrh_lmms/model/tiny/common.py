@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.resources
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -11,6 +12,12 @@ from typing import Any
 
 import numpy as np
 import torch
+
+
+def chat_template(family: str) -> str:
+    """A family's official chat template, kept verbatim as data (vrh_lmms/assets/chat_templates/<family>.jinja) so
+    prompts render exactly as with the real checkpoints."""
+    return (importlib.resources.files("vrh_lmms") / "assets" / "chat_templates" / f"{family}.jinja").read_text()
 
 
 @contextlib.contextmanager

@@ -16,7 +16,7 @@ from transformers import (
     Glm4vVideoProcessor,
 )
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily, chat_template
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 # In the order of the real vocabulary (151329..151344): image/video placeholders follow the begin/end markers.
@@ -44,18 +44,7 @@ PLAIN = ("<think>", "</think>", "<|begin_of_box|>", "<|end_of_box|>")
 STOP = ("<|endoftext|>", "<|user|>", "<|observation|>")
 
 # The official GLM-4.1V-9B-Thinking template (zai-org/GLM-4.1V-9B-Thinking), reproduced character for character.
-CHAT_TEMPLATE = (
-    "[gMASK]<sop>\n{%- for msg in messages %}\n    {%- if msg.role == 'system' %}\n<|system|>\n{{ msg.content }}\n"
-    "    {%- elif msg.role == 'user' %}\n<|user|>{{ '\\n' }}\n\n        {%- if msg.content is string %}\n"
-    "{{ msg.content }}\n        {%- else %}\n            {%- for item in msg.content %}\n"
-    "                {%- if item.type == 'video' or 'video' in item %}\n<|begin_of_video|><|video|><|end_of_video|>\n"
-    "                {%- elif item.type == 'image' or 'image' in item %}\n<|begin_of_image|><|image|><|end_of_image|>\n"
-    "                {%- elif item.type == 'text' %}\n{{ item.text }}\n                {%- endif %}\n"
-    "            {%- endfor %}\n        {%- endif %}\n    {%- elif msg.role == 'assistant' %}\n"
-    "        {%- if msg.metadata %}\n<|assistant|>{{ msg.metadata }}\n{{ msg.content }}\n        {%- else %}\n"
-    "<|assistant|>\n{{ msg.content }}\n        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("glm4v")
 
 DEFAULT_VISION = {"depth": 2, "hidden_size": 32, "num_heads": 2, "image_size": 112, "patch_size": 14,
                   "spatial_merge_size": 2, "temporal_patch_size": 2}

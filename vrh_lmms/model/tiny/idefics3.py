@@ -13,7 +13,7 @@ from typing import Any
 
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor, Idefics3Processor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily, chat_template
 from vrh_lmms.model.tiny.llava_next import SPECIALS as LLAMA3_SPECIALS
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -25,13 +25,7 @@ STOP = ("<|end_of_text|>", "<|eot_id|>", "<end_of_utterance>")
 NEWLINE = "\n"
 
 # The official Idefics3-8B-Llama3 template (SmolVLM's differs only in its first token, <|im_start|>).
-CHAT_TEMPLATE = (
-    "<|begin_of_text|>{% for message in messages %}{{message['role'].capitalize()}}"
-    "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
-    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
-    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
-    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("idefics3")
 
 TILE = 112  # vision image size = split tile (364 in Idefics3-8B, 512 in SmolVLM-256M)
 SCALE = 2  # pixel-shuffle factor (2 in Idefics3, 4 in SmolVLM-256M)

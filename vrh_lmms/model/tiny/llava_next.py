@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextImageProcessor, LlavaNextProcessor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily, chat_template
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 SPECIALS = (
@@ -33,14 +33,7 @@ SPECIALS = (
 STOP = ("<|end_of_text|>", "<|eot_id|>")
 
 # The official llama3-llava-next-8b-hf template: images first, then text, one `<|eot_id|>` per text part.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'}}"
-    "{# Render all images first #}{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
-    "{{ '<image>' }}{% endfor %}{# Render all text next #}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
-    "{{ '\n' + content['text'] + '<|eot_id|>' }}{% endfor %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("llava_next")
 
 TILE = 112  # vision image size and AnyRes tile (336 in the real model); pinpoints are the real ones scaled by 1/3
 PINPOINTS = [[TILE, 2 * TILE], [2 * TILE, TILE], [2 * TILE, 2 * TILE], [3 * TILE, TILE], [TILE, 3 * TILE]]
