@@ -13,8 +13,9 @@ from typing import Any
 
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor, Idefics3Processor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily, chat_template
+from vrh_lmms.model.tiny.common import TinyFamily, chat_template
 from vrh_lmms.model.tiny.llava_next import SPECIALS as LLAMA3_SPECIALS
+from vrh_lmms.model.tiny.llava_next import llama3_text
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 ROW_COL = tuple(f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6))
@@ -66,12 +67,8 @@ def make_processor(tokenizer, vision: dict[str, Any] | None = None, *, max_side:
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02):
-    text_cfg = {**DEFAULT_TEXT, **(text or {})}
+    text_cfg = llama3_text(tokenizer, text, initializer_range, STOP, "<|reserved_special_token_0|>")
     ids = tokenizer.convert_tokens_to_ids
-    text_cfg.update(model_type="llama", vocab_size=len(tokenizer), max_position_embeddings=8192,
-                    rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-                    bos_token_id=ids("<|begin_of_text|>"), eos_token_id=[ids(t) for t in STOP],
-                    pad_token_id=ids("<|reserved_special_token_0|>"), initializer_range=initializer_range)
     vision_cfg = {**DEFAULT_VISION, **(vision or {}), "initializer_range": initializer_range}
     # The top-level (deprecated) pad id defaults to 128002, outside a tiny vocabulary: set it explicitly.
     return Idefics3Config(text_config=text_cfg, vision_config=vision_cfg, image_token_id=ids("<image>"),

@@ -67,14 +67,23 @@ def make_processor(tokenizer):
                               chat_template=CHAT_TEMPLATE)
 
 
-def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
-                initializer_range: float = 0.02):
+def llama3_text(tokenizer, text: dict[str, Any] | None, initializer_range: float, stop: tuple[str, ...],
+                pad: str) -> dict[str, Any]:
+    """The Llama-3 text config of the families built on it (LLaVA-NeXT here, Idefics3): the tiny geometry with
+    `text` overrides, Llama-3's rope and special tokens, the family's stop tokens and pad token."""
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     ids = tokenizer.convert_tokens_to_ids
     text_cfg.update(model_type="llama", vocab_size=len(tokenizer), max_position_embeddings=8192,
                     rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-                    bos_token_id=ids("<|begin_of_text|>"), eos_token_id=[ids(t) for t in STOP],
-                    pad_token_id=ids("<pad>"), initializer_range=initializer_range)
+                    bos_token_id=ids("<|begin_of_text|>"), eos_token_id=[ids(t) for t in stop],
+                    pad_token_id=ids(pad), initializer_range=initializer_range)
+    return text_cfg
+
+
+def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
+                initializer_range: float = 0.02):
+    text_cfg = llama3_text(tokenizer, text, initializer_range, STOP, "<pad>")
+    ids = tokenizer.convert_tokens_to_ids
     vision_cfg = {**DEFAULT_VISION, **(vision or {}), "initializer_range": initializer_range}
     side = vision_cfg["image_size"] // vision_cfg["patch_size"]
     return LlavaNextConfig(
