@@ -12,17 +12,16 @@ from rich.table import Table
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.heads_file import load_heads_file
-from vrh_lmms.base.heads.spec import check_heads_file_fits
 from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
 from vrh_lmms.harness.preload import parse_model_args
 from vrh_lmms.runs.checks import dead_heads_of
-from vrh_lmms.runs.maps.setup import run_identity
+from vrh_lmms.runs.maps.setup import load_checked, run_identity
+from vrh_lmms.runs.preflight import Checks, Ready, preflight
 from vrh_lmms.runs.rank import outputs
 from vrh_lmms.runs.rank.data import ANNOTATIONS, PAGES, load_mmdocir, parse_data, synth_set
 from vrh_lmms.runs.rank.outputs import table_rows
 from vrh_lmms.runs.rank.scoring import NULL_QUERY
-from vrh_lmms.runs.runner import Runner, result_job
+from vrh_lmms.runs.runner import result_job
 
 
 def _ks(text: str) -> list[int]:
@@ -62,37 +61,40 @@ def run_rank(args: argparse.Namespace) -> int:
     seeded) and, for --data mmdocir, the two files of the folder: their sizes and modification times are in the
     identity too, so a changed data set is another run, refused without --force; --force ranks again."""
     # deferred: keeps `vrh-lmms rank --help` free of torch, transformers, scipy
-    from vrh_lmms.harness import lmms, preload
+    from vrh_lmms.harness import lmms
     from vrh_lmms.runs.discovery.collector import backend_processor
     from vrh_lmms.runs.rank.capture import QUERY_ROW, candidate_mass, checked_spans, multi_image_inputs
     from vrh_lmms.runs.rank.evaluate import evaluate, query_ranks, rank_sets
 
     kind, folder = parse_data(args.data)  # a bad --data is refused before anything loads
     ks = _ks(args.k)
-    if args.random_seeds < 0:
-        raise VRHError(f"--random-seeds must be >= 0, got {args.random_seeds}")
     out = Path(args.output)
-    hf = load_heads_file(args.heads_file)
-    if ks[-1] > len(hf.ranking):
-        raise VRHError(f"--k {ks[-1]} is more than the heads file ranks ({len(hf.ranking)})")
-    plan = preload.plan_args(args.model, args.model_args)
-    preload.refuse_head_args(plan.args, "the ranker", {k: "the ranker reads the intact model; heads are chosen "
-                                                          "with --heads-file and --k" for k in preload.HEAD_ARGS})
-    identity = run_identity("rank", {**vars(args), "k": ks}, IDENTITY, args.heads_file) | _data_files(kind, folder)
-    runner = Runner(result_job(out, outputs.LAYOUT, outputs.RESULT, identity, "rank run"), args.force)
-    runner.inspect()
-    if runner.finished:
-        console.step(runner.complete_note())
+
+    def settings() -> None:
+        if args.random_seeds < 0:
+            raise VRHError(f"--random-seeds must be >= 0, got {args.random_seeds}")
+
+    def job(ready: Ready):
+        if ks[-1] > len(ready.heads_file.ranking):
+            raise VRHError(f"--k {ks[-1]} is more than the heads file ranks ({len(ready.heads_file.ranking)})")
+        identity = run_identity("rank", {**vars(args), "k": ks}, IDENTITY, args.heads_file) | _data_files(kind, folder)
+        return result_job(out, outputs.LAYOUT, outputs.RESULT, identity, "rank run")
+
+    def docs(_: Ready):  # the queries and candidate images, read before any weight loads
+        console.step(f"ranker: {args.model} on {args.data}", line=False)
+        return load_data(args)
+
+    why = "the ranker reads the intact model; heads are chosen with --heads-file and --k"
+    ready = preflight(Checks("the ranker", args.model, args.model_args, None, args.heads_file, head_args=why,
+                             allow_cross_model=args.allow_cross_model, settings=settings, job=job, docs=docs,
+                             stop_when_finished=True), args.force)
+    if ready.finished:
+        console.step(ready.runner.complete_note())
         return 0
-    console.step(f"ranker: {args.model} on {args.data}", line=False)
-    data, template = load_data(args)
-    geometry = preload.plan_geometry(plan).geometry
-    if geometry is not None:  # the checkpoint's config.json: a heads file of another model, before the folder
-        check_heads_file_fits(hf, geometry, allow_cross_model=args.allow_cross_model)
-    runner.claim()
-    lm = runner.model(lambda: lmms.build_model(args.model, args.model_args, batch_size=1))
+    (data, template), hf = ready.docs, ready.heads_file
+    lm = load_checked(ready, lambda: lmms.build_model(args.model, args.model_args, batch_size=1),
+                      args.allow_cross_model)
     geometry = lm.vrh_decoder.geometry
-    check_heads_file_fits(hf, geometry, allow_cross_model=args.allow_cross_model)
     dead = dead_heads_of(lm, hf)
     sets = rank_sets(hf, geometry, ks, args.random_seeds, dead)
     done: dict[str, Any] = {}
@@ -135,7 +137,7 @@ def run_rank(args: argparse.Namespace) -> int:
                         for i, q in enumerate(data.queries)]}
         done.update(result=result, files=outputs.write(result, out))
 
-    runner.run(unit)
+    ready.runner.run(unit)
     result, (js, md, png) = done["result"], done["files"]
     console.print_summary(summary_table(result), *console.files_table("Ranker done", [
         (js, "every figure and each query's gold rank per head set"), (md, "the tables with 95% intervals"),
