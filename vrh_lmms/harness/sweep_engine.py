@@ -123,7 +123,8 @@ def fast_session(lm: Any, own_tasks: bool) -> Iterator[None]:
 
 
 def check_fast_engine(name: str) -> bool:
-    """Whether `name` is the fast engine, whose lmms-eval seam is checked here (before any model loads)."""
+    """Whether `name` is the fast engine, whose lmms-eval seam is checked here (call it once the cheap checks have
+    passed and before any model loads: it imports lmms-eval's evaluator)."""
     if check_engine(name) != "fast":
         return False
     evaluator_seam.evaluator()

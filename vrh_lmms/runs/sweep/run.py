@@ -108,12 +108,13 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     from vrh_lmms.harness import distributed, doc_subset, lmms
 
     out = Path(output)
-    fast = engine.check_fast_engine(spec.engine)
+    engine.check_engine(spec.engine)
     control_docs.check_control_docs(spec.control_docs)
     distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
-    hf, means, tm = ready.heads_file, ready.means, ready.task_manager
-    offsets = ready.offsets
+    fast = engine.check_fast_engine(spec.engine)  # the fast engine's lmms-eval seam, before the model loads
+    hf, means, tm = ready.heads_file, ready.found["means"], ready.task_manager
+    offsets = ready.found["offsets"]
     excluded = exclusion_record(offsets, spec.heads_file) if offsets else None
     subset = None
     if spec.control_docs is not None:
