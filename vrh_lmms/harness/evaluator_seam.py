@@ -3,8 +3,8 @@ the functions it wraps for one sweep, among them a private one (`_thread_map_ord
 named here.
 
 `evaluator()` hands out `lmms_eval.evaluator` once its shape is what the engine was written for: every function
-below present, with these parameters in this order. A release that renamed or reshaped one is refused in one line
-naming the function, before any model loads, instead of failing part way through a sweep; `--engine lmms` (the plain
+below present, and able to take the calls the evaluator and the engine make of it. A release that renamed or
+reshaped one is refused in one line naming the function, before any model loads, instead of failing part way through a sweep; `--engine lmms` (the plain
 evaluator, which patches nothing) runs on any release. `patched` swaps functions of the module for the duration of a
 `with` block and always puts the originals back.
 """
@@ -20,14 +20,17 @@ from typing import Any
 
 from vrh_lmms.base.errors import VRHError
 
-CHECKED_AGAINST = "0.7.3"  # the lmms-eval release whose evaluator these signatures were read from
-# function -> its parameters in lmms-eval CHECKED_AGAINST (what the fast engine calls or replaces)
-SHAPE: dict[str, tuple[str, ...]] = {
-    "get_task_dict": ("task_name_list", "task_manager", "task_type"),
-    "_thread_map_ordered": ("function", "items", "max_workers", "on_complete"),
-    "get_git_commit_hash": (),
-    "get_git_branch_name": (),
-    "get_lmms_eval_version_string": (),
+CHECKED_AGAINST = "0.7.3"  # the lmms-eval release whose evaluator these calls were read from
+# function -> how it is called, by lmms-eval's evaluator and by the fast engine's wrappers: (positional arguments,
+# keyword names) per call, as in lmms-eval CHECKED_AGAINST. A function that can no longer take one of them (renamed,
+# reshaped or gone) breaks the engine; one that takes more (a wrapper's *args, **kwargs) does not.
+SHAPE: dict[str, tuple[tuple[int, tuple[str, ...]], ...]] = {
+    "get_task_dict": ((3, ()),),  # get_task_dict(task_name_list, task_manager, task_type)
+    # _thread_map_ordered(process_document, docs, max_workers=..., on_complete=...); the engine's (f, items, 1, cb)
+    "_thread_map_ordered": ((2, ("max_workers", "on_complete")), (4, ())),
+    "get_git_commit_hash": ((0, ()),),
+    "get_git_branch_name": ((0, ()),),
+    "get_lmms_eval_version_string": ((0, ()),),
 }
 
 
@@ -38,20 +41,27 @@ def _installed_version() -> str:
         return "unknown"
 
 
+def _call_text(name: str, positional: int, keywords: tuple[str, ...]) -> str:
+    return f"{name}({', '.join(['_'] * positional + [f'{k}=...' for k in keywords])})"
+
+
 def shape_errors(module: ModuleType | Any) -> list[str]:
-    """What differs between `module` and SHAPE: a missing function, or one whose parameters changed."""
+    """What no longer fits between `module` and SHAPE: a missing function, or a call it cannot take."""
     errors = []
-    for name, params in SHAPE.items():
+    for name, calls in SHAPE.items():
         function = getattr(module, name, None)
         if not callable(function):
             errors.append(f"{name} is gone")
             continue
         try:
-            found = tuple(inspect.signature(function).parameters)
+            signature = inspect.signature(function)
         except (TypeError, ValueError):
             continue  # a builtin without a signature: nothing to compare
-        if found != params:
-            errors.append(f"{name}({', '.join(found)}) was {name}({', '.join(params)})")
+        for positional, keywords in calls:
+            try:
+                signature.bind(*range(positional), **dict.fromkeys(keywords))
+            except TypeError:
+                errors.append(f"{name}{signature} cannot take {_call_text(name, positional, keywords)}")
     return errors
 
 
