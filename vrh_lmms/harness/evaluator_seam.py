@@ -4,9 +4,9 @@ named here.
 
 `evaluator()` hands out `lmms_eval.evaluator` once its shape is what the engine was written for: every function
 below present, and able to take the calls the evaluator and the engine make of it. A release that renamed or
-reshaped one is refused in one line naming the function, before any model loads, instead of failing part way through a sweep; `--engine lmms` (the plain
-evaluator, which patches nothing) runs on any release. `patched` swaps functions of the module for the duration of a
-`with` block and always puts the originals back.
+reshaped one is refused in one line naming the function, before any model loads, instead of failing part way
+through a sweep; `--engine lmms` (the plain evaluator, which patches nothing) runs on any release. `patched` swaps
+functions of the module for the duration of a `with` block and always puts the originals back.
 """
 
 from __future__ import annotations
