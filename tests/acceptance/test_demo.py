@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import offline_env
+from support.demo_runs import run_demo_cli
 
 from vrh_lmms.base.paths import assets_path
 from vrh_lmms.pipelines.demo.pipeline import TASK
@@ -22,10 +23,7 @@ pytestmark = pytest.mark.skipif(not (MODEL / "config.json").is_file(), reason="n
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "run"
-    # one thread (offline_env): the suite's other xdist worker holds the other core
-    proc = subprocess.run([sys.executable, "-m", "vrh_lmms", "demo", "--output", str(out)],
-                          env=offline_env(), capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_demo_cli(out)
     (out.parent / "console.stdout").write_text(proc.stdout)
     (out.parent / "console.stderr").write_text(proc.stderr)
     return out

@@ -58,6 +58,8 @@ TABLE: tuple[Command, ...] = (
             "Find and test heads", sets_threads=True, ranks=True, output=None),
     Command("report", "report", "statistics, tables and plots from sweep or lmms-eval output folders",
             "Read results", quiet=True),
+    Command("explore", "explore", "write a run's explorer page: heads, their attention, docs and boxes, drops",
+            "Read results", output=None),
     Command("heads", "heads", "show a heads file or resolve a head spec against it", "Read results", output=None),
     Command("compare-heads", "compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files",
             "Read results"),

@@ -17,6 +17,7 @@ from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.paths import tasks_path
 from vrh_lmms.harness import distributed
+from vrh_lmms.harness.lmms_quirks import restore_truncated_images, retry_unwrapped
 from vrh_lmms.model.device import default_device, default_device_map
 from vrh_lmms.model_wrappers import results_hook
 
@@ -31,6 +32,7 @@ def build_model(model: str, model_args: str, batch_size: int = 1, extra_args: di
     args = dict(extra_args or {})
     args["batch_size"] = batch_size
     lm = cls.create_from_arg_string(model_args or "", args)
+    restore_truncated_images()
     lm.vrh_keep_loaded = True  # one load serves every configuration
     # Our runs write their results with the model's record themselves (`write_run`): the tracker wrap that puts it
     # into plain lmms-eval CLI runs' files is not needed here, and would outlive the run (nothing saves through it).
@@ -45,6 +47,7 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
     # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval.tasks import TaskManager
 
+    restore_truncated_images()
     paths = [str(tasks_path())]
     if include_path:
         paths += [include_path] if isinstance(include_path, str) else list(include_path)
@@ -72,7 +75,9 @@ def leaf_tasks(tm, task: str):
     # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval.tasks import get_task_dict
 
-    stack = [get_task_dict([task], tm)]
+    restore_truncated_images()
+    with retry_unwrapped():  # a doc that fails to load names its own error, not a RetryError
+        stack = [get_task_dict([task], tm)]
     while stack:
         for name, value in stack.pop().items():
             if isinstance(value, dict):
@@ -174,7 +179,8 @@ def _evaluate_once(lm, tasks: list[str], tm, limit, gen_kwargs, bootstrap_iters:
     # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval import evaluator
 
-    with distributed.doc_order():
+    restore_truncated_images()
+    with distributed.doc_order(), retry_unwrapped():
         return evaluator.simple_evaluate(
             model=lm, tasks=tasks, task_manager=tm, limit=limit, log_samples=True, gen_kwargs=gen_kwargs or None,
             bootstrap_iters=bootstrap_iters, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,

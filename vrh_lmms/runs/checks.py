@@ -9,9 +9,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import parse_head
 from vrh_lmms.tasks.common.grounding_data import SYNTH_CONFIG_ENV, synth_spec
+from vrh_lmms.tasks.common.task_sources import chosen_sources, source_record
 
 SYNTH_TASKS = ("vrh_synth_grounding", "vrh_synth_grounding_refer")
 
@@ -21,15 +23,28 @@ def sha256_of(path: str | None) -> str | None:
 
 
 def data_identity(tasks: list[str]) -> dict[str, Any]:
-    """The synthetic scenes a sweep's synthetic tasks evaluate (VRH_SYNTH_CONFIG or defaults): part of what must
-    match to resume, and what `vrh-lmms dpo-pairs` regenerates the images from."""
-    if not any(t in SYNTH_TASKS for t in tasks):
-        return {}
-
+    """The data a run's tasks evaluate, as resolved before any row loads: the synthetic scenes of its synthetic tasks
+    (VRH_SYNTH_CONFIG or defaults; what `vrh-lmms dpo-pairs` regenerates the images from) where they are generated,
+    `sources` where a variable chose another source than a task's default (local files, a refer root, another hub
+    id), and `data`, every data-choosing variable set (vrh_lmms.base.data_env). What must match to resume."""
     try:
-        return {"synth": asdict(synth_spec({}, SYNTH_CONFIG_ENV))}
+        chosen = chosen_sources(tasks)
+        generated = [t for t in tasks if t in SYNTH_TASKS and (t not in chosen or chosen[t].kind == "synth")]
+        out: dict[str, Any] = {"synth": asdict(synth_spec({}, SYNTH_CONFIG_ENV))} if generated else {}
     except ValueError as exc:
         raise VRHError(str(exc)) from None
+    out |= {"sources": {t: source_record(s) for t, s in chosen.items()}} if chosen else {}
+    # the synthetic scenes, where recorded above, stand for VRH_SYNTH_CONFIG
+    data = data_env(skip=("VRH_SYNTH_CONFIG",) if "synth" in out else ())
+    return out | ({"data": data} if data else {})
+
+
+def chosen_data(tasks: list[str]) -> dict[str, Any]:
+    """What a run's answers depend on in its data, for identities that never held the synthetic scenes (steering,
+    patching): the sources variables chose and every data-choosing variable set; empty on the default data."""
+    sources = chosen_sources(tasks)
+    return ({"sources": {t: source_record(s) for t, s in sources.items()}} if sources else {}) \
+        | ({"data": data} if (data := data_env()) else {})
 
 
 def recorded_dead_heads(heads_file) -> tuple:

@@ -75,15 +75,22 @@ class Checks:
     stop_when_finished: bool = False  # a finished one-result job stops at its folder: no tasks, no geometry
 
 
-def every_doc(limit: int | float | None = None, doc_ids: Sequence[int] | None = None) -> Callable[[Ready], None]:
-    """The docs check of a run over lmms-eval tasks: every doc it reads (`doc_ids`, else the first `limit`) carries
-    readable evidence (vrh_lmms.runs.discovery.evidence.check_docs)."""
+def every_doc(limit: int | float | None = None, doc_ids: Sequence[int] | None = None, *, read: bool = True,
+              evidence: bool = True) -> Callable[[Ready], None]:
+    """The docs check of a run over lmms-eval tasks, of every doc it reads (`doc_ids`, else the first `limit`):
+    `read`, its images opened and decoded, its box inside the image, its expression not blank
+    (vrh_lmms.runs.doc_check); `evidence`, the evidence its kind reads (vrh_lmms.runs.discovery.evidence)."""
 
     def check(ready: Ready) -> None:
         # deferred: keeps `vrh-lmms report` free of torch
         from vrh_lmms.runs.discovery.evidence import check_docs
+        from vrh_lmms.runs.doc_check import check_run_docs
 
-        check_docs(ready.task_manager, ready.tasks, None if doc_ids else limit, set(doc_ids) if doc_ids else None)
+        limited, only = (None, set(doc_ids)) if doc_ids else (limit, None)
+        if read:
+            check_run_docs(ready.task_manager, ready.tasks, limited, only)
+        if evidence:
+            check_docs(ready.task_manager, ready.tasks, limited, only)
 
     return check
 

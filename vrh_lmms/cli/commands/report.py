@@ -74,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     files = [(out / "report.html", "the report as one page (open in a browser)"),
              (out / "report.md", "the same in markdown"),
-             (out / "report.json", "every number of the report")]
+             (out / "report.json", "every number of the report"),
+             (out / "explorer.html", "the heads, docs, boxes and drops to explore (open in a browser)")]
     if report["files"]["plots"]:
         files.append((out / "plots", f"{len(report['files']['plots'])} plots"))
     if args.steer or args.patch:

@@ -64,6 +64,7 @@ def transfer_table(rows: list[dict[str, Any]]):
 def files(out: Path, recall: bool = False) -> list[tuple[Path, str]]:
     rows = [(out / "report" / "report.html", "the report as one page: verdict, tables, plots (open in a browser)"),
             (out / "report" / "report.md", "the report in markdown (report.json: its numbers)"),
+            (out / "report" / "explorer.html", "explore the heads' attention, each doc's boxes, the drops (browser)"),
             (out / "demo_summary.md", "the demo's verdict per k and its criteria"),
             (out / "kcurve.png", "drops against k: top-k vs random-k vs layer-matched")]
     if recall:

@@ -318,6 +318,7 @@ def demo_layout(out: Path) -> owned.Layout:
     from vrh_lmms.runs.discovery.run import discovery_layout
     from vrh_lmms.runs.interventions.patch_run import PATCH_LAYOUT
     from vrh_lmms.runs.interventions.steer_run import STEER_LAYOUT
+    from vrh_lmms.runs.maps import doc_views
 
     synth_cache = owned.folder_of({"synth": owned.folder_of({"hub-*": owned.files_matching("*.parquet"),
                                                              ".hub-*": None})})
@@ -328,6 +329,7 @@ def demo_layout(out: Path) -> owned.Layout:
                                                                    "score_maps.png": owned.is_file})
     return {**discovery_layout(out / "heads.json"), "data": synth_cache, "sweep": owned.folder_of(SWEEP_LAYOUT),
             TRANSFER_DIR: transfer, RECALL_DIR: recall, "recall.png": owned.is_file,
+            doc_views.FOLDER: owned.folder_of(doc_views.LAYOUT),
             "steer": owned.folder_of(STEER_LAYOUT), "patch": owned.folder_of(PATCH_LAYOUT),
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
             "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file,
@@ -391,6 +393,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         say(f"[2/3] sweep: {len(configs)} configurations (k = {', '.join(map(str, ks))}) on {settings.n_eval} "
             f"other held-out scenes")
         sweep_heads(lm, model_args, spec, settings, heads, configs, out / "sweep", progress)
+        capture_doc_views(lm, model, spec, settings, out)
         if settings.transfer_model:
             sweeps += run_transfer(lm, model_args, heads, transfer_model, spec, settings, ks, out, say, progress)
         if settings.recall:
@@ -440,10 +443,25 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     return summary
 
 
+def capture_doc_views(lm, model: Path, spec, settings: DemoSettings, out: Path) -> Path:
+    """What the explorer shows beyond the sample files (vrh_lmms.runs.maps.doc_views): a thumbnail of each evaluation
+    scene and every head's attention over the first `settings.n_map_docs` of them."""
+    # deferred: keeps `vrh-lmms demo --help` free of torch, lmms-eval
+    from vrh_lmms.harness import lmms
+    from vrh_lmms.runs.maps import doc_views
+
+    with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_eval, EVAL_START)):
+        tm = lmms.task_manager("vrh_qwen25", tasks=[TASK])
+        return doc_views.capture_doc_views(lm, tm, TASK, range(min(settings.n_map_docs, settings.n_eval)), out,
+                                           settings.n_eval, {"model": shown_model(str(model))},
+                                           gen_kwargs=f"max_new_tokens={settings.max_new_tokens}")
+
+
 def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings: DemoSettings, say) -> None:
     """Steering (top-k vs random-k and layer-matched random-k at one bias) and activation patching, k = 10% of
     the heads, on held-out scenes where every uniquely nameable object has its own expression."""
     # deferred: keeps `vrh-lmms demo --help` free of torch, transformers
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.runs.interventions.patch_run import PatchSpec, run_patching
     from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
 
@@ -454,8 +472,9 @@ def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings
         f"activation patching, k = {k}")
     with _env(VRH_SYNTH_CONFIG=json.dumps(config)):
         lm.batch_size_per_gpu = settings.batch_size
+        plan = plan_configurations([k], settings.random_seeds, True, ["zero"])  # top-k and its live controls
         run_steering(SteerSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads,
-                               configurations=plan_steering([k], settings.random_seeds, True, [settings.steer_bias]),
+                               configurations=plan_steering(plan, [settings.steer_bias]),
                                gen_kwargs=gen, batch_size=settings.batch_size), out / "steer", lm=lm, progress=False)
         write_steering_report(out / "steer")
         lm.batch_size_per_gpu = 1

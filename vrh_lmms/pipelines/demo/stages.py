@@ -37,6 +37,7 @@ class DemoSettings:
     batch_size: int = 25
     max_new_tokens: int = 16
     n_resamples: int = 5000
+    n_map_docs: int = 8  # evaluation scenes whose per-head attention the explorer shows (vrh_lmms.runs.maps.doc_views)
     # optional step: steering and activation patching (vrh_lmms.runs.interventions) on scenes with every object named
     interventions: bool = False
     n_intervention_scenes: int = 16

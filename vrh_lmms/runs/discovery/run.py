@@ -47,6 +47,7 @@ from vrh_lmms.runs.discovery.store import PartStore
 from vrh_lmms.runs.preflight import Checks, every_doc
 from vrh_lmms.runs.preflight import preflight as run_checks
 from vrh_lmms.runs.runner import Job, Manifest, Runner
+from vrh_lmms.tasks.common.task_sources import chosen_sources, source_record
 
 IDENTITY = "identity.json"
 # Version of what a part holds: 2 added the out_random1 / in+out query sets and the Localization Heads statistics,
@@ -78,6 +79,8 @@ class DiscoverySpec:
                "gen_kwargs": self.gen_kwargs, "seed": self.seed, "stats": STATS_VERSION}
         out |= {"key_tokens": self.key_tokens} if self.key_tokens != "overlap" else {}
         out |= {"data": data} if (data := data_env()) else {}  # answers on other data are never replayed
+        out |= {"sources": {t: source_record(s) for t, s in chosen.items()}} if (chosen := chosen_sources(self.tasks)) \
+            else {}  # the data used, as resolved (local files, another hub id), where not the default
         return out | ({"null_query": True} if self.null_query else {})
 
 
@@ -187,9 +190,10 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
     return ready.task_manager, ready.runner
 
 
-def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:
+def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None, register: bool = True) -> Path | None:
     """Returns the heads file path (None on non-zero ranks). On several ranks every rank checks, rank 0 alone
-    claims the folder and merges the parts every rank wrote (vrh_lmms.harness.distributed)."""
+    claims the folder and merges the parts every rank wrote (vrh_lmms.harness.distributed). `register`: record the
+    heads file in the heads registry (the Python API's temporary outputs are not)."""
     cells = parse_cells("+".join(spec.cells)) if spec.cells else all_cells()
     primary = parse_cells(spec.primary)[0]
     if primary not in cells:
@@ -223,7 +227,10 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     distributed.barrier()  # every rank's parts are written
     if not distributed.is_main() or results is None:
         return None
-    return _finish(spec, lm, results, store, paths, cells, primary)
+    out = _finish(spec, lm, results, store, paths, cells, primary)
+    if register:
+        _register(str(lm.vrh_pretrained), spec.tasks, spec.output)
+    return out
 
 
 def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
@@ -322,7 +329,6 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     lmms.write_run(paths["eval"], results, lm.vrh_record(config={"id": "discovery", "kind": "baseline", "k": 0,
                                                                   "seed": None}))
     save_heads_file(hf, spec.output, force=True)
-    _register(str(lm.vrh_pretrained), spec.tasks, spec.output)
     return Path(spec.output)
 
 

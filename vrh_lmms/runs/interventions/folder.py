@@ -41,4 +41,4 @@ def preflight(spec, command: str, job: Job, configurations: Sequence, force: boo
     return run_checks(Checks(command, spec.model, spec.model_args, list(spec.tasks), spec.heads_file,
                              needs_heads_file=True, head_args=intact, configurations=configurations,
                              allow_cross_model=spec.allow_cross_model, settings=settings, job=lambda ready: job,
-                             docs=every_doc(spec.limit)), force, lm=lm)
+                             docs=every_doc(spec.limit, read=False)), force, lm=lm)

@@ -44,7 +44,7 @@ from vrh_lmms.base.stats import cluster_ci
 from vrh_lmms.harness import distributed, lmms
 from vrh_lmms.harness.preload import parse_model_args
 from vrh_lmms.model.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
-from vrh_lmms.runs.checks import dead_head_names, dead_heads_of, sha256_of
+from vrh_lmms.runs.checks import chosen_data, dead_head_names, dead_heads_of, sha256_of
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.runs.discovery.queries import answer_length
 from vrh_lmms.runs.dpo import format_ground_truth_box
@@ -90,7 +90,7 @@ class PatchSpec:
                 "direction": self.direction, "ks": sorted(self.ks), "random_seeds": self.random_seeds,
                 "layer_matched": self.layer_matched, "controls": list(self.controls),
                 "control_tolerance": self.control_tolerance, "pairs": self.pairs,
-                "answers": self.answers, "control_pool": self.control_pool}
+                "answers": self.answers, "control_pool": self.control_pool} | chosen_data(self.tasks)
 
 
 class InputStore:

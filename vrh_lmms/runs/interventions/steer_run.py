@@ -36,7 +36,7 @@ from vrh_lmms.harness import distributed, lmms
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map, lm_input_ids
 from vrh_lmms.model.interventions.steering import SteerPlan, steer_attention
-from vrh_lmms.runs.checks import dead_heads_of, sha256_of
+from vrh_lmms.runs.checks import chosen_data, dead_heads_of, sha256_of
 from vrh_lmms.runs.discovery.collector import backend_processor
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
 from vrh_lmms.runs.discovery.queries import expression_rows, token_pieces
@@ -97,7 +97,7 @@ class SteerSpec:
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
                 "heads_file_sha256": sha256_of(self.heads_file), "limit": self.limit, "gen_kwargs": self.gen_kwargs,
                 "seed": self.seed, "distractor_seed": self.distractor_seed, "rule": self.rule,
-                "control_pool": self.control_pool}
+                "control_pool": self.control_pool} | chosen_data(self.tasks)
 
 
 class Steerer:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.heads.spec import check_heads_file_fits
 from vrh_lmms.runs.checks import data_identity, sha256_of
 from vrh_lmms.runs.preflight import Checks, Ready, every_doc, preflight
@@ -36,10 +35,8 @@ def run_identity(command: str, args: Mapping[str, Any], names: Iterable[str], he
     """What a one-result command's result depends on: its settings (`names` of `args`), the heads file (path and
     sha256, so a rediscovered file at the same path is another run) and the data the variables and synthetic scenes
     choose (as a sweep's identity has them). Call once the heads file has loaded."""
-    extra = data_env(skip=("VRH_SYNTH_CONFIG",))
     return {"command": command, **{n: args[n] for n in names}, "heads_file": str(Path(heads_file).resolve()),
-            "heads_sha256": sha256_of(heads_file), **data_identity(list(tasks)),
-            **({"data": extra} if extra else {})}
+            "heads_sha256": sha256_of(heads_file), **data_identity(list(tasks))}
 
 
 def prepare(model: str, model_args: str, tasks: str, heads_file: str, allow_cross_model: bool = False, *,

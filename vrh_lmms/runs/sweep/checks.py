@@ -20,7 +20,6 @@ from typing import Any
 
 from vrh_lmms.base import owned
 from vrh_lmms.base.console import LOG_NAME
-from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.runfile import RUN_FILE
@@ -80,6 +79,7 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Ready:
     left out (`offsets`); Ready.headsets every configuration's head set, handed forward to the run."""
     # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.model.ablation import load_means, means_path_for
+    from vrh_lmms.runs.doc_check import check_run_docs
 
     def settings() -> None:
         if spec.batch_size < 1:
@@ -101,16 +101,17 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Ready:
 
     def job(ready: Ready) -> Job:
         offsets = ready.found["offsets"]
-        extra_data = data_env(skip=("VRH_SYNTH_CONFIG",))  # the synthetic scenes are in data_identity already
         identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
-            | ({"data": extra_data} if extra_data else {}) \
             | ({"excluded_docs": offsets} if offsets else {})
         return sweep_job(out, identity)
+
+    def docs(ready: Ready) -> None:  # every doc, before the folder or the weights
+        check_run_docs(ready.task_manager, ready.tasks, spec.limit, offsets=ready.found["offsets"])
 
     return run_checks(Checks("sweep", spec.model, spec.model_args, list(spec.tasks), spec.heads_file,
                              head_args=INSTEAD, configurations=spec.configurations,
                              allow_cross_model=spec.allow_cross_model, settings=settings,
-                             with_heads_file=with_heads_file, job=job), force, lm=lm)
+                             with_heads_file=with_heads_file, job=job, docs=docs), force, lm=lm)
 
 
 def discovery_offsets(spec, hf) -> dict[str, int]:
