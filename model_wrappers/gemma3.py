@@ -11,6 +11,7 @@ Corrections:
 from __future__ import annotations
 
 from lmms_eval.models.simple.gemma3 import Gemma3 as _Simple
+
 from vrh_lmms.model_wrappers.base import VRHMixin
 from vrh_lmms.model_wrappers.pixels import pixels_follow_tower
 

@@ -19,9 +19,9 @@ from typing import Any
 import lmms_eval.models.simple.idefics2 as _idefics2_module
 from lmms_eval.models.simple.idefics2 import Idefics2 as _Simple
 from transformers import AutoConfig, AutoModelForImageTextToText
-from vrh_lmms.model_wrappers.base import VRHMixin
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model_wrappers.base import VRHMixin
 
 MODEL_TYPES = ("idefics3", "smolvlm")
 

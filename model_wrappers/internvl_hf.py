@@ -4,6 +4,7 @@ head ablation. The remote-code checkpoints go through `vrh_internvl3`, `vrh_inte
 from __future__ import annotations
 
 from lmms_eval.models.chat.internvl_hf import InternVLHf as _Chat
+
 from vrh_lmms.model_wrappers.base import VRHMixin
 
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from lmms_eval.models.simple.internvl2 import InternVL2 as _InternVL2
 from lmms_eval.models.simple.internvl3 import InternVL3 as _InternVL3
 from lmms_eval.models.simple.internvl3_5 import InternVL3_5 as _InternVL3_5
-from vrh_lmms.model_wrappers.base import VRHMixin
-from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 
 from vrh_lmms.model.capture.extras import RemoteInternVLProcessor
+from vrh_lmms.model_wrappers.base import VRHMixin
+from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 
 
 class _ConfigFix:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from lmms_eval.models.chat.llava_hf import LlavaHf as _Chat
 from lmms_eval.models.simple.llava_hf import LlavaHf as _Simple
+
 from vrh_lmms.model_wrappers.base import VRHMixin
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from lmms_eval.models.simple.mistral3_vl import Mistral3_VL as _Simple
 from loguru import logger
-from vrh_lmms.model_wrappers.base import VRHMixin
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model_wrappers.base import VRHMixin
 
 _BACKEND_MODULE = _Simple.__module__
 _ERROR_PREFIX = "Error during generation: "

@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from vrh_lmms.tasks.common.records import GROUNDING_METRICS, grounding_result, pointing_result, with_clusters
 
 from vrh_lmms.base.boxes import context
 from vrh_lmms.base.boxes.backends import backend_box_params, calling_backend
 from vrh_lmms.base.boxes.geometry import iou
+from vrh_lmms.tasks.common.records import GROUNDING_METRICS, grounding_result, pointing_result, with_clusters
 
 # Toloka asks a question whose answer is an object; the convention's prompt gets it as the expression.
 TOLOKA_EXPRESSION = 'the object that answers the question "{question}"'

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
+from vrh_lmms.base.synth.cache import SPLIT, SynthSpec, ensure_hub_data, ensure_refer_data
 from vrh_lmms.tasks.common import docs as D
 from vrh_lmms.tasks.common.refer import read_refer
 from vrh_lmms.tasks.common.sources import Source, SourceError, load_rows, resolve, spec_row
-
-from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
-from vrh_lmms.base.synth.cache import SPLIT, SynthSpec, ensure_hub_data, ensure_refer_data
 
 log = logging.getLogger("vrh_lmms.tasks")
 _COCO_ID = re.compile(r"COCO_[a-z]+\d*_(\d{6,12})")

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from PIL import ImageDraw
+
 from vrh_lmms.tasks.common import answers as A
 from vrh_lmms.tasks.common.records import VQA_METRICS, vqa_result, with_clusters
 

@@ -14,7 +14,6 @@ import threading
 import numpy as np
 import pytest
 import torch
-from vrh_lmms.model_wrappers import results_hook
 
 import vrh_lmms as vrh
 from vrh_lmms import api
@@ -22,6 +21,7 @@ from vrh_lmms.base import folder_lock
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import registry
 from vrh_lmms.harness import lmms
+from vrh_lmms.model_wrappers import results_hook
 
 TASK = "vrh_demo_grounding"
 HEADS = ["L4H12", "L5H5"]

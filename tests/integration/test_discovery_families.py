@@ -87,12 +87,12 @@ def test_text_span_discovery_equals_eager_on_family(model_id, family, extra, tin
     runs through discovery, and each doc's captured attention of the answer rows on the needle's tokens equals eager
     attention on the inputs discovery forwarded."""
     from oracles.intervention_refs import answer_rows_mass, eager_attentions
-    from vrh_lmms.tasks.common.text_needle import make_doc, needle_config
 
     from vrh_lmms.base.families import get_family
     from vrh_lmms.harness import lmms
     from vrh_lmms.model.tiny.registry import TINY_FACTORIES
     from vrh_lmms.runs.discovery import collector as collector_mod
+    from vrh_lmms.tasks.common.text_needle import make_doc, needle_config
 
     if family not in TINY_FACTORIES:
         pytest.skip(f"no tiny {family}")

@@ -20,9 +20,9 @@ from PIL import Image
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import Geometry
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.harness import lmms
 from vrh_lmms.runs.doc_check import doc_problem
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 torch.set_num_threads(1)

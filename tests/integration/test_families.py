@@ -63,11 +63,10 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
-
     from vrh_lmms.base.boxes.known import CONVENTIONS
     from vrh_lmms.model.capture import tilings
     from vrh_lmms.model.tiny.registry import TINY_FACTORIES
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
 
     assert dict(WRAPPERS) == OLD_WRAPPERS
     assert {m.model_id for m in manifests()} == set(OLD_WRAPPERS)
@@ -85,11 +84,10 @@ def test_every_wrapper_class_names_the_family_that_lists_it():
 
 
 def test_unknown_names_suggest_the_close_ones():
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS
-
     from vrh_lmms.base.boxes import get_convention
     from vrh_lmms.model.capture.layouts import layout_name
     from vrh_lmms.model.tiny.registry import build_tiny
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
     with pytest.raises(VRHError, match=r"unknown family 'qwen25_vl' \(did you mean 'qwen2_5_vl'"):
         get_family("qwen25_vl")
@@ -128,9 +126,8 @@ def test_template_leaves_vrh_models_to_their_wrappers():
     """The removed lines named, for each vrh_* model, the convention its wrapper's family sets on load; the
     wrapper's `set_active` outranks the model-name mapping, and a mapping line without parameters fills nothing
     in, so with the wrapper active the resolution is the same with or without the line."""
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS
-
     from vrh_lmms.base.boxes import context
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
     text = (tasks_path() / "grounding" / "_vrh_grounding_template.yaml").read_text()
     kwargs = yaml.safe_load(re.sub(r"!function \S+", "f", text))["lmms_eval_specific_kwargs"]
@@ -185,11 +182,11 @@ def test_guide_example_adds_a_family_with_one_record_and_its_wrapper(myvlm, tmp_
     from lmms_eval.models.registry_v2 import ModelRegistryV2
     from support.wrappers import run, scene_docs
     from test_wrappers import HEADS, QWEN_PIXELS
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
-    from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25
 
     from vrh_lmms.model.capture.layouts import layout_name
     from vrh_lmms.model.tiny.registry import TINY_FACTORIES, build_tiny
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
+    from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25
 
     # every derived table has it
     assert WRAPPERS["vrh_myvlm"] == ("mymodels.myvlm", "VRHMyVLM", None)

@@ -104,9 +104,8 @@ def test_smolvlm_without_num2words_is_one_line_before_loading(tiny_checkpoints, 
     import importlib.util
     import shutil
 
-    from vrh_lmms.model_wrappers.idefics3 import VRHIdefics3
-
     from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model_wrappers.idefics3 import VRHIdefics3
 
     if importlib.util.find_spec("num2words") is not None:
         pytest.skip("num2words is installed here")
@@ -142,6 +141,7 @@ def test_idefics3_heads_none_answers_like_plain_transformers(tiny_checkpoints):
     """The backend's prompt (chat template over an image item and the text, image splitting off as the backend
     sets it), greedy generate, special tokens skipped."""
     from transformers import AutoProcessor, Idefics3ForConditionalGeneration
+
     from vrh_lmms.model_wrappers.idefics3 import VRHIdefics3
 
     ckpt = str(tiny_checkpoints("idefics3"))
@@ -163,9 +163,8 @@ def test_idefics3_heads_none_answers_like_plain_transformers(tiny_checkpoints):
 
 def test_mistral3_generate_error_is_raised_not_an_empty_answer(tiny_checkpoints, monkeypatch):
     """lmms-eval's mistral3_vl answers "" when generate raises; vrh_mistral3 raises it once the batch is done."""
-    from vrh_lmms.model_wrappers.mistral3 import VRHMistral3
-
     from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model_wrappers.mistral3 import VRHMistral3
 
     lm = VRHMistral3(pretrained=str(tiny_checkpoints("mistral3")))
     docs = scene_docs(2)

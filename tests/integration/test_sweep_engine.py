@@ -17,10 +17,10 @@ import torch
 from vrh_lmms.base import gc_startup
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.harness import lmms
 from vrh_lmms.harness import sweep_engine as engine
 from vrh_lmms.model import packing
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 QWEN_PIXELS = 28 * 28 * 16

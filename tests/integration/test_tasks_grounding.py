@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
-from vrh_lmms.tasks.common import grounding as G
-from vrh_lmms.tasks.common import grounding_data as GD
-from vrh_lmms.tasks.common.sources import SourceError
 
 from vrh_lmms.base.boxes import context, get_convention
 from vrh_lmms.base.synth.layouts import hub_rows, write_hub_layout, write_refer_layout
 from vrh_lmms.base.synth.scenes import SceneConfig, generate_scenes
+from vrh_lmms.tasks.common import grounding as G
+from vrh_lmms.tasks.common import grounding_data as GD
+from vrh_lmms.tasks.common.sources import SourceError
 
 REFCOCO_TASKS = {
     "vrh_refcoco_val": ("REFCOCO", "refcoco", "unc"), "vrh_refcoco_testA": ("REFCOCO", "refcoco", "unc"),

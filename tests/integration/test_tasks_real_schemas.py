@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+
+from vrh_lmms.base.boxes import context
 from vrh_lmms.tasks.common import grounding as G
 from vrh_lmms.tasks.common import grounding_data as GD
 from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_data as VD
 from vrh_lmms.tasks.common.sources import SourceError
-
-from vrh_lmms.base.boxes import context
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real_excerpts"
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import offline_env
 from support import vqa_paper_data as data
+
+from vrh_lmms.base.paths import tasks_path
 from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_paper as VP
 from vrh_lmms.tasks.common.sources import SourceError
 from vrh_lmms.tasks.common.vaw_mc import VAWMCError
-
-from vrh_lmms.base.paths import tasks_path
 
 TASKS = list(data.KEPT)
 

@@ -8,10 +8,10 @@ import re
 from pathlib import Path
 
 import pytest
-from vrh_lmms.tasks.common import grounding_data, vqa_data
 
 from vrh_lmms.base import data_env
-from vrh_lmms.runs.sweep.checks import data_identity
+from vrh_lmms.runs.checks import data_identity
+from vrh_lmms.tasks.common import grounding_data, vqa_data
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "tasks" / "_template"

@@ -63,10 +63,9 @@ def test_several_registered_tasks_of_another_model_are_one_line(tmp_path, monkey
 
 
 def test_demo_tasks_hold_the_demo_scenes(vrh_env, placeholder):
-    from vrh_lmms.tasks.common import demo_scenes, grounding_data
-
     from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL, DemoSpec
     from vrh_lmms.pipelines.demo.stages import synth_config
+    from vrh_lmms.tasks.common import demo_scenes, grounding_data
 
     spec = DemoSpec.load(demo_folder())
     for task, n, start in (("vrh_demo_grounding", N_EVAL, EVAL_START),

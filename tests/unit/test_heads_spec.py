@@ -77,7 +77,7 @@ def test_random_skip_layer0_never_draws_layer0_and_covers_the_rest():
 
 
 def test_sweep_random_skip_layer0_plans_the_same_ids_with_the_skip_spec():
-    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.base.heads.plan import plan_configurations
 
     plain = plan_configurations([3], 2, False, ["zero"])
     skip = plan_configurations([3], 2, False, ["zero"], random_skip_layer0=True)
@@ -233,7 +233,7 @@ def test_image_matched_draws_from_live_heads_only():
 
 def test_random_outside_draws_k_heads_outside_the_top_k_from_the_pool(tmp_path):
     """The paper's control for its extra models: K random heads, none of the top K, live ones by default."""
-    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.base.heads.plan import plan_configurations
 
     hf, _ = make_file(tmp_path)
     top = set(hf.ranking[:6])

@@ -32,6 +32,7 @@ given back to it when the pack ends; decoded docs stay for the sweep.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import os
@@ -42,6 +43,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.harness import evaluator_seam
 
 ENGINES = ("fast", "lmms")
 DEFAULT_ENGINE = "fast"
@@ -122,10 +124,8 @@ def task_dict_once(budget: CacheBudget | None = None) -> Iterator[None]:
     Every evaluator pass still configures the tasks (generation kwargs, few-shot seed) and rebuilds its requests
     from the docs, which is all a second `get_task_dict` would have changed. The tasks' splits keep their rows
     (`keep_rows`): every pass builds its requests from, and scores, the docs the first pass decoded."""
-    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
-    from lmms_eval import evaluator
-
-    original = evaluator.get_task_dict
+    module = evaluator_seam.evaluator()
+    original = module.get_task_dict
     built: dict[tuple, Any] = {}
 
     def once(task_name_list, task_manager=None, task_type="simple"):
@@ -140,16 +140,9 @@ def task_dict_once(budget: CacheBudget | None = None) -> Iterator[None]:
 
     # asked of git (subprocesses) on every pass; the same answer all sweep long
     asked = ("get_git_commit_hash", "get_git_branch_name", "get_lmms_eval_version_string")
-    originals = {name: getattr(evaluator, name) for name in asked}
-    evaluator.get_task_dict = once
-    for name, function in originals.items():
-        setattr(evaluator, name, functools.cache(function))
-    try:
+    with evaluator_seam.patched(module, get_task_dict=once,
+                                **{name: functools.cache(getattr(module, name)) for name in asked}):
         yield
-    finally:
-        evaluator.get_task_dict = original
-        for name, function in originals.items():
-            setattr(evaluator, name, function)
 
 
 def keep_rows(task_dict: dict, budget: CacheBudget | None = None) -> None:
@@ -177,19 +170,32 @@ def scoring_in_thread() -> Iterator[None]:
     at a time) the pool only adds its hand-offs: ~0.4 s of CPU over the demo's 22 passes. lmms-eval returns the
     scores in doc order either way, so scores, samples and results.json (which records the threads asked for) are
     the same."""
-    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
-    from lmms_eval import evaluator
-
-    original = evaluator._thread_map_ordered
+    module = evaluator_seam.evaluator()
+    original = module._thread_map_ordered
 
     def in_thread(function, items, max_workers, on_complete=None):
         return original(function, items, 1, on_complete)
 
-    evaluator._thread_map_ordered = in_thread
-    try:
+    with evaluator_seam.patched(module, _thread_map_ordered=in_thread):
         yield
-    finally:
-        evaluator._thread_map_ordered = original
+
+
+@contextmanager
+def fast_session(lm: Any, own_tasks: bool, budget: CacheBudget | None = None) -> Iterator[None]:
+    """The fast engine's wrappers for one sweep, on `lm`: the task dict, the backend's docs and unwrapped model once,
+    and (for our own tasks, `own_tasks`) scoring in the calling thread; the caches share `budget`."""
+    with task_dict_once(budget), rows_once(lm, budget), unwrap_once(lm), \
+            scoring_in_thread() if own_tasks else contextlib.nullcontext():
+        yield
+
+
+def check_fast_engine(name: str) -> bool:
+    """Whether `name` is the fast engine, whose lmms-eval seam is checked here (call it once the cheap checks have
+    passed and before any model loads: it imports lmms-eval's evaluator)."""
+    if check_engine(name) != "fast":
+        return False
+    evaluator_seam.evaluator()
+    return True
 
 
 @contextmanager

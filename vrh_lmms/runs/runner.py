@@ -146,6 +146,11 @@ def claim_folder(decision: Decision, layout: owned.Layout) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the job
+# A unit published as an lmms-eval run folder (lmms.write_run: a sweep's or steering's configuration): complete
+# (results.json) or left by a killed run (partial files, or write_run's `.<id>.*` staging folder).
+CONFIG_ENTRY = owned.files_matching("results.json", "samples_*.jsonl")
+
+
 def has_results(path: Path) -> bool:
     """A unit published as a run folder (lmms.write_run) is finished when its results.json exists."""
     return (path / "results.json").is_file()

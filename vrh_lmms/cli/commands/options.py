@@ -17,7 +17,7 @@ def add_model_options(parser: argparse.ArgumentParser, model_args_note: str = " 
 def add_draw_options(parser: argparse.ArgumentParser, *, matched_by_default: bool = False,
                      random_flag: bool = True) -> None:
     """The control draws a sweep, a steering or a patching run plans per k and seed beside --control's
-    (vrh_lmms.runs.sweep.plan): --layer-matched (or, where layer-matched draws are planned by default,
+    (vrh_lmms.base.heads.plan): --layer-matched (or, where layer-matched draws are planned by default,
     --no-layer-matched) and --no-random; `plan_flags` hands them to the plan."""
     if matched_by_default:
         parser.add_argument("--no-layer-matched", action="store_true", help="skip layer-matched random head sets")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console
+from vrh_lmms.base.heads.plan import parse_int_list
 from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness import distributed
 from vrh_lmms.report.interventions import write_patching_report
 from vrh_lmms.runs.interventions.patch_run import DIRECTIONS, PatchSpec, run_patching
-from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

@@ -7,6 +7,7 @@ import argparse
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import parse_int_list
 from vrh_lmms.pipelines.replicate.plan import (
     DEMO_N_EVAL,
     PAPER_KS,
@@ -16,7 +17,6 @@ from vrh_lmms.pipelines.replicate.plan import (
     demo_spec,
 )
 from vrh_lmms.pipelines.replicate.run import run_replicate
-from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:

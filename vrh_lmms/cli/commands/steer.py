@@ -6,11 +6,11 @@ import argparse
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import parse_int_list, plan_configurations
 from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness import distributed
 from vrh_lmms.report.interventions import write_steering_report
 from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
-from vrh_lmms.runs.sweep.plan import parse_int_list, plan_configurations
 
 
 def parse_float_list(text: str, what: str) -> list[float]:

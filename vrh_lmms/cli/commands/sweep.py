@@ -5,12 +5,11 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console, gc_startup
-from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.plan import parse_int_list, plan_configurations
 from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness.sweep_engine import ENGINES
-from vrh_lmms.runs.protocol import SWEEP_PRESETS, resolve, scorer_cells
-from vrh_lmms.runs.sweep.plan import parse_int_list, parse_pack, plan_configurations
+from vrh_lmms.runs.protocol import SWEEP_PRESETS, compare_cells, resolve
+from vrh_lmms.runs.sweep.packs import parse_pack
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 
@@ -67,22 +66,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "is refused)")
 
 
-def _compare_cells(text: str | None, heads_file: str | None) -> list[str]:
-    """The distinct cells --compare-cells names, checked against the heads file's cells before any model loads."""
-    if not text:
-        return []
-    if not heads_file:
-        raise VRHError("--compare-cells needs --heads-file (it holds each cell's ranking)")
-    hf = load_heads_file(heads_file)
-    cells = scorer_cells(text, hf.scoring.get("cell") or "")
-    for cell in cells:
-        try:
-            hf.cell_name(cell)
-        except VRHError as exc:
-            raise VRHError(f"--compare-cells: {heads_file}: {exc}") from None
-    return cells
-
-
 def run(args: argparse.Namespace) -> int:
     with gc_startup.paused():  # no cyclic collection while start-up imports; run_sweep settles it after the model loads
         return _run(args)
@@ -97,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
                                   modes=[m.strip() for m in args.ablation.split(",") if m.strip()],
                                   **plan_flags(args), controls=opts["controls"],
                                   control_tolerance=args.control_tolerance,
-                                  cells=_compare_cells(args.compare_cells, args.heads_file),
+                                  cells=compare_cells(args.compare_cells, args.heads_file),
                                   random_skip_layer0=args.random_skip_layer0, pool=opts["control_pool"])
     spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,

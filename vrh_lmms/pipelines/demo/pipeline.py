@@ -155,7 +155,7 @@ def acceptance_figures(sweep_dir: Path, ks: Sequence[int], n_resamples: int = 50
 
 
 def _draw_seed(config_name: str) -> int:
-    """`random5_s12` -> 12 (the sweep's configuration names, vrh_lmms.runs.sweep.plan)."""
+    """`random5_s12` -> 12 (the sweep's configuration names, vrh_lmms.base.heads.plan)."""
     return int(re.search(r"_s(\d+)", config_name).group(1))
 
 
@@ -386,7 +386,7 @@ def demo_layout(out: Path) -> owned.Layout:
             "report": owned.folder_of(REPORT_LAYOUT), "demo_summary.json": owned.json_with("acceptance", "criteria"),
             "demo_summary.md": owned.is_file, "kcurve.png": owned.is_file, console.LOG_NAME: owned.log_file,
             runfile.RUN_FILE: runfile.is_ours,  # written by the command line when the demo ends
-            "applications": None}  # demo --applications (vrh_lmms.cli.commands.demo_applications)
+            "applications": None}  # demo --applications (vrh_lmms.pipelines.demo.applications)
 
 
 def _finished_anything(out: Path) -> bool:
@@ -513,9 +513,9 @@ def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings
     """Steering (top-k vs random-k and layer-matched random-k at one bias) and activation patching, k = 10% of
     the heads, on held-out scenes where every uniquely nameable object has its own expression."""
     # deferred: keeps `vrh-lmms demo --help` free of torch, transformers
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.runs.interventions.patch_run import PatchSpec, run_patching
     from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
-    from vrh_lmms.runs.sweep.plan import plan_configurations
 
     k = max(1, lm.vrh_decoder.geometry.total_heads // 10)
     gen = f"max_new_tokens={settings.max_new_tokens}"

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vrh_lmms.base.heads import kinds
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL  # noqa: F401  (callers import them)
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
 TASK = "vrh_synth_grounding"
