@@ -47,6 +47,12 @@ LAYOUT = {
     # Qwen2.5-VL's image processor and 28 px cells (load_tiny gives the thinker, which has the forward)
     "qwen2_5_omni": ("<|IMAGE|>", [16], [32], "<|vision_bos|>", "<|vision_eos|>"),
 }
+# Molmo 2: the global view's 8 rows of 8 `<im_patch>`, then the crops' rows (a 112 px image: 2 x 2 crops of 105 px
+# on a 161 px canvas, 23 patches a side pooled to 11; 224 x 112: 2 x 4 crops, 11 rows of 18), each row closed by
+# <im_col>, after <low_res_im_start>. Added apart (issue 49) so it merges with the other families' lines.
+LAYOUT["molmo2"] = ("<im_patch>", [8] * 8 + [11] * 11, [8] * 8 + [18] * 11, "<low_res_im_start>", "<im_col>")
+# where the prompt's image placeholder is not the token that receives the image features
+PROMPT_PLACEHOLDER = {"molmo2": "<|image|>"}
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
     "qwen2_5_vl": ("qwen2_5_vl", "", None),
@@ -120,7 +126,7 @@ def test_other_seed_gives_other_weights(family, tiny_checkpoints, tmp_path):
 def test_image_token_layout(family, loaded):
     model, processor = loaded(family)
     placeholder, runs_square, runs_wide, before, after = LAYOUT[family]
-    assert processor.image_token == placeholder
+    assert processor.image_token == PROMPT_PLACEHOLDER.get(family, placeholder)
     tok = processor.tokenizer
     for size, runs in (((112, 112), runs_square), ((224, 112), runs_wide)):
         batch = one_prompt(processor, scene_image(size))
@@ -156,7 +162,8 @@ def test_config_token_ids_inside_vocabulary(family, loaded):
     image_id = getattr(model.config, "image_token_id", None)
     if image_id is None:
         image_id = model.config.image_token_index
-    assert image_id == processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    feature_token = LAYOUT[family][0] if family in PROMPT_PLACEHOLDER else processor.image_token
+    assert image_id == processor.tokenizer.convert_tokens_to_ids(feature_token)
 
 
 @pytest.mark.parametrize("family", ALL)

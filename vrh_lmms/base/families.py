@@ -201,6 +201,18 @@ for _fam in (
     register(_fam)
 del _fam
 
+# Families added for issue 49 from the other end of its list (Molmo 2, MiniCPM-V 4.x), kept in their own block.
+for _fam in (
+    # Molmo 2: Qwen3-style text; never trained to output boxes, it points (`<points coords=...>`, 0-1000); a global
+    # view then overlapping high-resolution crops, both pooled 2 x 2; bidirectional attention among image tokens
+    Family("molmo2", ("molmo2",), ("model.language_model.layers",), convention=conv.MOLMO2, layout="molmo2",
+           layout_builder="vrh_lmms.model.capture.tilings_molmo2:molmo2_views",
+           wrappers=(Wrapper("vrh_molmo2", "molmo2", "VRHMolmo2"),), tiny=_tiny("molmo2"),
+           hf_class="Molmo2ForConditionalGeneration"),
+):
+    register(_fam)
+del _fam
+
 
 def family_for_config(config) -> Family:
     """Family of a loaded model's config, by `model_type` (the first registered family that claims it).

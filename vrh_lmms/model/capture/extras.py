@@ -161,4 +161,19 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
         out.update(image_size=int(processor.image_size), patch_size=int(processor.patch_size),
                    downsample_ratio=int(processor.downsample_ratio),
                    candidate_resolutions=[list(c) for c in processor.candidate_resolutions])
+    elif name in _POOLED_LAYOUTS:
+        out.update(_POOLED_LAYOUTS[name](processor, ip))
     return out
+
+
+def _molmo2_extras(processor: Any, ip: Any) -> dict[str, Any]:
+    """Molmo 2: the `<im_patch>` tokens (processor.image_token is the prompt's `<|image|>`), crop and tiling
+    settings."""
+    return {"image_token_id": int(processor.tokenizer.convert_tokens_to_ids("<im_patch>")),
+            "crop_size": int(_get(ip.size, "height")), "patch_size": int(ip.patch_size),
+            "max_crops": int(ip.max_crops), "overlap_margins": [int(v) for v in ip.overlap_margins],
+            "pooling_size": [int(v) for v in ip.pooling_size]}
+
+
+# layouts of families added later (issue 49), each with its extras reader
+_POOLED_LAYOUTS = {"molmo2": _molmo2_extras}

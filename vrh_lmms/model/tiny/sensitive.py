@@ -1,0 +1,45 @@
+"""Tiny checkpoints whose answers depend on the image and on the heads.
+
+A random model at the usual init (std 0.02) answers nearly the same on every image: attention is almost uniform,
+and the residual stream of the answer position is dominated by its own token embedding. Here every weight matrix
+is drawn with a larger std (`init_std`), so attention logits spread and the attention output outweighs the
+embedding, and the multimodal projector is scaled by `projector_gain`, so image features are not washed out by
+the text tokens around them. Tests check the outcome (different images -> different answers; ablating heads moves
+answers), not these numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from vrh_lmms.model.tiny.common import save_checkpoint, seeded, set_generation_eos
+
+INIT_STD = 0.25
+
+
+def _get(model, path: str):
+    for part in path.split("."):
+        model = getattr(model, part)
+    return model
+
+
+def save_sensitive(out_dir: str | Path, seed: int, model_cls, config, processor, tokenizer, *,
+                   projector: str | None = None, init_std: float = INIT_STD, projector_gain: float = 1.0,
+                   stop_tokens: tuple[str, ...] = (), pad_token: str | None = None) -> Path:
+    """Random-init `model_cls(config)` under `seed` with image- and head-sensitive weights, save it beside its
+    processor and tokenizer. `projector`: dotted path of the multimodal projector, scaled by `projector_gain`."""
+    with seeded(seed):
+        model = model_cls(config).float().eval()  # float(): complex buffers (Llama 4 vision RoPE) stay complex
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if p.dim() == 2 and "embed" not in name:
+                    p.normal_(0.0, init_std / max(1.0, p.shape[1] / 64) ** 0.5)
+            if projector is not None and projector_gain != 1.0:
+                for p in _get(model, projector).parameters():
+                    p.mul_(projector_gain)
+    if stop_tokens:
+        ids = tokenizer.convert_tokens_to_ids
+        set_generation_eos(model, [ids(t) for t in stop_tokens], pad_id=ids(pad_token) if pad_token else None)
+    return save_checkpoint(out_dir, model, processor, tokenizer)
