@@ -47,11 +47,12 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
                       "vrh_paligemma": "paligemma", "vrh_magma": "magma", "vrh_deepseek_vl2": "deepseek_vl2",
                       "vrh_qwen25_omni": "qwen2_5_vl"}  # omni (issue 29): no template line; Qwen2.5-VL's convention
 # families added for issue 49 from the other end of its list (kept apart from the lists above so branches merge)
-OLD_WRAPPERS.update({"vrh_molmo2": ("molmo2", "VRHMolmo2", None)})
-OLD_TINY |= {"molmo2"}
-OLD_BUILDERS.update({"molmo2": "molmo2_views"})
-OLD_CONVENTIONS |= {"molmo2"}
-OLD_TEMPLATE_LINES.update({"vrh_molmo2": "molmo2"})  # no template line
+OLD_WRAPPERS.update({"vrh_molmo2": ("molmo2", "VRHMolmo2", None),
+                     "vrh_minicpmv": ("minicpmv", "VRHMiniCPMV", None)})
+OLD_TINY |= {"molmo2", "minicpmv"}
+OLD_BUILDERS.update({"molmo2": "molmo2_views", "minicpmv": "minicpmv_slices"})
+OLD_CONVENTIONS |= {"molmo2", "minicpmv"}
+OLD_TEMPLATE_LINES.update({"vrh_molmo2": "molmo2", "vrh_minicpmv": "minicpmv"})  # no template lines
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():

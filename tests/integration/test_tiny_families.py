@@ -51,6 +51,9 @@ LAYOUT = {
 # on a 161 px canvas, 23 patches a side pooled to 11; 224 x 112: 2 x 4 crops, 11 rows of 18), each row closed by
 # <im_col>, after <low_res_im_start>. Added apart (issue 49) so it merges with the other families' lines.
 LAYOUT["molmo2"] = ("<im_patch>", [8] * 8 + [11] * 11, [8] * 8 + [18] * 11, "<low_res_im_start>", "<im_col>")
+# MiniCPM-V 4.6 (7 px patches, 28 px merged cells, scale 112): 112 x 112 stays whole, 4 x 4 after <image>; 224 x 112
+# is the 3 x 6 source view, then 2 slices of 4 x 4 (each closed by </slice>)
+LAYOUT["minicpmv"] = ("<|image_pad|>", [16], [18, 16, 16], "<image>", None)  # then </image> / </slice>
 # where the prompt's image placeholder is not the token that receives the image features
 PROMPT_PLACEHOLDER = {"molmo2": "<|image|>"}
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).

@@ -209,6 +209,12 @@ for _fam in (
            layout_builder="vrh_lmms.model.capture.tilings_molmo2:molmo2_views",
            wrappers=(Wrapper("vrh_molmo2", "molmo2", "VRHMolmo2"),), tiny=_tiny("molmo2"),
            hf_class="Molmo2ForConditionalGeneration"),
+    # MiniCPM-V 4.6 / 4.7 (transformers-native): Qwen3.5 text (hybrid: see docs/models.md); `<box>x1 y1 x2 y2</box>`
+    # on 0-1000 after `<ref>..</ref>`; the source view, then the slices of the refined image
+    Family("minicpmv", ("minicpmv4_6", "minicpmv4_7"), ("model.language_model.layers",), convention=conv.MINICPMV,
+           layout="minicpmv", layout_builder="vrh_lmms.model.capture.tilings_minicpmv:minicpmv_slices",
+           wrappers=(Wrapper("vrh_minicpmv", "minicpmv", "VRHMiniCPMV"),), tiny=_tiny("minicpmv"),
+           hf_class="MiniCPMV4_6ForConditionalGeneration"),
 ):
     register(_fam)
 del _fam

@@ -175,5 +175,12 @@ def _molmo2_extras(processor: Any, ip: Any) -> dict[str, Any]:
             "pooling_size": [int(v) for v in ip.pooling_size]}
 
 
+def _minicpmv_extras(processor: Any, ip: Any) -> dict[str, Any]:
+    """MiniCPM-V 4.6: slicing and downsampling settings."""
+    return {"scale_resolution": int(ip.scale_resolution), "patch_size": int(ip.patch_size),
+            "max_slice_nums": int(ip.max_slice_nums), "slice_mode": bool(ip.slice_mode),
+            "downsample_mode": str(ip.downsample_mode)}
+
+
 # layouts of families added later (issue 49), each with its extras reader
-_POOLED_LAYOUTS = {"molmo2": _molmo2_extras}
+_POOLED_LAYOUTS = {"molmo2": _molmo2_extras, "minicpmv": _minicpmv_extras}
