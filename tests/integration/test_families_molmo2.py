@@ -13,27 +13,21 @@ format read in its convention, and discovery end to end.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from oracles.reference_ablation import reference_ablation
 from PIL import Image
-from support.wrappers import model_inputs, recorded_generate, run, scene_docs
+from support import family_checks as checks
 
 from vrh_lmms.base.boxes.known import CONVENTIONS
 from vrh_lmms.base.families import get_family
-from vrh_lmms.base.heads import HeadRef
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import image_token_map
-from vrh_lmms.model.capture.verify import check_layout
-from vrh_lmms.model.tiny.inputs import load_tiny, render_prompt, scene_messages
+from vrh_lmms.model.tiny.inputs import render_prompt, scene_messages
 
 torch.set_num_threads(1)
 
 FAMILY = "molmo2"
-HEADS = "L0H1;L1H0"
 
 
 @pytest.fixture(scope="module")
@@ -53,73 +47,22 @@ def test_wrapper_registered_with_its_family():
 def test_heads_none_answers_like_plain_transformers(ckpt):
     """The backend's prompt (chat template: the image, then the task text), greedy generate, special tokens
     skipped; a left-padded batch answers as one prompt at a time."""
-    from transformers import AutoProcessor, Molmo2ForConditionalGeneration
     from vrh_lmms.model_wrappers.molmo2 import VRHMolmo2
 
-    docs = scene_docs(3)
-    model = Molmo2ForConditionalGeneration.from_pretrained(ckpt, dtype=torch.bfloat16).eval()
-    processor = AutoProcessor.from_pretrained(ckpt)
-    expected = []
-    for doc in docs.values():
-        message = [{"role": "user", "content": [{"type": "image"},
-                                                {"type": "text", "text": f"Locate {doc['expression']} in the image."}]}]
-        prompt = processor.apply_chat_template(message, add_generation_prompt=True, tokenize=False)
-        inputs = processor(text=[prompt], images=[doc["image"]], return_tensors="pt")
-        inputs["pixel_values"] = inputs["pixel_values"].to(torch.bfloat16)
-        with torch.no_grad():
-            out = model.generate(**inputs, max_new_tokens=6, do_sample=False)
-        expected.append(processor.tokenizer.decode(out[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))
-    got = run(VRHMolmo2(pretrained=ckpt, heads="none"), docs)
-    assert got == expected and len(set(expected)) > 1, expected
-    # float32: one prompt at a time and the three left padded in one batch answer alike
-    one = run(VRHMolmo2(pretrained=ckpt, heads="none", dtype="float32"), docs)
-    assert run(VRHMolmo2(pretrained=ckpt, heads="none", dtype="float32", batch_size=3), docs) == one
+    checks.check_heads_none_answers_like_plain_transformers(VRHMolmo2, ckpt)
 
 
 @pytest.mark.exact
 def test_ablated_logits_equal_eager_reference(ckpt):
     from vrh_lmms.model_wrappers.molmo2 import VRHMolmo2
 
-    lm = VRHMolmo2(pretrained=ckpt, heads=HEADS, dtype="float32")
-    model = lm.model
-    with recorded_generate(model) as calls:
-        run(lm, scene_docs(1), max_new_tokens=2)
-    inputs = model_inputs(calls[0])
-    assert inputs["mm_token_type_ids"].sum() > 0  # the bidirectional image block is in play
-    with torch.no_grad():
-        got = model(**inputs).logits
-        lm.vrh_ablator.restore()
-        clean = model(**inputs).logits
-        with reference_ablation(model, [HeadRef(0, 1), HeadRef(1, 0)], base="eager"):
-            ref = model(**inputs).logits
-    assert (clean - ref).abs().max() > 1e-2, "the ablation must move the logits for the comparison to mean much"
-    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    inputs = checks.check_ablated_logits_equal_eager_reference(VRHMolmo2, ckpt)
+    assert inputs["mm_token_type_ids"].sum() > 0  # the bidirectional image block was in play
 
 
 def test_tiny_answers_depend_on_image_and_heads(ckpt):
     """Six scenes, one prompt: at least four different answers; ablating two heads changes some answer."""
-    from vrh_lmms.base.heads.spec import HeadSet
-    from vrh_lmms.model.ablation import Ablator
-    from vrh_lmms.model.backbone import locate_decoder
-
-    model, processor = load_tiny(ckpt)
-    docs = scene_docs(6)
-
-    def answers() -> list[str]:
-        out = []
-        for doc in docs.values():
-            text = render_prompt(processor, scene_messages("the object", doc["image"]))
-            batch = processor(text=[text], images=[doc["image"]], return_tensors="pt")
-            with torch.no_grad():
-                ids = model.generate(**batch, max_new_tokens=4, do_sample=False)
-            out.append(processor.tokenizer.decode(ids[0, batch["input_ids"].shape[1]:]))
-        return out
-
-    plain = answers()
-    assert len(set(plain)) >= 4, plain
-    ablator = Ablator(model, locate_decoder(model))
-    ablator.apply(HeadSet(heads=(HeadRef(0, 1), HeadRef(1, 0)), spec=HEADS, kind="explicit", k=2), mode="zero")
-    assert answers() != plain
+    checks.check_answers_depend_on_image_and_heads(ckpt)
 
 
 # ------------------------------------------------------------------------------------- layout vs processor
@@ -174,17 +117,7 @@ def test_pooled_spans_follow_the_processor_padding():
 def test_layout_by_perturbation(size, ckpt):
     """A rectangle drawn on a flat image changes exactly the predicted tokens' inputs to text layer 0 (vision
     attention zeroed, the adapter's window pooling kept); (300, 60) and (90, 200) tile into several crops."""
-    model, processor = load_tiny(ckpt)
-
-    def batch_of(proc, image):
-        return proc(text=[render_prompt(proc, scene_messages("the red square", image))], images=[image],
-                    return_tensors="pt")
-
-    for frac in [(0.2, 0.3, 0.55, 0.7), (0.6, 0.05, 0.95, 0.4)]:
-        check = check_layout(model, processor, FAMILY, size, batch_of, frac=frac)
-        assert check.hooked > 0 and check.clearance >= 2.0
-        assert 0 < len(check.changed) < check.image_tokens
-        assert check.changed == check.predicted, (size, sorted(check.changed ^ check.predicted))
+    checks.check_layout_by_perturbation(ckpt, FAMILY, size)
 
 
 # ------------------------------------------------------------------------------------------- points, discovery
@@ -208,25 +141,4 @@ def test_points_read_in_molmo2_convention():
 def test_discovery_end_to_end(ckpt, tmp_path, monkeypatch):
     """vrh_synth_grounding through lmms-eval's evaluator and vrh_molmo2: a complete heads file, box tokens found
     among the image tokens, mass on the box never above the mass on the image."""
-    from vrh_lmms.base.heads.heads_file import load_heads_file
-    from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
-    from vrh_lmms.runs.discovery.scoring import all_cells
-    from vrh_lmms.runs.discovery.store import PartStore
-
-    monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 2, "seed": 7, "scene": {"image_size": 168}}))
-    args = f"pretrained={ckpt},dtype=float32"
-    lm = lmms.build_model("vrh_molmo2", args)
-    out = tmp_path / "heads.json"
-    run_discovery(DiscoverySpec(model="vrh_molmo2", model_args=args, tasks=["vrh_synth_grounding"], output=str(out),
-                                limit=2, gen_kwargs="max_new_tokens=6"), lm=lm)
-    hf = load_heads_file(out)
-    assert hf.model["family"] == FAMILY and hf.geometry == lm.vrh_decoder.geometry
-    assert hf.scoring["n_samples"] == 2 and set(hf.cells) == set(all_cells())
-    store = PartStore(sidecars(out)["parts"])
-    assert store.keys()
-    for key in store.keys():
-        meta = store.read(key).meta
-        assert meta["n_image_tokens"] > 0 and meta["n_box_tokens"] >= 1 and meta["rows"]["in"] >= 1, meta
-    assert np.nanmax(np.asarray(hf.cells["out,sum,mean"]["scores"])) <= 1 + 1e-6
+    checks.check_discovery_end_to_end("vrh_molmo2", FAMILY, ckpt, tmp_path, monkeypatch)
