@@ -1,12 +1,13 @@
-"""MiniCPM-V 4.6: `vrh_minicpmv` (our backend: lmms-eval's `minicpm_v` answers through the remote code's `chat`, which
-a transformers-native checkpoint lacks), a tiny MiniCPMV4_6ForConditionalGeneration that answers per image and per
-head set, its image-token layout against MiniCPMV4_6Processor at MiniCPM-V-4.6's settings, its box format read in its
-convention, and discovery end to end.
+"""MiniCPM-V 4.6 and 4.7: `vrh_minicpmv` (our backend: lmms-eval's `minicpm_v` answers through the remote code's
+`chat`, which a transformers-native checkpoint lacks), tiny MiniCPMV4_6 / MiniCPMV4_7ForConditionalGeneration that
+answer per image and per head set, the image-token layout against MiniCPMV4_6Processor / MiniCPMV4_7Processor at
+MiniCPM-V-4.6's settings, the box format read in its convention, and discovery end to end; every check runs on both
+versions.
 
 - heads=none answers equal plain transformers greedy generation on the backend's prompt;
 - ablated logits (on the exact inputs the backend passed to generate) equal the independent reference: eager
   attention with the heads' outputs zeroed;
-- the layout accounts for exactly the image tokens the real processor writes at the published settings on 10 sizes
+- the layout accounts for exactly the image tokens the real processor writes at the published settings on 12 sizes
   (source view alone, 2 to 10 views), agrees with its `target_sizes`, and the token -> cell mapping is checked by
   experiment on the tiny model.
 """
@@ -30,9 +31,19 @@ torch.set_num_threads(1)
 FAMILY = "minicpmv"
 
 
+@pytest.fixture(scope="module", params=["4.6", "4.7"])
+def version(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def ckpt(tiny_checkpoints):
-    return str(tiny_checkpoints(FAMILY))
+def ckpt(version, tiny_checkpoints, tmp_path_factory):
+    """The registered tiny MiniCPM-V 4.6, and a 4.7 (its forward groups each image's views by marker ids)."""
+    if version == "4.6":
+        return str(tiny_checkpoints(FAMILY))
+    from vrh_lmms.model.tiny.minicpmv import build
+
+    return str(build(tmp_path_factory.mktemp("tiny_minicpmv47"), seed=0, version="4.7"))
 
 
 def test_wrapper_registered_with_its_family():
@@ -42,7 +53,7 @@ def test_wrapper_registered_with_its_family():
     assert VRHMiniCPMV.vrh_model_id() == "vrh_minicpmv" and "VRHMiniCPMV" in WRAPPERS["vrh_minicpmv"][1:]
     fam = get_family(FAMILY)
     assert fam.box_convention == "minicpmv" and "minicpmv" in CONVENTIONS and fam.layout == "minicpmv"
-    assert fam.model_types == ("minicpmv4_6", "minicpmv4_7")
+    assert fam.model_types == ("minicpmv4_6", "minicpmv4_7")  # both run by every test below (the ckpt fixture)
 
 
 def test_heads_none_answers_like_plain_transformers(ckpt):
@@ -71,15 +82,16 @@ SIZES = [(640, 480), (480, 640), (97, 131), (1000, 250), (250, 1000), (30, 30), 
 
 
 @pytest.mark.exact
-def test_layout_counts_equal_real_processor(ckpt):
+def test_layout_counts_equal_real_processor(ckpt, version):
     """MiniCPM-V-4.6's processor (scale_resolution 448, patch 14, at most 9 slices, 16x downsampling) around the tiny
     tokenizer: every size's image tokens are covered, each view's grid is the processor's `target_sizes` / 16, each
     view's cells tile the image, and the sizes reach the source view alone and 2 to 10 views."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer, MiniCPMV4_6Processor, MiniCPMV4_7Processor
 
     from vrh_lmms.model.tiny.minicpmv import minicpmv_processor
 
-    processor = minicpmv_processor(AutoTokenizer.from_pretrained(ckpt), scale=448, patch=14)
+    cls = MiniCPMV4_7Processor if version == "4.7" else MiniCPMV4_6Processor
+    processor = minicpmv_processor(AutoTokenizer.from_pretrained(ckpt), scale=448, patch=14, processor_cls=cls)
     views_seen = set()
     for w, h in SIZES:
         image = Image.new("RGB", (w, h), (90, 90, 90))

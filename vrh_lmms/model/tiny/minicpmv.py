@@ -21,6 +21,9 @@ from transformers import (
     MiniCPMV4_6ImageProcessor,
     MiniCPMV4_6Processor,
     MiniCPMV4_6VideoProcessor,
+    MiniCPMV4_7Config,
+    MiniCPMV4_7ForConditionalGeneration,
+    MiniCPMV4_7Processor,
 )
 
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT
@@ -48,12 +51,13 @@ TEXT = {"layer_types": ["full_attention", "full_attention"], "linear_num_key_hea
         "linear_key_head_dim": 16, "linear_value_head_dim": 16}
 
 
-def minicpmv_processor(tokenizer, scale: int = SCALE, patch: int = PATCH, max_slices: int = 9, slice_mode: bool = True):
-    """MiniCPM-V 4.6's processor (scale_resolution 448, patch 14, at most 9 slices, 16x downsampling)."""
+def minicpmv_processor(tokenizer, scale: int = SCALE, patch: int = PATCH, max_slices: int = 9, slice_mode: bool = True,
+                       processor_cls=MiniCPMV4_6Processor):
+    """MiniCPM-V 4.6's processor (scale_resolution 448, patch 14, at most 9 slices, 16x downsampling); 4.7's
+    (`MiniCPMV4_7Processor`) takes the same image and video processors."""
     kw = {"scale_resolution": scale, "patch_size": patch, "max_slice_nums": max_slices, "slice_mode": slice_mode}
-    return MiniCPMV4_6Processor(image_processor=MiniCPMV4_6ImageProcessor(**kw),
-                                video_processor=MiniCPMV4_6VideoProcessor(**kw), tokenizer=tokenizer,
-                                chat_template=TEMPLATE)
+    return processor_cls(image_processor=MiniCPMV4_6ImageProcessor(**kw), video_processor=MiniCPMV4_6VideoProcessor(**kw),
+                         tokenizer=tokenizer, chat_template=TEMPLATE)
 
 
 def minicpmv_tokenizer(extra_words: tuple[str, ...] = ()):
@@ -64,17 +68,25 @@ def minicpmv_tokenizer(extra_words: tuple[str, ...] = ()):
 
 
 def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, extra_words: tuple[str, ...] = ()) -> Path:
-    """Write a complete tiny MiniCPM-V 4.6 checkpoint (config, weights, tokenizer, processor, template)."""
+          vision: dict[str, Any] | None = None, extra_words: tuple[str, ...] = (), version: str = "4.6") -> Path:
+    """Write a complete tiny MiniCPM-V 4.6 (or, `version="4.7"`, 4.7) checkpoint (config, weights, tokenizer,
+    processor, template). 4.7 adds marker ids to its config: its forward groups each image's views by them."""
     tok = minicpmv_tokenizer(extra_words)
     ids = tok.convert_tokens_to_ids
     text_cfg = {**DEFAULT_TEXT, **TEXT, **(text or {}), "model_type": "qwen3_5_text", "vocab_size": len(tok),
                 "max_position_embeddings": 8192, "eos_token_id": ids("<|im_end|>"),
                 "pad_token_id": ids("<|endoftext|>")}
     vision_cfg = {**VISION, **(vision or {})}
-    config = MiniCPMV4_6Config(text_config=text_cfg, vision_config=vision_cfg, insert_layer_id=0,
-                               image_size=vision_cfg["image_size"], image_token_id=ids(NAMED["image_token"]),
-                               video_token_id=ids(NAMED["video_token"]), tie_word_embeddings=False)
-    processor = minicpmv_processor(tok, patch=vision_cfg["patch_size"])
-    return save_sensitive(out_dir, seed, MiniCPMV4_6ForConditionalGeneration, config, processor, tok,
+    common = {"text_config": text_cfg, "vision_config": vision_cfg, "insert_layer_id": 0,
+              "image_size": vision_cfg["image_size"], "image_token_id": ids(NAMED["image_token"]),
+              "video_token_id": ids(NAMED["video_token"]), "tie_word_embeddings": False}
+    if version == "4.7":
+        markers = {"image_start_id": ids("<image>"), "image_end_id": ids("</image>"),
+                   "slice_start_id": ids("<slice>"), "slice_end_id": ids("</slice>"), "newline_id": ids(NEWLINE)}
+        config, model_cls = MiniCPMV4_7Config(**common, **markers), MiniCPMV4_7ForConditionalGeneration
+        processor = minicpmv_processor(tok, patch=vision_cfg["patch_size"], processor_cls=MiniCPMV4_7Processor)
+    else:
+        config, model_cls = MiniCPMV4_6Config(**common), MiniCPMV4_6ForConditionalGeneration
+        processor = minicpmv_processor(tok, patch=vision_cfg["patch_size"])
+    return save_sensitive(out_dir, seed, model_cls, config, processor, tok,
                           stop_tokens=("<|im_end|>",), pad_token="<|endoftext|>")
