@@ -152,6 +152,28 @@ def test_hybrid_text_of_the_published_checkpoints_is_refused_in_one_line():
         locate_decoder(model)
 
 
+def test_wrapper_refuses_a_hybrid_checkpoint_from_its_config(tmp_path, monkeypatch):
+    """vrh_minicpmv reads the checkpoint's config and refuses a hybrid text decoder in one line naming its layers,
+    before any weight loads."""
+    from transformers import AutoModelForImageTextToText
+    from vrh_lmms.model_wrappers.minicpmv import VRHMiniCPMV
+
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model.tiny.minicpmv import build
+
+    path = build(tmp_path / "hybrid", text={"num_hidden_layers": 2, "layer_types": ["linear_attention",
+                                                                                     "full_attention"]})
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("weights loaded before the refusal")
+
+    monkeypatch.setattr(AutoModelForImageTextToText, "from_pretrained", no_load)
+    with pytest.raises(VRHError, match=r"hybrid text decoder \(linear_attention layers 0 have no heads to cut; "
+                                       r"full-attention layers: 1\)") as err:
+        VRHMiniCPMV(pretrained=str(path), heads="L1H0")
+    assert "\n" not in str(err.value)
+
+
 @pytest.mark.slow
 def test_discovery_end_to_end(ckpt, tmp_path, monkeypatch):
     """vrh_synth_grounding through lmms-eval's evaluator and vrh_minicpmv: a complete heads file, box tokens found
