@@ -47,7 +47,7 @@ OLD_BUILDERS = {"qwen2_5_vl": "merged_patch_grid", "qwen3_vl": "merged_patch_gri
                 "phi4_multimodal": "phi4_dynamic_hd", "idefics3": "idefics3_tiles",
                 "magma": "magma_crops",  # magma: added with its layout (issue 28 item 5)
                 "llava": "clip_square", "llava_onevision": "onevision_anyres", "gemma3": "gemma3_crops",
-                "mistral3": "pixtral_rows", "llama4": "llama4_tiles", "molmo2": "molmo2_crops"}  # issue 49
+                "mistral3": "pixtral_rows", "llama4": "llama4_tiles"}  # issue 49
 OLD_CONVENTIONS = {"qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "deepseek_vl2",
                    "phi4_multimodal", "magma", "generic", "llava"}  # llava: issue 49
 # the twelve vrh_* lines the grounding template carried before the wrappers' set_active made them redundant
@@ -60,6 +60,13 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
                       "vrh_llava": "llava", "vrh_llava_onevision": "llava_next", "vrh_gemma3": "generic",
                       "vrh_idefics3": "generic", "vrh_smolvlm": "generic", "vrh_mistral3": "generic",
                       "vrh_llama4": "generic"}
+# families added for issue 49 from the other end of its list (kept apart from the lists above so branches merge)
+OLD_WRAPPERS.update({"vrh_molmo2": ("molmo2", "VRHMolmo2", None),
+                     "vrh_minicpmv": ("minicpmv", "VRHMiniCPMV", None)})
+OLD_TINY |= {"molmo2", "minicpmv"}
+OLD_BUILDERS.update({"molmo2": "molmo2_views", "minicpmv": "minicpmv_slices"})
+OLD_CONVENTIONS |= {"molmo2", "minicpmv"}
+OLD_TEMPLATE_LINES.update({"vrh_molmo2": "molmo2", "vrh_minicpmv": "minicpmv"})  # no template lines
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():

@@ -57,12 +57,16 @@ LAYOUT = {
     # the processor's image_token is the global view's <|image|> marker, then 16 <|patch|>; a 2:1 image gets 2 tiles
     # (each closed by a separator) before it
     "llama4": ("<|image|>", [1], [1], ("<|image_start|>", "<|tile_y_separator|>"), "<|patch|>"),
-    # the processor's <|image|> is replaced whole: a 4 x 4 pooled low-res view, then the pooled high-res canvas
-    # (1 and 1 x 3 crops here), each row closed by <im_col>
-    "molmo2": ("<im_patch>", [4] * 8, [4] * 4 + [10] * 4, "<low_res_im_start>", "<im_col>"),
 }
 # the token the image features go to, where the processor's image_token is another one (a marker or framing token)
 FEATURE_TOKEN = {"gemma3": "<image_soft_token>", "llama4": "<|patch|>", "molmo2": "<im_patch>"}
+# Molmo 2: the global view's 8 rows of 8 `<im_patch>`, then the crops' rows (a 112 px image: 2 x 2 crops of 105 px
+# on a 161 px canvas, 23 patches a side pooled to 11; 224 x 112: 2 x 4 crops, 11 rows of 18), each row closed by
+# <im_col>, after <low_res_im_start>. Added apart (issue 49) so it merges with the other families' lines.
+LAYOUT["molmo2"] = ("<im_patch>", [8] * 8 + [11] * 11, [8] * 8 + [18] * 11, "<low_res_im_start>", "<im_col>")
+# MiniCPM-V 4.6 (7 px patches, 28 px merged cells, scale 112): 112 x 112 stays whole, 4 x 4 after <image>; 224 x 112
+# is the 3 x 6 source view, then 2 slices of 4 x 4 (each closed by </slice>)
+LAYOUT["minicpmv"] = ("<|image_pad|>", [16], [18, 16, 16], "<image>", None)  # then </image> / </slice>
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
     "qwen2_5_vl": ("qwen2_5_vl", "", None),

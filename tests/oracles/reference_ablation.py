@@ -15,7 +15,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface, sdpa_mask
 
-_STATE: dict = {"heads": {}, "fill": None, "base": "sdpa"}
+_STATE: dict = {"heads": {}, "fill": None, "base": "sdpa", "hidden": {}}
 
 
 def _reference(module, query, key, value, attention_mask, **kwargs):
@@ -29,8 +29,37 @@ def _reference(module, query, key, value, attention_mask, **kwargs):
     out = out.clone()
     for h in _STATE["heads"].get(module.layer_idx, []):
         fill = _STATE["fill"]
-        out[:, :, h, :] = 0 if fill is None else fill[module.layer_idx, h].to(out.dtype)
+        if fill is None:
+            out[:, :, h, :] = 0
+            continue
+        value = fill[module.layer_idx, h].to(out.dtype)
+        gate = _output_gate(module)
+        # a gated attention (Qwen3.5: o_proj reads attention * sigmoid(gate)) writes the fill the gate lets through;
+        # the head's output, what o_proj reads, is set to the fill
+        out[:, :, h, :] = value if gate is None else value / gate[:, :, h, :]
     return out, weights
+
+
+def _output_gate(module) -> torch.Tensor | None:
+    """sigmoid(gate) per head, (batch, seq, heads, head_dim), recomputed from the module's own q_proj for attention
+    modules that gate their output (Qwen3.5's `q_proj` writes query and gate per head), else None."""
+    hidden = _STATE["hidden"].get(id(module))
+    if hidden is None:
+        return None
+    heads = module.q_proj(hidden).view(*hidden.shape[:-1], -1, module.head_dim * 2)
+    return torch.sigmoid(torch.chunk(heads, 2, dim=-1)[1])
+
+
+def _gates_output(module) -> bool:
+    """An attention whose q_proj writes twice the heads' width: query and output gate per head (Qwen3.5)."""
+    q, config = getattr(module, "q_proj", None), getattr(module, "config", None)
+    heads, dim = getattr(config, "num_attention_heads", None), getattr(module, "head_dim", None)
+    return (hasattr(module, "layer_idx") and isinstance(heads, int) and isinstance(dim, int)
+            and getattr(q, "out_features", None) == 2 * heads * dim)
+
+
+def _stash_hidden(module, args, kwargs):
+    _STATE["hidden"][id(module)] = args[0] if args else kwargs["hidden_states"]
 
 
 AttentionInterface.register("vrh_test_reference", _reference)
@@ -54,9 +83,14 @@ def reference_ablation(model, heads, fill: torch.Tensor | None = None, base: str
     if base == "eager":
         AttentionMaskInterface.register("vrh_test_reference", ALL_MASK_ATTENTION_FUNCTIONS["eager"])
     model.set_attn_implementation({text_key: "vrh_test_reference"} if text_key else "vrh_test_reference")
+    gated = [m for m in model.modules() if _gates_output(m)] if fill is not None else []
+    hooks = [m.register_forward_pre_hook(_stash_hidden, with_kwargs=True) for m in gated]
     try:
         yield
     finally:
+        for hook in hooks:
+            hook.remove()
+        _STATE["hidden"] = {}
         model.set_attn_implementation({text_key: previous} if text_key else previous)
         AttentionMaskInterface.register("vrh_test_reference", sdpa_mask)
         _STATE.update(heads={}, fill=None, base="sdpa")

@@ -226,10 +226,18 @@ for _fam in (
            layout_builder="vrh_lmms.model.capture.tilings_crops:llama4_tiles",
            wrappers=(Wrapper("vrh_llama4", "llama4", "VRHLlama4"),), tiny=_tiny("llama4"),
            hf_class="Llama4ForConditionalGeneration"),
-    # Molmo 2: points, not boxes (asked with the generic prompt here); no lmms-eval backend (vrh_hf runs it)
-    Family("molmo2", ("molmo2",), ("model.language_model.layers",), convention=conv.GENERIC, layout="molmo2",
-           layout_builder="vrh_lmms.model.capture.tilings_crops:molmo2_crops", tiny=_tiny("molmo2"),
+    # Molmo 2: Qwen3-style text; never trained to output boxes, it points (`<points coords=...>`, 0-1000); a global
+    # view then overlapping high-resolution crops, both pooled 2 x 2; bidirectional attention among image tokens
+    Family("molmo2", ("molmo2",), ("model.language_model.layers",), convention=conv.MOLMO2, layout="molmo2",
+           layout_builder="vrh_lmms.model.capture.tilings_molmo2:molmo2_views",
+           wrappers=(Wrapper("vrh_molmo2", "molmo2", "VRHMolmo2"),), tiny=_tiny("molmo2"),
            hf_class="Molmo2ForConditionalGeneration"),
+    # MiniCPM-V 4.6 / 4.7 (transformers-native): Qwen3.5 text (hybrid: see docs/models.md); `<box>x1 y1 x2 y2</box>`
+    # on 0-1000 after `<ref>..</ref>`; the source view, then the slices of the refined image
+    Family("minicpmv", ("minicpmv4_6", "minicpmv4_7"), ("model.language_model.layers",), convention=conv.MINICPMV,
+           layout="minicpmv", layout_builder="vrh_lmms.model.capture.tilings_minicpmv:minicpmv_slices",
+           wrappers=(Wrapper("vrh_minicpmv", "minicpmv", "VRHMiniCPMV"),), tiny=_tiny("minicpmv"),
+           hf_class="MiniCPMV4_6ForConditionalGeneration"),
 ):
     register(_fam)
 del _fam

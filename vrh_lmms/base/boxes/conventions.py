@@ -180,3 +180,19 @@ GENERIC = Convention(
     "normalized to 0-1000.", "auto",
     point_prompt="Point to {expression} in the image. Output [x, y] with coordinates normalized to 0-1000.",
     source="vrh-lmms fallback for models without a known convention")
+
+MOLMO2 = Convention(
+    "molmo2", "never trained to output boxes: points <points coords=\"1 1 x y ...\"> on a 0-1000 grid; a box is "
+    "asked as its two corners", "Point to the top left corner and the bottom right corner of {expression}.",
+    "norm1000", box_extractors=(ex.molmo_corner_boxes, *ex.GENERIC_BOX_EXTRACTORS),
+    point_prompt="Point to {expression}.", point_extractors=(ex.molmo_points, ex.json_points, ex.bracket_points),
+    source="Molmo 2 (allenai/Molmo2-8B) pointing: <points coords=\"image id x y ...\" alt=..>label</points>, x and y "
+           "per mille of the image (3 digits); its data has no boxes, so box tasks ask for the two corners as points")
+
+MINICPMV = Convention(
+    "minicpmv", "<ref>expr</ref><box>x1 y1 x2 y2</box>, spaces between, on a 0-1000 grid",
+    "Locate {expression} in the image and output its bounding box as <box>x1 y1 x2 y2</box> with coordinates "
+    "normalized to 0-1000.", "norm1000",
+    box_extractors=(ex.in_tags("<box>", "</box>"), *ex.GENERIC_BOX_EXTRACTORS),
+    source="MiniCPM-V grounding data (openbmb/MiniCPM-V: <ref>..</ref><box>x1 y1 x2 y2</box>, coordinates normalised "
+           "to 1000, as in its RefCOCO evaluation)")

@@ -261,3 +261,25 @@ def json_points(text: str) -> list[list[float]]:
 
 def bracket_points(text: str) -> list[list[float]]:
     return [[float(g) for g in m.groups()] for m in _BRACKET_POINT.finditer(text)]
+
+
+# ------------------------------------------------------------------------------------------ Molmo 2 pointing
+# Molmo 2 answers `<points coords="1 1 073 160 2 173 600" alt="...">label</points>`: per image (or frame) group, the
+# image index (a timestamp for video), then `point-id x y` triples on a 0-1000 grid; groups are separated by ";".
+_MOLMO_COORDS = re.compile(r"<(?:points|tracks)\b[^>]*?\bcoords=\"([0-9\t:;,. ]+)\"")
+
+
+def molmo_points(text: str) -> list[list[float]]:
+    """Every (x, y) of every `<points coords=...>` in the reply, in order."""
+    out: list[list[float]] = []
+    for coords in _MOLMO_COORDS.findall(text):
+        for group in re.split(r"[;,]", coords):
+            nums = re.findall(NUM, group)[1:]  # drop the image index / timestamp
+            out.extend([float(nums[i + 1]), float(nums[i + 2])] for i in range(0, len(nums) - 2, 3))
+    return out
+
+
+def molmo_corner_boxes(text: str) -> list[list[float]]:
+    """A box from the first two points (the two corners the box prompt asks Molmo 2 to point at)."""
+    pts = molmo_points(text)
+    return [pts[0] + pts[1]] if len(pts) >= 2 else []

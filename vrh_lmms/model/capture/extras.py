@@ -195,11 +195,6 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
                    resize_to_max_canvas=bool(ip.resize_to_max_canvas),
                    tokens_per_tile=(int(_get(ip.size, "height")) // int(processor.patch_size)) ** 2
                    // int(processor.downsample_ratio))
-    elif name == "molmo2":  # <im_patch> placeholders; crop geometry from the image processor
-        out.update(image_token_id=int(processor.tokenizer.convert_tokens_to_ids("<im_patch>")),
-                   crop_size=int(_get(ip.size, "height")), patch_size=int(ip.patch_size),
-                   max_crops=int(ip.max_crops), overlap_margins=[int(v) for v in ip.overlap_margins],
-                   pooling_size=[int(v) for v in ip.pooling_size])
     elif name == "mistral3":  # Pixtral: the resized (height, width) of the sample's image, px per token
         out.update(image_size_hw=[int(v) for v in _row(batch, "image_sizes", index)],
                    token_px=int(processor.patch_size) * int(processor.spatial_merge_size))
@@ -207,4 +202,26 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
         out.update(image_size=int(processor.image_size), patch_size=int(processor.patch_size),
                    downsample_ratio=int(processor.downsample_ratio),
                    candidate_resolutions=[list(c) for c in processor.candidate_resolutions])
+    elif name in _POOLED_LAYOUTS:
+        out.update(_POOLED_LAYOUTS[name](processor, ip))
     return out
+
+
+def _molmo2_extras(processor: Any, ip: Any) -> dict[str, Any]:
+    """Molmo 2: the `<im_patch>` tokens (processor.image_token is the prompt's `<|image|>`), crop and tiling
+    settings."""
+    return {"image_token_id": int(processor.tokenizer.convert_tokens_to_ids("<im_patch>")),
+            "crop_size": int(_get(ip.size, "height")), "patch_size": int(ip.patch_size),
+            "max_crops": int(ip.max_crops), "overlap_margins": [int(v) for v in ip.overlap_margins],
+            "pooling_size": [int(v) for v in ip.pooling_size]}
+
+
+def _minicpmv_extras(processor: Any, ip: Any) -> dict[str, Any]:
+    """MiniCPM-V 4.6: slicing and downsampling settings."""
+    return {"scale_resolution": int(ip.scale_resolution), "patch_size": int(ip.patch_size),
+            "max_slice_nums": int(ip.max_slice_nums), "slice_mode": bool(ip.slice_mode),
+            "downsample_mode": str(ip.downsample_mode)}
+
+
+# pooled layouts, each with its extras reader
+_POOLED_LAYOUTS = {"molmo2": _molmo2_extras, "minicpmv": _minicpmv_extras}

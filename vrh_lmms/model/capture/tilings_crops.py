@@ -1,6 +1,6 @@
 """Image-token layouts of LLaVA-1.5 (CLIP centre crop or pad-to-square), LLaVA-OneVision (AnyRes with
 `anyres_max_N` pooling), Gemma 3 (squashed image, then pan-and-scan crops), Mistral 3 (Pixtral's rows), Llama 4
-(tiles on a padded canvas, then a global tile) and Molmo 2 (low-res view, then pooled overlapping crops): builders
+(tiles on a padded canvas, then a global tile): builders
 `(w, h, extras) -> blocks` as in vrh_lmms.model.capture.tilings, reproducing transformers 5.25's processors and
 modelling code.
 """
@@ -134,31 +134,3 @@ def llama4_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
     if rows * cols > 1:
         blocks.append(Grid("global", spans(side, w / side), spans(side, h / side)))
     return blocks
-
-
-# --- Molmo 2: a low-resolution view (the image squashed to one crop), then the high-resolution canvas (the image
-# squashed to tiling x window + margins, cut into overlapping crops whose margins are dropped, so the kept patches
-# tile the canvas); each view's patch grid pooled in pool_h x pool_w windows padded centrally
-# (image_processing_molmo2.arange_for_pooling), one `<im_patch>` per window, row-major (`<im_col>` is another id).
-def _pooled_spans(n_patches: int, pool: int, patch_px: float) -> tuple[Span, ...]:
-    """Pixel spans of the pooling windows along one axis: windows of `pool` patches, the padding split in two."""
-    n = -(-n_patches // pool)
-    pad = (pool * n - n_patches) // 2
-    return tuple((max(i * pool - pad, 0) * patch_px, min((i + 1) * pool - pad, n_patches) * patch_px)
-                 for i in range(n))
-
-
-def molmo2_crops(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
-    # deferred: optional dependency (transformers releases before Molmo 2 lack its module)
-    from transformers.models.molmo2.image_processing_molmo2 import compute_crop_geometry
-
-    crop, patch, max_crops = (int(v) for v in _need(extras, "crop_size", "patch_size", "max_crops"))
-    margins = [int(v) for v in _need(extras, "overlap_margins")[0]]
-    pool_h, pool_w = (int(v) for v in _need(extras, "pooling_size")[0])
-    side = crop // patch
-    low = Grid("low_res", back(_pooled_spans(side, pool_w, patch), 0, crop / w),
-               back(_pooled_spans(side, pool_h, patch), 0, crop / h))
-    _, _, canvas_h, canvas_w = compute_crop_geometry(h, w, max_crops, margins, crop, patch)
-    high = Grid("high_res", back(_pooled_spans(canvas_w // patch, pool_w, patch), 0, canvas_w / w),
-                back(_pooled_spans(canvas_h // patch, pool_h, patch), 0, canvas_h / h))
-    return [low, high]

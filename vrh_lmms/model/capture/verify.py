@@ -22,14 +22,19 @@ from vrh_lmms.model.backbone import _get_path, locate_decoder
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import ImageTokenMap, box_key_mask, image_token_map, lm_input_ids
 
+# Modules whose attention pools only the patches of one token's own cell (Molmo 2's adapter: each pooled token
+# attends to its 2 x 2 window): kept, since zeroing them would cut every image token off its pixels.
+LOCAL_POOLING = frozenset({"Molmo2Adapter"})
+
 
 @contextmanager
 def zeroed_vision_attention(model: nn.Module) -> Iterator[int]:
-    """Replace the output of every non-decoder attention module but a pooling one with zeros; yields how many were
-    hooked."""
+    """Replace the output of every non-decoder attention module with zeros (except local pooling, LOCAL_POOLING);
+    yields how many were hooked."""
     dec = locate_decoder(model)
     layers = _get_path(model, dec.layers_path)
     inside = {id(m) for m in layers.modules()}
+    inside |= {id(m) for p in model.modules() if type(p).__name__ in LOCAL_POOLING for m in p.modules()}
     handles = []
 
     def zero(_module, _args, output):
