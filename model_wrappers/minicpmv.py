@@ -16,10 +16,10 @@ import contextlib
 from typing import Any
 
 from transformers import AutoConfig
-from vrh_lmms.model_wrappers.base import VRHMixin
-from vrh_lmms.model_wrappers.chat_backend import ChatTemplateBackend
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model_wrappers.base import VRHMixin
+from vrh_lmms.model_wrappers.chat_backend import ChatTemplateBackend
 
 
 def _spans(layers: list[int]) -> str:

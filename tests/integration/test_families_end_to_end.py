@@ -1,5 +1,5 @@
-"""LLaVA-1.5, LLaVA-OneVision, Gemma 3, Idefics3 / SmolVLM, Mistral 3, Llama 4 and Molmo 2: wrappers over
-lmms-eval's backends (Molmo 2 has none), tiny checkpoints that answer per image and per head set, image-token layouts
+"""LLaVA-1.5, LLaVA-OneVision, Gemma 3, Idefics3 / SmolVLM, Mistral 3 and Llama 4: wrappers over
+lmms-eval's backends, tiny checkpoints that answer per image and per head set, image-token layouts
 against the real processors at the published checkpoints' settings, and discovery end to end.
 
 - heads=none answers equal the unwrapped lmms-eval backend's (Idefics3: the backend cannot load it, so plain
@@ -48,8 +48,7 @@ CASES = [
     ("mistral3", f"{W}.mistral3:VRHMistral3", f"{S}.mistral3_vl:Mistral3_VL", {}),
     ("llama4", f"{W}.llama4:VRHLlama4", f"{S}.llama4_scout:Llama4Scout", {}),
 ]
-FAMILIES = ["llava", "llava_onevision", "gemma3", "idefics3", "mistral3", "llama4", "molmo2"]
-NO_BACKEND = ["molmo2"]  # no lmms-eval backend: lmms-eval's generic `huggingface` one (vrh_hf) runs them
+FAMILIES = ["llava", "llava_onevision", "gemma3", "idefics3", "mistral3", "llama4"]  # Molmo 2: test_families_molmo2
 
 
 def _cls(path: str):
@@ -199,31 +198,6 @@ def test_ablated_logits_equal_eager_reference(case, tiny_checkpoints):
     torch.testing.assert_close(got[valid], ref[valid], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.exact
-@pytest.mark.parametrize("family", NO_BACKEND)
-def test_ablated_logits_equal_eager_reference_without_backend(family, tiny_checkpoints):
-    """Families with no lmms-eval backend: the Ablator on the loaded model against the same reference."""
-    from vrh_lmms.base.heads.spec import HeadSet
-    from vrh_lmms.model.ablation import Ablator
-    from vrh_lmms.model.backbone import locate_decoder
-    from vrh_lmms.model.tiny.inputs import processor_inputs
-
-    model, processor = load_tiny(tiny_checkpoints(family))
-    batch = processor_inputs(processor, n=2)
-    heads = (HeadRef(0, 1), HeadRef(1, 0))
-    ablator = Ablator(model, locate_decoder(model))
-    with torch.no_grad():
-        clean = model(**batch).logits
-        ablator.apply(HeadSet(heads=heads, spec=HEADS, kind="explicit", k=2), mode="zero")
-        got = model(**batch).logits
-        ablator.restore()
-        with reference_ablation(model, list(heads), base="eager"):
-            ref = model(**batch).logits
-    valid = batch["attention_mask"].bool()  # left-padding rows attend to nothing: kernels fill them differently
-    assert (clean - ref)[valid].abs().max() > 1e-2
-    torch.testing.assert_close(got[valid], ref[valid], rtol=1e-4, atol=1e-4)
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_tiny_answers_depend_on_image_and_heads(family, tiny_checkpoints):
     """Six scenes, one prompt: at least four different answers; ablating two heads changes some answer."""
@@ -308,26 +282,19 @@ def _published_processor(family: str, **over):
         from vrh_lmms.model.tiny import llama4
 
         return llama4.llama4_processor(AutoTokenizer.from_pretrained(over["ckpt"]), tile=336, max_patches=16)
-    if family == "molmo2":  # Molmo2-8B: 378 px crops, patch 14, 8 crops, margins 4 / 4, 2 x 2 pooling
-        from transformers import AutoTokenizer
-
-        from vrh_lmms.model.tiny import molmo2
-
-        return molmo2.molmo2_processor(AutoTokenizer.from_pretrained(over["ckpt"]), crop=378, max_crops=8,
-                                       margins=(4, 4))
     # gemma-3-4b-it: 896 px, 256 tokens (pan-and-scan is a call-time option: see the test)
     return gemma.gemma3_processor(gemma.gemma3_tokenizer(), image_size=896, tokens=256)
 
 
 PUBLISHED = [("llava", {}), ("llava", {"kw": {"do_pad": True}}), ("llava_onevision", {}), ("gemma3", {}),
              ("gemma3", {"pan_and_scan": True}), ("idefics3", {}), ("idefics3", {"split": False}), ("mistral3", {}),
-             ("llama4", {}), ("molmo2", {})]
+             ("llama4", {})]
 
 
 @pytest.mark.exact
 @pytest.mark.parametrize("family,over", PUBLISHED, ids=["llava-crop", "llava-pad", "onevision", "gemma3",
                                                          "gemma3-pan-and-scan", "idefics3-split", "idefics3-whole",
-                                                         "mistral3", "llama4", "molmo2"])
+                                                         "mistral3", "llama4"])
 def test_layout_counts_equal_real_processor(family, over, tiny_checkpoints):
     processor = _published_processor(family, ckpt=tiny_checkpoints(family), **over)
     views_seen = set()
@@ -345,7 +312,7 @@ def test_layout_counts_equal_real_processor(family, over, tiny_checkpoints):
     expect = {"llava": {"image"}, "llava_onevision": {"base", "anyres"},
               "gemma3": {"image", "crop"} if over.get("pan_and_scan") else {"image"},
               "idefics3": {"tile", "global"} if over.get("split", True) else {"global"},
-              "mistral3": {"image"}, "llama4": {"tile", "global"}, "molmo2": {"low_res", "high_res"}}[family]
+              "mistral3": {"image"}, "llama4": {"tile", "global"}}[family]
     assert views_seen == expect
 
 
@@ -396,8 +363,7 @@ def test_llava_centre_crop_geometry_equals_processor(w, h):
                                          ("gemma3-pas", (1200, 300)), ("gemma3-pas", (280, 800)),
                                          ("idefics3", (150, 90)), ("idefics3", (90, 200)),
                                          ("mistral3", (150, 90)), ("mistral3", (300, 700)),
-                                         ("llama4", (150, 90)), ("llama4", (97, 131)), ("llama4", (40, 30)),
-                                         ("molmo2", (150, 90)), ("molmo2", (97, 131)), ("molmo2", (300, 80))])
+                                         ("llama4", (150, 90)), ("llama4", (97, 131)), ("llama4", (40, 30))])
 def test_layout_by_perturbation(family, size, tiny_checkpoints):
     """A rectangle drawn on a flat image changes exactly the predicted tokens' inputs to text layer 0 (Gemma 3 with
     pan-and-scan asked for at call time, its default crop settings: 4 and 3 crops here)."""

@@ -156,10 +156,10 @@ def test_wrapper_refuses_a_hybrid_checkpoint_from_its_config(tmp_path, monkeypat
     """vrh_minicpmv reads the checkpoint's config and refuses a hybrid text decoder in one line naming its layers,
     before any weight loads."""
     from transformers import AutoModelForImageTextToText
-    from vrh_lmms.model_wrappers.minicpmv import VRHMiniCPMV
 
     from vrh_lmms.base.errors import VRHError
     from vrh_lmms.model.tiny.minicpmv import build
+    from vrh_lmms.model_wrappers.minicpmv import VRHMiniCPMV
 
     path = build(tmp_path / "hybrid", text={"num_hidden_layers": 2, "layer_types": ["linear_attention",
                                                                                      "full_attention"]})

@@ -14,7 +14,7 @@ import torch
 from transformers.image_processing_utils import SizeDict
 
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.model.capture.tilings import Block, Grid, Span, _need, back, llava_next_anyres, spans
+from vrh_lmms.model.capture.tilings import Block, Grid, _need, back, llava_next_anyres, spans
 
 
 # --- LLaVA-1.5: CLIPImageProcessor resizes the shortest edge to `crop` and centre-crops a square (the parts of the

@@ -19,6 +19,7 @@ from vrh_lmms.model.capture.tilings import Block, Grid, _need, spans
 
 
 def minicpmv_slices(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
+    # deferred: optional dependency (transformers releases before MiniCPM-V 4.6 lack it)
     from transformers import MiniCPMV4_6ImageProcessor
 
     scale, patch, max_slices = (int(v) for v in _need(extras, "scale_resolution", "patch_size", "max_slice_nums"))

@@ -32,6 +32,7 @@ def pooled_spans(n_patches: int, pool: int, patch_px: float) -> tuple[Span, ...]
 
 
 def molmo2_views(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
+    # deferred: optional dependency (transformers releases before Molmo 2 lack it)
     from transformers.models.molmo2.image_processing_molmo2 import compute_crop_geometry
 
     crop, patch, max_crops = (int(v) for v in _need(extras, "crop_size", "patch_size", "max_crops"))

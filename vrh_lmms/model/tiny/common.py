@@ -88,8 +88,9 @@ class TinyFamily:
     make_processor: Callable[..., Any]  # (tokenizer, vision, **processor_kwargs)
     stop_tokens: tuple[str, ...] = ()  # the generation config's eos ids (init_and_save)
     pad_token: str | None = None
-    sensitive: bool = False  # weights whose answers depend on the image and the heads (tiny/sensitive.py)
-    never_generate: tuple[str, ...] = ()  # with `sensitive`: tokens generation suppresses
+    # how the seeded weights are drawn and saved (init_and_save's arguments); tiny/sensitive.py's save_sensitive
+    # gives answers that depend on the image and the heads
+    save: Callable[..., Path] | None = None
 
     def build(self, out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
               vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
@@ -98,12 +99,5 @@ class TinyFamily:
         tokenizer = self.make_tokenizer(extra_words)
         config = self.make_config(tokenizer, text, vision, initializer_range)
         processor = self.make_processor(tokenizer, vision, **(processor_kwargs or {}))
-        if self.sensitive:
-            # deferred: import cycle (tiny/sensitive.py saves through this module's helpers)
-            from vrh_lmms.model.tiny.sensitive import save_sensitive
-
-            return save_sensitive(out_dir, seed, self.model_cls, config, processor, tokenizer,
-                                  stop_tokens=self.stop_tokens, pad_token=self.pad_token,
-                                  never_generate=self.never_generate)
-        return init_and_save(out_dir, seed, self.model_cls, config, processor, tokenizer,
+        return (self.save or init_and_save)(out_dir, seed, self.model_cls, config, processor, tokenizer,
                              stop_tokens=self.stop_tokens, pad_token=self.pad_token)

@@ -9,6 +9,7 @@ environment lacks, so the tiny family uses Idefics3's own processor.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor, Idefics3Processor
@@ -16,6 +17,7 @@ from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefi
 from vrh_lmms.model.tiny.common import TinyFamily, chat_template
 from vrh_lmms.model.tiny.llava_next import SPECIALS as LLAMA3_SPECIALS
 from vrh_lmms.model.tiny.llava_next import llama3_text
+from vrh_lmms.model.tiny.sensitive import save_sensitive
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 ROW_COL = tuple(f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6))
@@ -79,5 +81,6 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
 # answers that depend on the image and on the heads (vrh_lmms.model.tiny.sensitive)
 FAMILY = TinyFamily("Idefics3", Idefics3ForConditionalGeneration,
                     make_tokenizer, make_config, make_processor, stop_tokens=STOP,
-                    pad_token="<|reserved_special_token_0|>", sensitive=True, never_generate=("<image>",))
+                    pad_token="<|reserved_special_token_0|>",
+                    save=functools.partial(save_sensitive, never_generate=("<image>",)))
 build = FAMILY.build
