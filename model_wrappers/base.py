@@ -230,7 +230,7 @@ class VRHMixin:
         self.vrh_family_spec = family
         model = self.model  # lmms-eval backends unwrap accelerate's wrapper here
         self._vrh_check_model_type(model, family)
-        self.vrh_decoder = locate_decoder(model, family)
+        self.vrh_decoder = self._vrh_locate(model, family)
         # read from the pristine weights, before any ablation folds zeros into o_proj (None: could not be read)
         self.vrh_dead_heads = dead_heads(self.vrh_decoder)
         if from_paper:  # the paper's published heads, for the geometry the loaded model has
@@ -268,6 +268,11 @@ class VRHMixin:
     def _vrh_load_context(self, args: tuple, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
         """Context around the base constructor, for wrappers that must correct how a backend loads its model."""
         return contextlib.nullcontext()
+
+    def _vrh_locate(self, model: Any, family: Any):
+        """The language decoder (vrh_lmms.model.backbone.Decoder); wrappers without a family record find it
+        otherwise (vrh_hf)."""
+        return locate_decoder(model, family)
 
     @staticmethod
     def _vrh_check_model_type(model: Any, family: Any) -> None:

@@ -30,6 +30,7 @@ OLD_WRAPPERS = {
     "vrh_magma": ("magma", "VRHMagma", None),
     "vrh_deepseek_vl2": ("deepseek_vl2", "VRHDeepseekVL2", None),
     "vrh_qwen25_omni": ("qwen2_5_omni", "VRHQwen25Omni", None),  # added with its family (issue 29)
+    "vrh_hf": ("hf", None, "VRHHf"),  # any image-text-to-text checkpoint (issue 49)
 }
 OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
             "qwen2_5_omni"}  # qwen2_5_omni: added with its family (issue 29)
@@ -45,7 +46,7 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
                       "vrh_internvl3": "internvl", "vrh_internvl3_5": "internvl", "vrh_internvl2": "internvl",
                       "vrh_llava_next": "llava_next", "vrh_glm4v": "glm4v", "vrh_phi4": "phi4_multimodal",
                       "vrh_paligemma": "paligemma", "vrh_magma": "magma", "vrh_deepseek_vl2": "deepseek_vl2",
-                      "vrh_qwen25_omni": "qwen2_5_vl"}  # omni (issue 29): no template line; Qwen2.5-VL's convention
+                      "vrh_qwen25_omni": "qwen2_5_vl", "vrh_hf": "generic"}  # omni (issue 29): no template line; Qwen2.5-VL's convention
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():

@@ -197,6 +197,9 @@ for _fam in (
            text_config_paths=("text_config", ""), convention=conv.MAGMA, layout="magma",
            layout_builder="vrh_lmms.model.capture.tilings:magma_crops",
            wrappers=(Wrapper("vrh_magma", "magma", "VRHMagma"),), remote_code=True),
+    # Any HF-native image-text-to-text checkpoint through lmms-eval's generic `huggingface` backend: the decoder is
+    # found by vrh_lmms.model.generic, not by these paths; no layout or box convention of its own (docs/models.md).
+    Family("hf", (), (), wrappers=(Wrapper("vrh_hf", "hf", None, "VRHHf"),)),
 ):
     register(_fam)
 del _fam

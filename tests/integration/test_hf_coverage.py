@@ -1,0 +1,158 @@
+"""The coverage table (vrh_lmms.model.coverage) claims only what is tested: every model type it says can be ablated
+gets a tiny random checkpoint of its real class here, and its ablation is checked exact against an independent
+reference; every other type is refused in one line; docs/models.md is the generated table.
+
+The reference shares no code with vrh_lmms.model.ablation: it finds each layer's attention output projection by
+its module path in the model (named_modules), checks its input width against the config's heads x head_dim, and
+zeroes the ablated heads' input columns with a forward pre-hook. Where the table claims capture, a second reference
+zeroes the heads in attention-output space through a function registered in transformers' attention interface
+(what capture, steering and the KV policy install), so the claim that the attention runs through it is tested too.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from vrh_lmms.base.heads.geometry import HeadRef
+from vrh_lmms.model.ablation import Ablator
+from vrh_lmms.model.coverage import coverage, image_text_types, markdown
+from vrh_lmms.model.generic import survey, text_config
+from vrh_lmms.model.tiny.generic import build_tiny_model
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@functools.lru_cache(maxsize=1)
+def table():
+    return {r.model_type: r for r in coverage()}
+
+
+def claimed() -> list[str]:
+    return [t for t, r in table().items() if r.ablates]
+
+
+def _ids(model) -> torch.Tensor:
+    """Text ids clear of every special token id the config names (image, video, boi, pad, ...)."""
+    special: set[int] = set()
+
+    def collect(cfg) -> None:
+        for key, value in cfg.to_dict().items():
+            if ("token" in key or "index" in key) and isinstance(value, int):
+                special.add(value)
+    collect(model.config)
+    vocab = int(text_config(model.config).vocab_size)
+    pool = [i for i in range(3, min(vocab, 400)) if i not in special]
+    g = torch.Generator().manual_seed(0)
+    return torch.tensor([pool[i] for i in torch.randint(len(pool), (14,), generator=g)]).unsqueeze(0)
+
+
+def _logits(model, ids):
+    with torch.no_grad():
+        try:
+            out = model(input_ids=ids, use_cache=False)
+        except (TypeError, ValueError):  # a class whose forward insists on images: drive its text model
+            out = model.get_decoder()(input_ids=ids, use_cache=False)
+    return out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+
+
+def _heads(g) -> list[HeadRef]:
+    return [HeadRef(0, 1), HeadRef(g.layers - 1, 0), HeadRef(g.layers - 1, g.heads - 1)]
+
+
+_REF: dict = {"heads": {}}
+
+
+def _ref_attention(module, query, key, value, attention_mask, **kwargs):
+    out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    out = out.clone()
+    for h in _REF["heads"].get(getattr(module, "layer_idx", None), []):
+        out[:, :, h, :] = 0
+    return out, weights
+
+
+AttentionInterface.register("vrh_test_coverage", _ref_attention)
+AttentionMaskInterface.register("vrh_test_coverage", sdpa_mask)
+
+
+@pytest.mark.exact
+@pytest.mark.parametrize("model_type", claimed())
+def test_ablation_exact_on_tiny_checkpoint(model_type):
+    model = build_tiny_model(model_type)
+    found = survey(model)
+    assert found.ok, found.refusal
+    dec = found.decoder()
+    g = dec.geometry
+    text = text_config(model.config)
+    assert g.heads == text.num_attention_heads
+    names = {m: n for n, m in model.named_modules()}
+    projs = [model.get_submodule(f"{found.layers_path}.{i}.{found.attn_attr}.{found.out_attr}")
+             for i in range(g.layers)]
+    assert all(p is q for p, q in zip(projs, dec.out_projs)), "the decoder's projections are the layers' own"
+    assert all("vision" not in names[p] and "visual" not in names[p] for p in projs)
+    assert {int(p.weight.shape[1]) for p in projs} == {g.heads * g.head_dim}
+    ids = _ids(model)
+    base = _logits(model, ids)
+    heads = _heads(g)
+
+    def zero_inputs(cols):
+        def pre(_module, args):
+            x = args[0].clone()
+            for c in cols:
+                x[..., c] = 0
+            return (x, *args[1:])
+        return pre
+
+    by_layer: dict[int, list[int]] = {}
+    for h in heads:
+        by_layer.setdefault(h.layer, []).append(h.head)
+    handles = [projs[layer].register_forward_pre_hook(zero_inputs(
+        [c for h in hs for c in range(h * g.head_dim, (h + 1) * g.head_dim)])) for layer, hs in by_layer.items()]
+    try:
+        reference = _logits(model, ids)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert not torch.equal(reference, base), "the reference ablation moved nothing"
+    for method in ("fold", "hook"):
+        ablator = Ablator(model, dec, method=method)
+        ablator.apply(heads)
+        try:
+            assert torch.equal(_logits(model, ids), reference), method
+        finally:
+            ablator.restore()
+    assert torch.equal(_logits(model, ids), base), "restore gives back the intact model"
+    if table()[model_type].capture == "yes":
+        _REF["heads"] = by_layer
+        previous = text._attn_implementation
+        target = {"text_config": "vrh_test_coverage"} if text is not model.config else "vrh_test_coverage"
+        try:
+            model.set_attn_implementation(target)
+            through_interface = _logits(model, ids)
+        finally:
+            model.set_attn_implementation({"text_config": previous} if text is not model.config else previous)
+            _REF["heads"] = {}
+        torch.testing.assert_close(through_interface, reference, rtol=1e-4, atol=1e-5)
+
+
+def test_table_claims_enough_and_refuses_the_rest_in_one_line():
+    rows = table()
+    assert set(rows) == set(image_text_types())
+    assert len(claimed()) >= 60, f"only {len(claimed())} types verified"
+    for r in rows.values():
+        if not r.ablates:
+            assert r.ablation and "\n" not in r.ablation and r.packing == "-"
+
+
+def test_docs_models_md_is_the_generated_table():
+    expected = markdown(list(table().values()), transformers.__version__)
+    assert (ROOT / "docs" / "models.md").read_text(encoding="utf-8") == expected, \
+        "docs/models.md is stale: run `vrh-lmms models --markdown > docs/models.md`"
