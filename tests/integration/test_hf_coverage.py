@@ -4,9 +4,10 @@ reference; every other type is refused in one line; docs/models.md is the genera
 
 The reference shares no code with vrh_lmms.model.ablation: it finds each layer's attention output projection by
 its module path in the model (named_modules), checks its input width against the config's heads x head_dim, and
-zeroes the ablated heads' input columns with a forward pre-hook. Where the table claims capture, a second reference
-zeroes the heads in attention-output space through a function registered in transformers' attention interface
-(what capture, steering and the KV policy install), so the claim that the attention runs through it is tested too.
+zeroes the ablated heads' input columns with a forward pre-hook. Where the table claims capture, the same heads are
+zeroed once more in attention-output space through the attention function capture, steering and the KV policy
+install (vrh_lmms.model.capture.attention), which must give the reference's logits: the claim that the model's
+attention runs through it is tested too.
 """
 
 from __future__ import annotations
@@ -17,12 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 import transformers
-from transformers import AttentionInterface
-from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from vrh_lmms.base.heads.geometry import HeadRef
 from vrh_lmms.model.ablation import Ablator
+from vrh_lmms.model.capture.attention import attention_edits
 from vrh_lmms.model.coverage import coverage, image_text_types, markdown
 from vrh_lmms.model.generic import survey, text_config
 from vrh_lmms.model.tiny.generic import build_tiny_model
@@ -68,19 +67,16 @@ def _heads(g) -> list[HeadRef]:
     return [HeadRef(0, 1), HeadRef(g.layers - 1, 0), HeadRef(g.layers - 1, g.heads - 1)]
 
 
-_REF: dict = {"heads": {}}
+class _ZeroHeads:
+    """An attention edit (vrh_lmms.model.capture.attention.AttentionEdit) zeroing heads of the layer's output."""
 
+    def __init__(self, heads: list[int]) -> None:
+        self.heads = heads
 
-def _ref_attention(module, query, key, value, attention_mask, **kwargs):
-    out, weights = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    out = out.clone()
-    for h in _REF["heads"].get(getattr(module, "layer_idx", None), []):
-        out[:, :, h, :] = 0
-    return out, weights
-
-
-AttentionInterface.register("vrh_test_coverage", _ref_attention)
-AttentionMaskInterface.register("vrh_test_coverage", sdpa_mask)
+    def edit_output(self, layer, module, query, key, value, attention_mask, kwargs, base, output):
+        output = output.clone()
+        output[:, :, self.heads, :] = 0
+        return output
 
 
 @pytest.mark.exact
@@ -130,17 +126,11 @@ def test_ablation_exact_on_tiny_checkpoint(model_type):
         finally:
             ablator.restore()
     assert torch.equal(_logits(model, ids), base), "restore gives back the intact model"
-    if table()[model_type].capture == "yes":
-        _REF["heads"] = by_layer
-        previous = text._attn_implementation
-        target = {"text_config": "vrh_test_coverage"} if text is not model.config else "vrh_test_coverage"
-        try:
-            model.set_attn_implementation(target)
+    if table()[model_type].capture == "yes":  # capture's attention path reaches the same heads
+        with attention_edits(model, {layer: _ZeroHeads(hs) for layer, hs in by_layer.items()}):
             through_interface = _logits(model, ids)
-        finally:
-            model.set_attn_implementation({"text_config": previous} if text is not model.config else previous)
-            _REF["heads"] = {}
         torch.testing.assert_close(through_interface, reference, rtol=1e-4, atol=1e-5)
+        assert torch.equal(_logits(model, ids), base)
 
 
 def test_table_claims_enough_and_refuses_the_rest_in_one_line():

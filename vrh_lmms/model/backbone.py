@@ -249,7 +249,18 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
     """Attention modules and output projections of every decoder layer, and the geometry they imply."""
     model = unwrap(model)
     config = getattr(model, "config", None)
-    family = family or family_for_config(config)
+    if family is None:
+        try:
+            family = family_for_config(config)
+        except VRHError:  # no family record: any image-text-to-text model's decoder, found generically
+            # deferred: vrh_lmms.model.generic builds on this module
+            from vrh_lmms.model.generic import survey
+
+            found = survey(model)
+            if not found.ok:
+                raise VRHError(f"{found.model_type} ({found.class_name}): its heads cannot be cut: "
+                               f"{found.refusal}") from None
+            return found.decoder()
     layers = None
     for path in family.layer_paths:
         try:

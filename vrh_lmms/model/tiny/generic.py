@@ -110,6 +110,8 @@ def _shrink(d: dict[str, Any], text: bool) -> dict[str, Any]:
             out[key] = 2
         elif key in _MLA:
             out[key] = _MLA[key]
+    if "kv_lora_rank" in out and "head_dim" in out:  # MLA: the rotary part is the head_dim its rope reads
+        out["head_dim"] = out.get("qk_rope_head_dim", HEAD_DIM)
     old = next((d[k] for k in _LAYER_KEYS if isinstance(d.get(k), int) and not isinstance(d.get(k), bool)), None)
     if old:
         new = _text_layers(d.get("layer_types"), old) if text else min(old, TOWER_LAYERS)
@@ -119,6 +121,9 @@ def _shrink(d: dict[str, Any], text: bool) -> dict[str, Any]:
         for key, value in d.items():  # per-layer lists (layer_types, mlp_only_layers masks, ...) cut to match
             if isinstance(value, list) and len(value) == old and old != new:
                 out[key] = value[:new]
+        if d.get("sliding_window") is None and "sliding_window" in d and \
+                any("sliding" in str(k) for k in d.get("layer_types") or ()):
+            out["sliding_window"] = 8  # a default that names sliding layers but leaves the window unset
         if isinstance(d.get("per_layer_config"), dict):  # {layer index: overrides}, only the layers kept
             out["per_layer_config"] = {k: v for k, v in d["per_layer_config"].items() if int(k) < new}
     return out
@@ -139,7 +144,21 @@ def tiny_config(model_type: str) -> Any:
         getattr(default, "get_text_config", lambda **_: default)(decoder=True) is default
     shrunk = _shrink(data, top_is_text)
     config = cls.from_dict(copy.deepcopy(shrunk))
+    _default_mrope(config)
     return config
+
+
+def _default_mrope(config: Any) -> None:
+    """Multimodal-RoPE sections (time, height, width) that fit the tiny rotary width; where the config names none,
+    the modeling code's fallback (16, 24, 24) (head_dim 128) is rescaled."""
+    subs = [config] + [getattr(config, k) for k in getattr(config, "sub_configs", {}) if getattr(config, k, None)]
+    for sub in subs:
+        rope = getattr(sub, "rope_parameters", None)
+        if "mrope_section" in getattr(type(sub), "ignore_keys_at_rope_validation", ()) and isinstance(rope, dict):
+            heads = getattr(sub, "num_attention_heads", HEADS)
+            head_dim = getattr(sub, "head_dim", None) or getattr(sub, "hidden_size", HIDDEN) // heads
+            partial = rope.get("partial_rotary_factor", getattr(sub, "partial_rotary_factor", None)) or 1.0
+            rope["mrope_section"] = _mrope(rope.get("mrope_section") or [16, 24, 24], int(head_dim * partial) // 2)
 
 
 def check_size(model: nn.Module, model_type: str) -> None:
