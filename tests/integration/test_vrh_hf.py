@@ -67,6 +67,21 @@ def test_vrh_hf_finds_gemma3_heads_and_ablates_them_exactly(tiny_gemma3, masked_
     assert not torch.equal(ours, intact)
 
 
+def test_vrh_load_takes_a_checkpoint_without_a_family_record(tiny_gemma3, masked_gemma3):
+    import vrh_lmms as vrh
+
+    model = vrh.load(str(tiny_gemma3), dtype="float32")
+    assert model.name == "vrh_hf" and model.geometry.layers == 6
+    masked = vrh.load(str(masked_gemma3), dtype="float32")
+    ids = torch.tensor([[2, 3, 40, 41, 42, 43, 44, 45, 9, 4]])
+    with torch.no_grad():
+        intact = model.hf(input_ids=ids).logits
+        with vrh.ablate(model, ["L0H1"]):
+            ablated = model.hf(input_ids=ids).logits
+        assert torch.equal(ablated, masked.hf(input_ids=ids).logits)
+        assert torch.equal(model.hf(input_ids=ids).logits, intact) and not torch.equal(ablated, intact)
+
+
 def _none(lm):
     from vrh_lmms.base.heads.spec import resolve_spec
 

@@ -30,7 +30,8 @@ CHAT_TEMPLATE = (
 IMAGE, PATCH, TOKENS = 56, 14, 4
 
 
-def build(out_dir: str | Path, seed: int = 0) -> Path:
+def build(out_dir: str | Path, seed: int = 0, **text_overrides) -> Path:
+    """Write the checkpoint; `text_overrides` change the text config (the benchmark's larger shape)."""
     tok = build_tokenizer(SPECIALS, plain_tokens=("\n",), extra_words=("user", "model", "system"),
                           named_specials={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>",
                                           "eoi_token": "<end_of_image>"},
@@ -44,7 +45,7 @@ def build(out_dir: str | Path, seed: int = 0) -> Path:
             "num_key_value_heads": 2, "head_dim": 16, "vocab_size": len(tok), "sliding_window": 8,
             "layer_types": ["sliding_attention"] * 5 + ["full_attention"], "query_pre_attn_scalar": 16,
             "bos_token_id": ids("<bos>"), "eos_token_id": ids("<eos>"), "pad_token_id": ids("<pad>"),
-            "initializer_range": 0.2}
+            "initializer_range": 0.2, **text_overrides}
     vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
               "image_size": IMAGE, "patch_size": PATCH, "vision_use_head": False}
     config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=TOKENS,
