@@ -43,7 +43,8 @@ def _requests(n: int):
     docs = [{"image": Image.new("RGB", (64 + 8 * i, 48), (40 * i, 90, 200)), "question": f"where is object {i}"}
             for i in range(n)]
     gen = {"max_new_tokens": 16, "temperature": 0}
-    reqs = [Instance("generate_until", ("", to_messages, gen, i, TASK, SPLIT), idx=0) for i in range(n)]
+    reqs = [Instance("generate_until", ("", to_messages, gen, i, TASK, SPLIT), idx=0,
+                     metadata={"task": TASK, "doc_id": i, "repeats": 1}) for i in range(n)]
     return docs, reqs
 
 

@@ -13,6 +13,8 @@ on it in float32 under a seed. No processor is made: the coverage test drives th
 from __future__ import annotations
 
 import copy
+import importlib
+import inspect
 from typing import Any
 
 import torch
@@ -110,8 +112,8 @@ def _shrink(d: dict[str, Any], text: bool) -> dict[str, Any]:
             out[key] = 2
         elif key in _MLA:
             out[key] = _MLA[key]
-    if "kv_lora_rank" in out and "head_dim" in out:  # MLA: the rotary part is the head_dim its rope reads
-        out["head_dim"] = out.get("qk_rope_head_dim", HEAD_DIM)
+    if "kv_lora_rank" in out and "head_dim" in out and d.get("head_dim") == d.get("qk_rope_head_dim"):
+        out["head_dim"] = out.get("qk_rope_head_dim", HEAD_DIM)  # MLA whose rope reads head_dim as its rotary width
     old = next((d[k] for k in _LAYER_KEYS if isinstance(d.get(k), int) and not isinstance(d.get(k), bool)), None)
     if old:
         new = _text_layers(d.get("layer_types"), old) if text else min(old, TOWER_LAYERS)
@@ -148,13 +150,24 @@ def tiny_config(model_type: str) -> Any:
     return config
 
 
+def _reads_mrope(config_cls: type) -> bool:
+    """Whether the config declares multimodal-RoPE sections, or its modeling code reads them with a fallback."""
+    if "mrope_section" in getattr(config_cls, "ignore_keys_at_rope_validation", ()):
+        return True
+    try:
+        modeling = importlib.import_module(config_cls.__module__.replace(".configuration_", ".modeling_"))
+        return '.get("mrope_section"' in inspect.getsource(modeling)
+    except (ImportError, OSError, TypeError):
+        return False
+
+
 def _default_mrope(config: Any) -> None:
     """Multimodal-RoPE sections (time, height, width) that fit the tiny rotary width; where the config names none,
     the modeling code's fallback (16, 24, 24) (head_dim 128) is rescaled."""
     subs = [config] + [getattr(config, k) for k in getattr(config, "sub_configs", {}) if getattr(config, k, None)]
     for sub in subs:
         rope = getattr(sub, "rope_parameters", None)
-        if "mrope_section" in getattr(type(sub), "ignore_keys_at_rope_validation", ()) and isinstance(rope, dict):
+        if isinstance(rope, dict) and ("mrope_section" in rope or _reads_mrope(type(sub))):
             heads = getattr(sub, "num_attention_heads", HEADS)
             head_dim = getattr(sub, "head_dim", None) or getattr(sub, "hidden_size", HIDDEN) // heads
             partial = rope.get("partial_rotary_factor", getattr(sub, "partial_rotary_factor", None)) or 1.0
