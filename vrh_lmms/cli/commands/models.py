@@ -1,5 +1,5 @@
 """`vrh-lmms models`: every image-text-to-text model type of the installed transformers, what works on it and
-what is refused and why (vrh_lmms.model.coverage; docs/models.md is its `--markdown` output)."""
+what is refused and why (vrh_lmms.model.coverage; docs/models.md holds its `--markdown` output)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model_types", nargs="*", metavar="MODEL_TYPE",
                         help="only these model types (config.json's model_type; default: all of them)")
     parser.add_argument("--markdown", action="store_true",
-                        help="print docs/models.md (the verdict and the full table) instead of the console table")
+                        help="print the generated part of docs/models.md (verdict, full table, refusals by reason) "
+                             "instead of the console table")
 
 
 def run(args: argparse.Namespace) -> int:
