@@ -22,7 +22,7 @@ import transformers
 from vrh_lmms.base.heads.geometry import HeadRef
 from vrh_lmms.model.ablation import Ablator
 from vrh_lmms.model.capture.attention import attention_edits
-from vrh_lmms.model.coverage import coverage, generated_part, image_text_types, markdown
+from vrh_lmms.model.coverage import coverage, generated_part, image_text_types, markdown, summary
 from vrh_lmms.model.generic import survey, text_config
 from vrh_lmms.model.tiny.generic import build_tiny_model
 
@@ -142,7 +142,10 @@ def test_table_claims_enough_and_refuses_the_rest_in_one_line():
             assert r.ablation and "\n" not in r.ablation and r.packing == "-"
 
 
-def test_docs_models_md_is_the_generated_table():
+def test_readme_and_docs_models_md_show_the_generated_table():
+    readme = generated_part((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert readme == summary(list(table().values()), transformers.__version__), \
+        "README.md's model summary is stale: replace it with vrh_lmms.model.coverage.summary's text"
     expected = markdown(list(table().values()), transformers.__version__)
     assert generated_part((ROOT / "docs" / "models.md").read_text(encoding="utf-8")) == expected, \
         "docs/models.md is stale: replace its generated part with `vrh-lmms models --markdown`"

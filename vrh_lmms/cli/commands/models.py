@@ -12,6 +12,8 @@ from vrh_lmms.base.tables import did_you_mean
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model_types", nargs="*", metavar="MODEL_TYPE",
                         help="only these model types (config.json's model_type; default: all of them)")
+    parser.add_argument("--summary", action="store_true",
+                        help="print README's generated summary (the verdict and the types that ablate)")
     parser.add_argument("--markdown", action="store_true",
                         help="print the generated part of docs/models.md (verdict, full table, refusals by reason) "
                              "instead of the console table")
@@ -24,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from vrh_lmms.model.coverage import coverage, image_text_types, markdown, row_for
+    from vrh_lmms.model.coverage import coverage, image_text_types, markdown, row_for, summary
 
     known = image_text_types()
     for name in args.model_types:
@@ -32,6 +34,9 @@ def run(args: argparse.Namespace) -> int:
             raise VRHError(f"model type {name!r} is not an image-text-to-text type of transformers "
                            f"{transformers.__version__}{did_you_mean(name, list(known))}")
     rows = [row_for(t, known[t]) for t in args.model_types] if args.model_types else coverage()
+    if args.summary:
+        print(summary(rows, transformers.__version__), end="")
+        return 0
     if args.markdown:
         print(markdown(rows, transformers.__version__), end="")
         return 0
