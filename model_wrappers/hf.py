@@ -22,10 +22,11 @@ from typing import Any
 
 import lmms_eval.models.chat.huggingface as _hf_module
 from lmms_eval.models.chat.huggingface import Huggingface as _Chat
+from transformers import AutoConfig
 from vrh_lmms.model_wrappers.base import VRHMixin
 
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.model.backbone import Decoder
+from vrh_lmms.model.backbone import Decoder, survey_decoder
 from vrh_lmms.model.generic import Survey, model_class_for, survey, survey_checkpoint
 
 DEFAULT_PRETRAINED = "Qwen/Qwen2.5-VL-3B-Instruct"  # the backend's own default
@@ -36,8 +37,6 @@ class _ImageTextModel:
 
     @staticmethod
     def from_pretrained(pretrained: Any, *args: Any, trust_remote_code: bool = False, **kwargs: Any):
-        from transformers import AutoConfig
-
         if "torch_dtype" in kwargs:  # transformers 5 names it dtype
             kwargs.setdefault("dtype", kwargs.pop("torch_dtype"))
         config = AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
@@ -108,7 +107,7 @@ class VRHHf(VRHMixin, _Chat):
 
     def _vrh_locate(self, model: Any, family: Any) -> Decoder:
         self.vrh_survey = check_cuttable(survey(model), str(getattr(self, "vrh_pretrained", None) or ""))
-        return self.vrh_survey.decoder()
+        return survey_decoder(self.vrh_survey)
 
     @staticmethod
     def _vrh_check_model_type(model: Any, family: Any) -> None:

@@ -21,6 +21,7 @@ import transformers
 
 from vrh_lmms.base.heads.geometry import HeadRef
 from vrh_lmms.model.ablation import Ablator
+from vrh_lmms.model.backbone import survey_decoder
 from vrh_lmms.model.capture.attention import attention_edits
 from vrh_lmms.model.coverage import coverage, generated_part, image_text_types, markdown, summary
 from vrh_lmms.model.generic import survey, text_config
@@ -85,7 +86,7 @@ def test_ablation_exact_on_tiny_checkpoint(model_type):
     model = build_tiny_model(model_type)
     found = survey(model)
     assert found.ok, found.refusal
-    dec = found.decoder()
+    dec = survey_decoder(found)
     g = dec.geometry
     text = text_config(model.config)
     assert g.heads == text.num_attention_heads

@@ -35,6 +35,7 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import Family, family_for_config
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
 from vrh_lmms.base.tables import did_you_mean
+from vrh_lmms.model.generic import Survey, survey
 
 HEAD_OUT = "head_out"
 ATTN_ROWS = "attn_rows"
@@ -253,14 +254,7 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
         try:
             family = family_for_config(config)
         except VRHError:  # no family record: any image-text-to-text model's decoder, found generically
-            # deferred: vrh_lmms.model.generic builds on this module
-            from vrh_lmms.model.generic import survey
-
-            found = survey(model)
-            if not found.ok:
-                raise VRHError(f"{found.model_type} ({found.class_name}): its heads cannot be cut: "
-                               f"{found.refusal}") from None
-            return found.decoder()
+            return survey_decoder(survey(model))
     layers = None
     for path in family.layer_paths:
         try:
@@ -301,6 +295,15 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
     kv = getattr(text_config, "num_key_value_heads", None) or getattr(attns[0], "num_key_value_heads", None) or heads
     geometry = Geometry(layers=len(attns), heads=heads, kv_heads=int(kv), head_dim=head_dim)
     return Decoder(family, attns, outs, geometry, text_config, layers_path, list(layers))
+
+
+def survey_decoder(found: Survey) -> Decoder:
+    """The decoder a generic survey found (vrh_lmms.model.generic: any image-text-to-text model, no family record),
+    or its refusal as one line."""
+    if not found.ok:
+        raise VRHError(f"{found.model_type} ({found.class_name}): its heads cannot be cut: {found.refusal}")
+    return Decoder(found.family(), [a for a, _ in found.modules], [o for _, o in found.modules], found.geometry,
+                   found.text, found.layers_path, list(found.layers))
 
 
 def dead_heads(decoder: Decoder) -> tuple[HeadRef, ...] | None:

@@ -19,7 +19,14 @@ import re
 import warnings
 from dataclasses import dataclass
 
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+from transformers.utils import logging as hf_logging
+
 from vrh_lmms.base.families import FAMILIES
+from vrh_lmms.model.generic import meta_model, survey
+from vrh_lmms.model.packing import packing_unsupported
+from vrh_lmms.model.tiny.generic import check_size, tiny_config
 
 YES = "yes"
 # the lines around the generated part of docs/models.md
@@ -59,8 +66,6 @@ class Row:
 
 def image_text_types() -> dict[str, str]:
     """model_type -> class name, for every type the installed transformers maps to AutoModelForImageTextToText."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
-
     return dict(MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
 
 
@@ -72,8 +77,6 @@ def _first_line(exc: BaseException) -> str:
 @contextlib.contextmanager
 def _quiet():
     """transformers logs and warns about defaults while building 100 configs; none of it is the user's concern."""
-    from transformers.utils import logging as hf_logging
-
     level = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
     try:
@@ -92,12 +95,6 @@ def discovery_family(model_type: str) -> str | None:
 
 def row_for(model_type: str, class_name: str) -> Row:
     """The coverage row of one model type (see the module docstring)."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
-    from vrh_lmms.model.generic import meta_model, survey
-    from vrh_lmms.model.packing import packing_unsupported
-    from vrh_lmms.model.tiny.generic import check_size, tiny_config
-
     fam = discovery_family(model_type)
     discovery = f"{YES} ({fam})" if fam else "no image-token layout record for this type"
 

@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import FAMILIES, Family
 from vrh_lmms.base.heads.geometry import Geometry
-from vrh_lmms.model.backbone import Decoder, unwrap
 
 # attribute names of a decoder layer's self-attention and of its output projection, tried in order
 ATTN_ATTRS = ("self_attn", "self_attention", "attention", "attn")
@@ -94,15 +94,6 @@ class Survey:
                       attn_attrs=(self.attn_attr or "self_attn",), out_attrs=(self.out_attr or "o_proj",),
                       text_config_paths=(self.text_config_path,), hf_class=self.class_name)
 
-    def decoder(self) -> Decoder:
-        """The decoder with its named sites (vrh_lmms.model.backbone), for ablation, capture and interventions."""
-        if self.refusal is not None:
-            raise VRHError(self.refusal)
-        attns = [a for a, _ in self.modules]
-        outs = [o for _, o in self.modules]
-        return Decoder(self.family(), attns, outs, self.geometry, self.text, self.layers_path, list(self.layers))
-
-
 def _candidates(model: nn.Module, n: int) -> list[tuple[str, nn.ModuleList]]:
     """Module lists of `n` layers that may be the language decoder's, the most likely first."""
     found = [(name, mod) for name, mod in model.named_modules()
@@ -147,8 +138,8 @@ def _ranges(layers: list[int]) -> str:
 
 
 def survey(model: nn.Module) -> Survey:
-    """Find the language decoder of `model` (loaded or on the meta device); see the module docstring."""
-    model = unwrap(model)
+    """Find the language decoder of `model` (loaded or on the meta device, unwrapped from DDP / FSDP); see the
+    module docstring. vrh_lmms.model.backbone.survey_decoder turns a survey without refusal into a `Decoder`."""
     config = model.config
     model_type = str(getattr(type(config), "model_type", "") or getattr(config, "model_type", ""))
     out = Survey(model_type, type(model).__name__)
@@ -208,8 +199,6 @@ def survey(model: nn.Module) -> Survey:
 def model_class_for(config: Any) -> type:
     """The transformers class `AutoModelForImageTextToText` (else `AutoModelForCausalLM`) maps this config to,
     looked up by config class (the mappings are keyed by config classes, not model_type strings)."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
     for auto in (AutoModelForImageTextToText, AutoModelForCausalLM):
         mapping = auto._model_mapping
         if type(config) in mapping:
@@ -227,7 +216,5 @@ def meta_model(config: Any) -> nn.Module:
 
 def survey_checkpoint(pretrained: str, trust_remote_code: bool = False) -> Survey:
     """`survey` from config.json alone (meta device): the refusal or geometry before any weight loads."""
-    from transformers import AutoConfig
-
     config = AutoConfig.from_pretrained(pretrained, trust_remote_code=trust_remote_code)
     return survey(meta_model(config))

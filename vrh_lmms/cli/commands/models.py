@@ -20,7 +20,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # deferred: the table builds every class on the meta device (torch, transformers)
+    # deferred: keeps `vrh-lmms --help` free of torch, transformers (the table builds every class on the meta device)
     import transformers
     from rich.console import Console
     from rich.markup import escape

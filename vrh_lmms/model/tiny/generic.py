@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.generic import model_class_for
@@ -133,8 +134,6 @@ def _shrink(d: dict[str, Any], text: bool) -> dict[str, Any]:
 
 def tiny_config(model_type: str) -> Any:
     """Transformers' default config of `model_type`, shrunk (module docstring)."""
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
-
     if model_type not in CONFIG_MAPPING:
         raise VRHError(f"model_type {model_type!r} is not known to the installed transformers")
     cls = CONFIG_MAPPING[model_type]
