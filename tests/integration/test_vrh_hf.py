@@ -124,3 +124,54 @@ def test_lmms_eval_vrh_hf_answers_like_our_masked_checkpoint(tiny_gemma3, masked
     assert len(ours) == 4 and ours == theirs
     assert any(json.loads(a) not in ([""], [[""]], []) for a in ours), ours  # real answers, not empty strings
     assert data["vrh"]["family"] == "hf" and data["vrh"]["ablation"]["heads"] == ["L0H1"]
+
+
+@pytest.mark.slow
+def test_packed_sweep_through_vrh_hf_writes_the_unpacked_files(tiny_gemma3, vrh_env, tmp_path):
+    """Sweeps run on a model without a family record, packed (with the shared prefill) as one at a time."""
+    import numpy as np
+
+    from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
+
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 4, "seed": 3}))
+    model_args = f"pretrained={tiny_gemma3},dtype=float32"
+    lm = _build(tiny_gemma3)
+    assert lm.vrh_pack_unsupported() is None
+    g = lm.vrh_decoder.geometry
+    scores = np.random.default_rng(2).random((g.layers, g.heads))
+    heads = tmp_path / "heads.json"
+    save_heads_file(HeadsFile({"id": str(tiny_gemma3), "family": "hf"}, g, scores, ranking_from_scores(scores)),
+                    heads)
+    configs = [c for c in plan_configurations([2], 1, False, ["zero"]) if c.id in ("baseline", "top2",
+                                                                                      "random2_s0")]
+
+    def files(pack: int) -> dict:
+        out = tmp_path / f"pack{pack}"
+        run_sweep(SweepSpec("vrh_hf", model_args, [TASK], str(heads), configs, limit=4, batch_size=1,
+                            gen_kwargs="max_new_tokens=8", pack=pack), out, lm=lm, progress=False)
+        found = {}
+        for folder in sorted((out / "configs").iterdir()):
+            results = json.loads((folder / "results.json").read_text())
+            lines = [json.loads(line)["filtered_resps"]
+                     for line in (folder / f"samples_{TASK}.jsonl").read_text().splitlines()]
+            found[folder.name] = (results["results"], results["vrh"]["ablation"]["heads"], lines)
+        return found
+
+    one = files(1)
+    calls = {"packs": 0}
+    original_pack = lm.vrh_pack
+
+    def counting_pack(*args, **kwargs):
+        calls["packs"] += 1
+        return original_pack(*args, **kwargs)
+
+    lm.vrh_pack = counting_pack
+    packed = files(3)
+    del lm.vrh_pack
+    assert calls["packs"] == 1, "three configurations in one pack"
+    assert len({json.dumps(v[2]) for v in one.values()}) > 1, "the head sets must change some answers"
+    assert sorted(one) == sorted(packed) == sorted(c.id for c in configs)
+    for cid in one:
+        assert one[cid] == packed[cid], cid
