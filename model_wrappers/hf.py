@@ -23,7 +23,7 @@ from typing import Any
 import lmms_eval.models.chat.huggingface as _hf_module
 from lmms_eval.models.chat.huggingface import Huggingface as _Chat
 from transformers import AutoConfig
-from vrh_lmms.model_wrappers.base import VRHMixin
+from vrh_lmms.model_wrappers.base import VRHMixin, with_call
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.backbone import Decoder, survey_decoder
@@ -74,12 +74,7 @@ def _processor_call(self, *args: Any, **kwargs: Any):
 
 def media_processor(processor: Any) -> Any:
     """Give the backend's processor a subclass (same name) whose call is `_processor_call`."""
-    cls = type(processor)
-    if cls not in _PROCESSOR_CLASSES:
-        _PROCESSOR_CLASSES[cls] = type(cls.__name__, (cls,), {"__call__": _processor_call,
-                                                              "__module__": cls.__module__})
-    processor.__class__ = _PROCESSOR_CLASSES[cls]
-    return processor
+    return with_call(processor, _processor_call, _PROCESSOR_CLASSES)
 
 
 def check_cuttable(found: Survey, pretrained: str) -> Survey:

@@ -46,7 +46,8 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
                       "vrh_internvl3": "internvl", "vrh_internvl3_5": "internvl", "vrh_internvl2": "internvl",
                       "vrh_llava_next": "llava_next", "vrh_glm4v": "glm4v", "vrh_phi4": "phi4_multimodal",
                       "vrh_paligemma": "paligemma", "vrh_magma": "magma", "vrh_deepseek_vl2": "deepseek_vl2",
-                      "vrh_qwen25_omni": "qwen2_5_vl", "vrh_hf": "generic"}  # omni (issue 29): no template line; Qwen2.5-VL's convention
+                      "vrh_qwen25_omni": "qwen2_5_vl",  # omni (issue 29): no template line; Qwen2.5-VL's convention
+                      "vrh_hf": "generic"}  # vrh_hf (issue 49): no template line; no convention of its own
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():
