@@ -30,6 +30,7 @@ setup(
     package_data={
         "vrh_lmms.tasks": ["**/*.yaml", "**/*.jsonl", "**/*.parquet", "**/*.md", "**/*.tmpl"],
         "vrh_lmms": ["assets/**/*", "py.typed"],
+        "vrh_lmms.report.explorer_page": ["*.js", "*.css"],  # the explorer page's script and style
     },
     include_package_data=True,
 )

@@ -53,10 +53,10 @@ def main() -> int:
     import torch
 
     from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.base.synth.demo_spec import DemoSpec
     from vrh_lmms.harness import lmms
     from vrh_lmms.pipelines.demo.pipeline import EVAL_START, _synth_config, demo_model_args, demo_model_path
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     torch.set_num_threads(args.threads)

@@ -50,6 +50,7 @@ def _requests(n: int):
 
 def _plain(pretrained: str):
     from lmms_eval.models.chat.huggingface import Huggingface
+
     from vrh_lmms.model_wrappers.base import load_dtype
     from vrh_lmms.model_wrappers.hf import image_text_class, media_processor
 

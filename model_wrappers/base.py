@@ -24,8 +24,6 @@ from lmms_eval.api.model import lmms
 from lmms_eval.utils import simple_parse_args_string
 from loguru import logger
 from transformers import PreTrainedModel
-from vrh_lmms.model_wrappers.manifests import WRAPPERS
-from vrh_lmms.model_wrappers.results_hook import publish_record
 
 from vrh_lmms.base.boxes import context
 from vrh_lmms.base.errors import VRHError
@@ -40,6 +38,8 @@ from vrh_lmms.model.backbone import dead_heads, locate_decoder
 from vrh_lmms.model.decoding import check_decode
 from vrh_lmms.model.device import default_device, default_device_map
 from vrh_lmms.model.packing import PackedGenerate, packing_unsupported
+from vrh_lmms.model_wrappers.manifests import WRAPPERS
+from vrh_lmms.model_wrappers.results_hook import publish_record
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float16": torch.float16, "fp16": torch.float16}
@@ -180,6 +180,9 @@ class VRHMixin:
     """Mix in before an lmms-eval backend class; set `vrh_family` (a key of vrh_lmms.base.families.FAMILIES)."""
 
     vrh_family: str = ""
+    # the most docs one backend call takes (None: no limit); `--batch-size` beyond it is refused before the load
+    # (vrh_lmms.harness.preload.check_batch_size)
+    vrh_max_batch_size: int | None = None
     # names of the base constructor's device arguments (most backends use both)
     vrh_device_args: tuple[str, ...] = ("device", "device_map")
 

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 from PIL import Image
-from vrh_lmms.model_wrappers.base import VRHMixin
-from vrh_lmms.model_wrappers.own_backend import VRHOwnBackend
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model_wrappers.base import VRHMixin
+from vrh_lmms.model_wrappers.own_backend import VRHOwnBackend
 
 INSTALL_HINT = ("install DeepSeek's code with: pip install git+https://github.com/deepseek-ai/DeepSeek-VL2 "
                 "(it was written for transformers 4.38; it may not import beside this project's transformers 5, "

@@ -17,9 +17,9 @@ import lmms_eval.models.simple.glm4v as _glm4v_module
 import transformers
 from lmms_eval.models.simple.glm4v import GLM4V as _Simple
 from transformers import AutoConfig
-from vrh_lmms.model_wrappers.base import VRHMixin
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model_wrappers.base import VRHMixin
 
 _CLASS_NAMES = {"glm4v": "Glm4vForConditionalGeneration", "glm4v_moe": "Glm4vMoeForConditionalGeneration"}
 

@@ -23,11 +23,11 @@ from typing import Any
 import lmms_eval.models.chat.huggingface as _hf_module
 from lmms_eval.models.chat.huggingface import Huggingface as _Chat
 from transformers import AutoConfig
-from vrh_lmms.model_wrappers.base import VRHMixin, with_call
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.backbone import Decoder, survey_decoder
 from vrh_lmms.model.generic import Survey, model_class_for, survey, survey_checkpoint
+from vrh_lmms.model_wrappers.base import VRHMixin, with_call
 
 DEFAULT_PRETRAINED = "Qwen/Qwen2.5-VL-3B-Instruct"  # the backend's own default
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from lmms_eval.models.simple.internvl2 import InternVL2 as _InternVL2
 from lmms_eval.models.simple.internvl3 import InternVL3 as _InternVL3
 from lmms_eval.models.simple.internvl3_5 import InternVL3_5 as _InternVL3_5
-from vrh_lmms.model_wrappers.base import VRHMixin
-from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 
 from vrh_lmms.model.capture.extras import RemoteInternVLProcessor
+from vrh_lmms.model_wrappers.base import VRHMixin
+from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 
 
 class _ConfigFix:
@@ -33,6 +33,7 @@ class _ConfigFix:
 
 class VRHInternVL3(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL3):
     vrh_family = "internvl_chat"
+    vrh_max_batch_size = 1  # lmms-eval's internvl3 asserts batch size 1
 
 
 class VRHInternVL3_5(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL3_5):
@@ -41,3 +42,4 @@ class VRHInternVL3_5(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL3_5):
 
 class VRHInternVL2(_ConfigFix, VRHMixin, CudaToCpuFallback, _InternVL2):
     vrh_family = "internvl_chat"
+    vrh_max_batch_size = 1  # lmms-eval's internvl2 asserts batch size 1

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from PIL import Image
 from transformers import AutoModelForCausalLM, AutoProcessor
+
 from vrh_lmms.model_wrappers.base import VRHMixin
 from vrh_lmms.model_wrappers.own_backend import VRHOwnBackend
 

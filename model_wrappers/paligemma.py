@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from PIL import Image
 from transformers import PaliGemmaForConditionalGeneration, PaliGemmaProcessor
+
 from vrh_lmms.model_wrappers.base import VRHMixin
 from vrh_lmms.model_wrappers.own_backend import VRHOwnBackend
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from vrh_lmms.model_wrappers.base import VRHMixin, unavailable_backend, user_errors_exit
-
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model_wrappers.base import VRHMixin, unavailable_backend, user_errors_exit
 
 try:
     from lmms_eval.models.chat.phi4_multimodal import Phi4 as _Chat

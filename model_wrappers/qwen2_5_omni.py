@@ -20,10 +20,9 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model_wrappers.base import VRHMixin, unavailable_backend, user_errors_exit, with_call
 from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
-
-from vrh_lmms.base.errors import VRHError
 
 try:
     import lmms_eval.models.simple.qwen2_5_omni as _omni_module

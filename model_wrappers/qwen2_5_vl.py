@@ -9,11 +9,11 @@ from typing import Any
 
 from lmms_eval.models.chat.qwen2_5_vl import Qwen2_5_VL as _Chat
 from lmms_eval.models.simple.qwen2_5_vl import Qwen2_5_VL as _Simple
-from vrh_lmms.model_wrappers.base import VRHMixin, user_errors_exit
 
 from vrh_lmms.base.boxes import context
 from vrh_lmms.base.boxes.backends import backend_box_params
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model_wrappers.base import VRHMixin, user_errors_exit
 
 IMAGE_POSITIONS = ("before_prompt", "after_prompt")
 _PLACEHOLDER = re.compile(r"<image \d+>")

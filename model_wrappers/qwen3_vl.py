@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lmms_eval.models.chat.qwen3_vl import Qwen3_VL as _Chat
 from lmms_eval.models.simple.qwen3_vl import Qwen3_VL as _Simple
+
 from vrh_lmms.model_wrappers.base import VRHMixin
 
 

@@ -11,9 +11,10 @@ when a `vrh_*` model is constructed we wrap `EvaluationTracker.save_results_aggr
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from vrh_lmms.model_wrappers.manifests import WRAPPERS
@@ -75,3 +76,27 @@ def uninstall() -> None:
 
         EvaluationTracker.save_results_aggregated = _ORIGINAL
     _ORIGINAL, _RECORD, _OWNERS = None, None, frozenset()
+
+
+@contextlib.contextmanager
+def kept() -> Iterator[None]:
+    """Whatever the block installs or publishes, the wrap is as it was before afterwards: installed with the same
+    record, or not installed (the Python API evaluates without leaving a wrap that `vrh.load` had removed)."""
+    global _ORIGINAL, _RECORD, _OWNERS
+    state = (_ORIGINAL, _RECORD, _OWNERS)
+    method = None
+    if _ORIGINAL is not None:
+        # deferred: keeps `vrh-lmms discover --help` free of lmms_eval
+        from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
+        method = EvaluationTracker.save_results_aggregated
+    try:
+        yield
+    finally:
+        uninstall()
+        if state[0] is not None:
+            # deferred: keeps `vrh-lmms discover --help` free of lmms_eval
+            from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
+            EvaluationTracker.save_results_aggregated = method
+            _ORIGINAL, _RECORD, _OWNERS = state

@@ -6,18 +6,30 @@ Each call is the command line's own code: `load` builds the `vrh_*` lmms-eval mo
 `vrh_lmms.harness.lmms.evaluate` with the head set applied as a sweep applies it, its run folder written as a sweep
 writes one, and `Result.drop_vs` pairs two runs and computes the drop with the reports' statistics
 (`vrh_lmms.report.pairing`, `vrh_lmms.base.stats.paired_drop`).
+
+Nothing is silently wrong in a notebook either: one call at a time uses a model (`evaluate` or `discover` inside an
+active `ablate` block, a second `ablate` before the first has ended, as notebook cells or threads can do, are
+refused in one line, so a head is never left ablated nor an ablated model recorded as intact); a named output takes
+the command line's lock (vrh_lmms.base.folder_lock); `evaluate` checks its output before generating and leaves the
+global random generators and lmms-eval's patches as it found them; a temporary output is never registered.
 """
 
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
+import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vrh_lmms.base import atomic
+import numpy as np
+import torch
+
+from vrh_lmms.base import atomic, console, folder_lock
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import family_for_config, get_family
 from vrh_lmms.base.heads.geometry import HeadRef, parse_head
@@ -29,6 +41,7 @@ from vrh_lmms.base.stats import paired_drop
 from vrh_lmms.harness import lmms
 from vrh_lmms.harness.preload import HEAD_ARGS, load_config
 from vrh_lmms.model.ablation import ablated
+from vrh_lmms.model_wrappers import results_hook
 from vrh_lmms.report.pairing import align, pair
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery
 
@@ -88,7 +101,59 @@ def load(pretrained: str, model: str | None = None, batch_size: int = 1, **model
         raise VRHError(f"vrh.load: {', '.join(chosen)} chooses heads; pass heads to vrh.ablate / vrh.evaluate instead")
     name = model or _model_name(str(pretrained))
     args = ",".join(f"{k}={v}" for k, v in {"pretrained": pretrained, **model_args}.items())
-    return Model(lmms.build_model(name, args, batch_size=batch_size), name, args)
+    with console.quiet_libraries():  # transformers' weight-loading bar and the like: not in a notebook
+        return Model(lmms.build_model(name, args, batch_size=batch_size), name, args)
+
+
+_IN_USE: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()  # HF model -> the call using it
+_IN_USE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _using(model: Model, what: str, advice: str) -> Iterator[None]:
+    """`what` uses the model for the block; a model another call is using (an `ablate` block not yet ended, in this
+    thread or another, or an evaluation in another thread) is refused in one line, before anything changes."""
+    key = model.hf
+    with _IN_USE_LOCK:
+        user = _IN_USE.get(key)
+        if user is not None:
+            raise VRHError(f"{what}: refused, the model is in use by {user}, which has not ended; {advice}")
+        _IN_USE[key] = what
+    try:
+        yield
+    finally:
+        with _IN_USE_LOCK:
+            _IN_USE.pop(key, None)
+
+
+@contextlib.contextmanager
+def _generators_kept() -> Iterator[None]:
+    """lmms-eval's evaluator seeds Python's, NumPy's and torch's global generators: put their states back after."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    states = (random.getstate(), np.random.get_state(), torch.random.get_rng_state(),
+              torch.cuda.get_rng_state_all() if cuda else None)
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.random.set_rng_state(states[2])
+        if states[3] is not None:
+            torch.cuda.set_rng_state_all(states[3])
+
+
+@contextlib.contextmanager
+def _as_found() -> Iterator[None]:
+    """The global generators and lmms-eval's tracker wrap (results_hook) as they were before the block."""
+    with _generators_kept(), results_hook.kept():
+        yield
+
+
+def _output_lock(output: Path | None, command: str, wait: bool):
+    """The command line's lock of a named output (a temporary one needs none)."""
+    if output is None:
+        return contextlib.nullcontext()
+    return folder_lock.held(output, command, wait=wait, wait_option="wait=True")
 
 
 @dataclass
@@ -118,23 +183,51 @@ class Discovered:
 
 
 def discover(model: Model, task: str, limit: int | None = 200, output: str | Path | None = None,
-             **options: Any) -> Discovered:
+             wait: bool = False, **options: Any) -> Discovered:
     """`vrh-lmms discover` on one task (its default scoring, out,sum,mean); `options` are DiscoverySpec fields
-    (primary=, cells=, key_tokens=, gen_kwargs=, ...). `output`: the heads file (default: a new temporary folder)."""
-    out = Path(output) if output else atomic.scratch_dir("vrh-discover-") / "heads.json"
+    (primary=, cells=, key_tokens=, gen_kwargs=, ...). `output`: the heads file, locked and registered as the
+    command does (default: a new temporary folder, not registered); `wait`: wait for a run holding it to end."""
+    named = Path(output) if output else None
+    out = named or atomic.scratch_dir("vrh-discover-") / "heads.json"
     spec = DiscoverySpec(model=model.name, model_args=model.model_args, tasks=[task], output=str(out),
                          limit=limit, **options)
-    path = run_discovery(spec, lm=model.lm)
+    with _using(model, f"vrh.discover({task})", "discover outside the vrh.ablate block (it scores the intact "
+                "model)"), _output_lock(named, "vrh.discover", wait), _as_found():
+        with console.quiet_libraries(), _one_bar(model.lm, f"discover {task}", limit):
+            path = run_discovery(spec, lm=model.lm, register=named is not None)
     return Discovered(load_heads_file(path), model.geometry)
+
+
+@contextlib.contextmanager
+def _one_bar(lm: Any, desc: str, total: int | None) -> Iterator[None]:
+    """One progress bar for a library call (console.quiet_libraries holds the libraries' own back): each answer moves
+    it, counted at lmms-eval's cache hook, which every backend calls once per answer."""
+    hook = lm.cache_hook
+    bar = console.bar(total, desc, "doc")
+    add = hook.add_partial
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        bar.update(1)
+        return add(*args, **kwargs)
+
+    hook.add_partial = counted
+    try:
+        yield
+    finally:
+        del hook.add_partial  # the class's own again
+        bar.close()
 
 
 @contextlib.contextmanager
 def ablate(model: Model, heads: Heads, mode: str = "zero") -> Iterator[HeadSet]:
     """Ablate `heads` in the Hugging Face model for the block (any forward or generate); the weights and hooks come
-    back exactly when it ends, also after an exception."""
+    back exactly when it ends, also after an exception. One block at a time per model: a second one before the
+    first has ended (nested, notebook cells exited out of order, another thread) is refused in one line."""
     headset = model.headset(heads)
-    with ablated(model.hf, headset, mode=mode, decoder=model.lm.vrh_decoder):
-        yield headset
+    with _using(model, f"vrh.ablate({', '.join(headset.names) or 'no heads'})",
+                "end that block first (or ablate every head in one block)"):
+        with ablated(model.hf, headset, mode=mode, decoder=model.lm.vrh_decoder):
+            yield headset
 
 
 @dataclass
@@ -175,26 +268,43 @@ class Result:
 
 
 def evaluate(model: Model, task: str, heads: Heads = None, limit: int | None = None, mode: str = "zero",
-             gen_kwargs: str | None = None, output: str | Path | None = None, batch_size: int | None = None) -> Result:
+             gen_kwargs: str | None = None, output: str | Path | None = None, batch_size: int | None = None,
+             wait: bool = False) -> Result:
     """lmms-eval's evaluation of `task` with `heads` ablated (None: the intact model), as a sweep runs one
-    configuration; the model is intact again afterwards. `output`: the run folder (default: a temporary one);
-    `batch_size`: docs per generate call for this evaluation (default: the model's, 1 unless `load` said)."""
+    configuration; the model is intact again afterwards. `output`: the run folder, a new one, locked while it is
+    written (default: a temporary one); `batch_size`: docs per generate call for this evaluation (default: the
+    model's, 1 unless `load` said); `wait`: wait for a run holding `output` to end."""
     lm = model.lm
-    tm = lmms.task_manager(model.name, tasks=[task])
-    lmms.check_tasks(tm, [task])
-    headset, before = model.headset(heads), lm.vrh_headset
+    headset = model.headset(heads)
+    named = Path(output) if output else None
+    with _using(model, f"vrh.evaluate({task})", "evaluate after the block ends, with heads= for the heads to "
+                "ablate"), _output_lock(named, "vrh.evaluate", wait):
+        if named is not None and (named.exists() or named.is_symlink()):
+            raise VRHError(f"{named} exists already; refusing to overwrite it (name a new folder)")
+        tm = lmms.task_manager(model.name, tasks=[task])
+        lmms.check_tasks(tm, [task])
+        out = named or atomic.scratch_dir("vrh-evaluate-") / "run"
+        with _as_found():
+            results, record = _evaluate(lm, task, tm, headset, mode, limit, gen_kwargs, batch_size)
+        lmms.write_run(out, results, record)
+    metrics = {key.split(",")[0]: value for key, value in results["results"][task].items()
+               if "," in key and "_stderr" not in key and isinstance(value, (int, float))}
+    return Result(task, metrics, list(results["samples"][task]), out, headset.names)
+
+
+def _evaluate(lm, task: str, tm, headset: HeadSet, mode: str, limit: int | None, gen_kwargs: str | None,
+              batch_size: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The evaluation with `headset` applied through the model's own ablator; its heads, mode and batch size are
+    put back after, also on an exception."""
+    before = lm.vrh_headset
     before_mode = lm.vrh_mode if before.heads else "zero"
-    out = Path(output) if output else atomic.scratch_dir("vrh-evaluate-") / "run"
     batch = lm.batch_size_per_gpu
     lm.vrh_apply(headset, mode=mode)
     try:
         lm.batch_size_per_gpu = batch_size or batch  # as the demo's sweeps batch their docs
-        results = lmms.evaluate(lm, [task], tm, limit=limit, gen_kwargs=gen_kwargs)
-        record = lm.vrh_record()
+        with console.quiet_libraries(), _one_bar(lm, f"evaluate {task}", limit):
+            results = lmms.evaluate(lm, [task], tm, limit=limit, gen_kwargs=gen_kwargs)
+        return results, lm.vrh_record()
     finally:
         lm.batch_size_per_gpu = batch
         lm.vrh_apply(before, mode=before_mode)
-    lmms.write_run(out, results, record)
-    metrics = {key.split(",")[0]: value for key, value in results["results"][task].items()
-               if "," in key and "_stderr" not in key and isinstance(value, (int, float))}
-    return Result(task, metrics, list(results["samples"][task]), out, headset.names)

@@ -18,6 +18,7 @@ from typing import Any
 
 import datasets
 import numpy as np
+
 from vrh_lmms.tasks.common.records import vqa_result
 from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 

@@ -27,11 +27,11 @@ from typing import Any
 import datasets
 import numpy as np
 from PIL import Image, ImageDraw
+
+from vrh_lmms.base.synth.scenes import COLOURS, SHAPES, SceneConfig, SceneObject, _background, _draw, _place
 from vrh_lmms.tasks.common import audio_needle as audio
 from vrh_lmms.tasks.common.records import vqa_result
 from vrh_lmms.tasks.common.sources import SourceError, env_json_config
-
-from vrh_lmms.base.synth.scenes import COLOURS, SHAPES, SceneConfig, SceneObject, _background, _draw, _place
 
 CONFIG_ENV = "VRH_FACT_CONFIG"
 MODALITIES = ("text", "image", "audio")

@@ -9,12 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from vrh_lmms.base.pretrained import demo_folder
+from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL, DemoSpec
 from vrh_lmms.tasks.common import docs as D
 from vrh_lmms.tasks.common.grounding_data import synth_local
 from vrh_lmms.tasks.common.sources import Source
-
-from vrh_lmms.base.pretrained import demo_folder
-from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL, DemoSpec
 
 SCENE_SETS = {"vrh_demo_discovery": (N_DISCOVERY, DISCOVERY_START), "vrh_demo_grounding": (N_EVAL, EVAL_START)}
 

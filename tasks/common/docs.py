@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from PIL import Image
+
 from vrh_lmms.tasks.common.sources import SourceError
 
 

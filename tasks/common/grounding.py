@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from vrh_lmms.tasks.common.records import grounding_result, pointing_result
 
 from vrh_lmms.base.boxes import context
 from vrh_lmms.base.boxes.backends import backend_box_params, calling_backend
 from vrh_lmms.base.boxes.geometry import iou
+from vrh_lmms.tasks.common.records import GROUNDING_METRICS, grounding_result, pointing_result, with_clusters
 
 # Toloka asks a question whose answer is an object; the convention's prompt gets it as the expression.
 TOLOKA_EXPRESSION = 'the object that answers the question "{question}"'
@@ -64,10 +64,11 @@ def process_results(doc: Mapping[str, Any], results: list[str]) -> dict[str, Any
     text = _reply(results)
     reading = resolved.convention.read_box(text, size, **resolved.params)
     score = iou(reading.box, doc["gt_box"]) if reading.box is not None else 0.0
-    return grounding_result(image_id=doc["image_id"], pred_box=reading.box, gt_box=doc["gt_box"], iou=score,
-                            n_boxes=reading.n_boxes, convention=resolved.name, convention_source=resolved.source,
-                            image_size=size, raw=text, expression=doc["expression"],
-                            question_id=doc.get("question_id"))
+    result = grounding_result(image_id=doc["image_id"], pred_box=reading.box, gt_box=doc["gt_box"], iou=score,
+                              n_boxes=reading.n_boxes, convention=resolved.name, convention_source=resolved.source,
+                              image_size=size, raw=text, expression=doc["expression"],
+                              question_id=doc.get("question_id"))
+    return with_clusters(result, GROUNDING_METRICS, "acc50")  # lmms-eval's clustered SE over images (cluster_key)
 
 
 # ------------------------------------------------------------------------------------------------ pointing

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
+from vrh_lmms.base.synth.cache import SPLIT, SynthSpec, ensure_hub_data, ensure_refer_data
 from vrh_lmms.tasks.common import docs as D
 from vrh_lmms.tasks.common.refer import read_refer
 from vrh_lmms.tasks.common.sources import Source, SourceError, load_rows, resolve, spec_row
-
-from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
-from vrh_lmms.base.synth.cache import SPLIT, SynthSpec, ensure_hub_data, ensure_refer_data
 
 log = logging.getLogger("vrh_lmms.tasks")
 _COCO_ID = re.compile(r"COCO_[a-z]+\d*_(\d{6,12})")
@@ -45,15 +44,29 @@ def _image_id(row: dict[str, Any], fallback: str) -> str:
     return str(int(m.group(1))) if m else fallback
 
 
+def _readable_size(value, where: str) -> tuple[int, int]:
+    """An image's (width, height) from its header; an unreadable image (corrupt, empty, beyond PIL's size limit) is
+    one SourceError naming `where` (its doc and row), not a traceback from deep in the loader."""
+    try:
+        return D.image_size(value)
+    except SourceError:
+        raise
+    except Exception as exc:  # PIL's UnidentifiedImageError, DecompressionBombError, OSError
+        name = (value.get("path") if isinstance(value, dict) else value) or "its bytes"
+        raise SourceError(f"{where}: image {name} is unreadable ({type(exc).__name__}: "
+                          f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})") from None
+
+
 def refcoco_from_rows(rows, split: str, origin: str, options: dict | None = None):
     """lmms-lab RefCOCO rows (one per object, all its sentences in ``answer``, COCO xywh ``bbox``) -> docs."""
     D.require_columns(rows, ("image", "answer", "bbox"), origin)
     meta_cols = [c for c in ("answer", "bbox", "question_id", "file_name", "image_id") if c in rows.column_names]
     meta = rows.select_columns(meta_cols).to_list()
-    sizes = [D.image_size(v["image"]) for v in D.encoded(rows.select_columns(["image"]))]
+    images = D.encoded(rows.select_columns(["image"]))
     index, cols = [], {k: [] for k in ("expression", "gt_box", "image_id", "question_id", "image_width",
                                        "image_height")}
-    for i, (row, (w, h)) in enumerate(zip(meta, sizes)):
+    for i, (row, image) in enumerate(zip(meta, images)):
+        w, h = _readable_size(image["image"], f"{origin}: doc {len(index)} (row {i})")  # its first doc's id
         answers = row["answer"] if isinstance(row["answer"], list) else [row["answer"]]
         qid = str(row.get("question_id", i))
         for sentence in answers:
@@ -248,7 +261,7 @@ BENCHMARKS: dict[str, Benchmark] = {
                              synth_refer_local),
 }
 # RefCOCO+ / RefCOCOg refer data usually sits under the same root as RefCOCO's.
-_ROOT_FALLBACK = {"REFCOCO_PLUS": "VRH_REFCOCO_ROOT", "REFCOCOG": "VRH_REFCOCO_ROOT"}
+ROOT_FALLBACK = {"REFCOCO_PLUS": "VRH_REFCOCO_ROOT", "REFCOCOG": "VRH_REFCOCO_ROOT"}
 
 
 def load_docs(benchmark: str, split: str, task: str, dataset=None):
@@ -259,7 +272,7 @@ def load_docs(benchmark: str, split: str, task: str, dataset=None):
         docs = bench.from_rows(dataset, split, f"task {task}'s dataset_path")
         return D.with_keys(docs, task)
     source = resolve(bench.key, spec, bench.default, bench.local_kind, bench.allowed,
-                     root_fallback=_ROOT_FALLBACK.get(bench.key))
+                     root_fallback=ROOT_FALLBACK.get(bench.key))
     if source.kind in ("hub", "files"):
         if (benchmark, split) in _HUB_ANOMALY and source.kind == "hub":
             log.warning("%s: the lmms-lab %s 'val' split merges the UNC/umd val with the Google val split "

@@ -23,14 +23,14 @@ from typing import Any
 
 import datasets
 import numpy as np
-from vrh_lmms.tasks.common.grounding import _convention_for, _scoring_convention
-from vrh_lmms.tasks.common.records import grounding_result, vqa_result
-from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 from vrh_lmms.base.boxes import context
 from vrh_lmms.base.boxes.backends import backend_box_params, calling_backend
 from vrh_lmms.base.boxes.geometry import iou
 from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
+from vrh_lmms.tasks.common.grounding import _convention_for, _scoring_convention
+from vrh_lmms.tasks.common.records import grounding_result, vqa_result
+from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 TASK = "vrh_synth_haystack"
 CONFIG_ENV = "VRH_HAYSTACK_CONFIG"

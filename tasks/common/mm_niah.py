@@ -37,10 +37,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base.errors import VRHError
 from vrh_lmms.tasks.common import haystack_media as H
 from vrh_lmms.tasks.common.records import vqa_result
-
-from vrh_lmms.base.errors import VRHError
 
 DIR_ENV, SPLIT_ENV, IMAGES_ENV, LIMIT_ENV, DOCS_ENV, MAX_CONTEXT_ENV = (
     "VRH_MMNIAH_DIR", "VRH_MMNIAH_SPLIT", "VRH_MMNIAH_IMAGES", "VRH_MMNIAH_LIMIT", "VRH_MMNIAH_DOCS",

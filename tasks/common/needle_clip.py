@@ -22,12 +22,12 @@ from typing import Any
 import av
 import datasets
 import numpy as np
-from vrh_lmms.tasks.common.records import vqa_result
-from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.synth.cache import cache_root
 from vrh_lmms.base.synth.scenes import SHAPES, SceneConfig, generate_scene
+from vrh_lmms.tasks.common.records import vqa_result
+from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 TASK = "vrh_synth_needle_clip"
 CONFIG_ENV = "VRH_CLIP_CONFIG"

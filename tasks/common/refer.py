@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from pycocotools.coco import COCO
-from vrh_lmms.tasks.common.sources import SourceError, resolve_image_path
 
 from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.tasks.common.sources import SourceError, resolve_image_path
 
 DEFAULT_SPLIT_BY = {"refcoco": "unc", "refcoco+": "unc", "refcocog": "umd"}
 IMAGE_DIRS = ("images/mscoco/images/train2014", "images/train2014", "images", "train2014")

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from vrh_lmms.base.data_env import SOURCE_PARTS, source_variable
 from vrh_lmms.base.errors import VRHError
 
 SPEC_COLUMN = "vrh_source"
@@ -56,7 +57,9 @@ class Source:
 
 
 def env_name(key: str, what: str) -> str:
-    return f"VRH_{key}_{what}"
+    """`VRH_<key>_<what>`: the per-benchmark rule (vrh_lmms.base.data_env, which puts every such variable into a
+    run's identity)."""
+    return source_variable(key, what)
 
 
 def spec_row(dataset) -> dict[str, Any] | None:
@@ -83,8 +86,7 @@ def resolve(key: str, spec: Mapping[str, Any] | None, default: Source, local_kin
         if kind in ("files", "hub") and default.get("name") and "name" not in spec:
             spec["name"] = default.get("name")  # the task's config travels with any files or hub source
         return Source(kind, spec, "the task's source spec")
-    env = {what: os.environ.get(env_name(key, what), "").strip()
-           for what in ("SOURCE", "DATA", "ROOT", "IMAGES", "HUB")}
+    env = {what: os.environ.get(env_name(key, what), "").strip() for what in SOURCE_PARTS}
     if not env["ROOT"] and root_fallback and os.environ.get(root_fallback, "").strip():
         env["ROOT"] = os.environ[root_fallback].strip()
     if env["SOURCE"]:

@@ -9,14 +9,13 @@ Scored by the VQA readers: colour / shape as short answers, count as a number, e
 
 from __future__ import annotations
 
+from vrh_lmms.base.synth.cache import SPLIT, ensure_hub_data
+from vrh_lmms.base.synth.questions import evaluation_question
+from vrh_lmms.base.synth.scenes import generate_scenes
 from vrh_lmms.tasks.common import docs as D
 from vrh_lmms.tasks.common.grounding_data import synth_spec
 from vrh_lmms.tasks.common.sources import Source, load_rows, resolve, spec_row
 from vrh_lmms.tasks.common.vqa_data import _push, vqa_columns
-
-from vrh_lmms.base.synth.cache import SPLIT, ensure_hub_data
-from vrh_lmms.base.synth.questions import evaluation_question
-from vrh_lmms.base.synth.scenes import generate_scenes
 
 READER = {"colour": "short", "shape": "short", "count": "number", "exists": "yes_no"}
 TASK = "vrh_synth_vqa"

@@ -20,10 +20,10 @@ from typing import Any
 import datasets
 import numpy as np
 from PIL import Image
-from vrh_lmms.tasks.common.records import vqa_result
-from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 from vrh_lmms.base.synth.text_tasks import RECALL_KEYS
+from vrh_lmms.tasks.common.records import vqa_result
+from vrh_lmms.tasks.common.sources import SourceError, env_json_config
 
 TASK = "vrh_synth_text_needle"
 CONFIG_ENV = "VRH_NEEDLE_CONFIG"

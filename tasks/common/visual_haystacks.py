@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-from vrh_lmms.tasks.common import haystack_media as H
-from vrh_lmms.tasks.common.records import vqa_result
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.tasks.common import haystack_media as H
+from vrh_lmms.tasks.common.records import vqa_result
 
 DIR_ENV, IMAGES_ENV, SUBSET_ENV, SIZE_ENV, SEED_ENV, LIMIT_ENV = (
     "VRH_VHS_DIR", "VRH_VHS_IMAGES", "VRH_VHS_SUBSET", "VRH_VHS_SIZE", "VRH_VHS_SEED", "VRH_VHS_LIMIT")

@@ -9,8 +9,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from PIL import ImageDraw
+
 from vrh_lmms.tasks.common import answers as A
-from vrh_lmms.tasks.common.records import vqa_result
+from vrh_lmms.tasks.common.records import VQA_METRICS, vqa_result, with_clusters
 
 OUTLINE = (255, 0, 0)
 
@@ -170,11 +171,12 @@ READERS = {"choice": read_choice, "yes_no": read_yes_no, "number": read_number, 
 
 
 def process_results(doc: Mapping[str, Any], results: list[str]) -> dict[str, Any]:
-    """acc / parse_failure plus the VQA vrh_record."""
+    """acc / parse_failure (each with its image, for lmms-eval's clustered SE) plus the VQA vrh_record."""
     reply = results[0] if results else ""
     meta = _meta(doc)
     reader = READERS[doc["vrh_answer_type"]]
     pred, correct = reader(reply, doc, meta)
     extra = {k: meta[k] for k in RECORD_FIELDS if k in meta}
-    return vqa_result(image_id=doc["image_id"], pred=pred, target=doc["vrh_target"], correct=correct, raw=reply,
-                      question_type=doc.get("vrh_question_type", ""), question_id=doc.get("question_id"), **extra)
+    result = vqa_result(image_id=doc["image_id"], pred=pred, target=doc["vrh_target"], correct=correct, raw=reply,
+                        question_type=doc.get("vrh_question_type", ""), question_id=doc.get("question_id"), **extra)
+    return with_clusters(result, VQA_METRICS, "acc")  # lmms-eval's clustered SE over images (cluster_key)

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
 from vrh_lmms.tasks.common import docs as D
 from vrh_lmms.tasks.common.sources import Source, SourceError, load_rows, resolve, resolve_image_path, spec_row
-
-from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
 
 LETTERS = "ABCDEFGHIJ"
 MC_SUFFIX = "\nAnswer with the option's letter from the given choices directly."

@@ -26,12 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
 from vrh_lmms.tasks.common import docs as D
 from vrh_lmms.tasks.common.sources import Source, SourceError, resolve, spec_row
 from vrh_lmms.tasks.common.vaw_mc import VAWMCRule, build_questions, counts
 from vrh_lmms.tasks.common.vqa_data import MC_SUFFIX, load_vqa_docs, vaw_inputs, vaw_types
-
-from vrh_lmms.base.boxes.geometry import xywh_to_xyxy
 
 PAPER_VAW_MC = 6309
 SPATIALRGPT_OBJECT_SIZE = ("width_data", "height_data")

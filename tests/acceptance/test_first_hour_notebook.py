@@ -47,4 +47,9 @@ def test_first_hour_notebook_runs_and_shows_its_claims(tmp_path, monkeypatch):
     assert base >= 70 and top_drop >= 40 and len(random_drops) == 3
     assert top_drop > max(random_drops)
     assert any("image/png" in o.get("data", {}) for o in code[-1].get("outputs", []))
+    # one progress bar per call (vrh_lmms.base.console.quiet_libraries), not every library's, and no tqdm warning
+    errors = "\n".join(o.get("text", "") for c in code for o in c.get("outputs", []) if o.get("name") == "stderr")
+    assert "IProgress" not in errors and "TqdmWarning" not in errors, errors[-2000:]
+    for noise in ("Model Responding", "Postprocessing", "Loading weights", "Generating test split"):
+        assert noise not in errors, noise
     assert elapsed < 240, elapsed  # under two minutes on 2 idle cores; the bound leaves room for a busy machine

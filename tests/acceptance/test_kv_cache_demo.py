@@ -95,7 +95,7 @@ def test_refusals(runs, capsys):
     args[args.index("--model_args") + 1] += ",heads=top3"  # an ablation would confound the KV policies
     assert main(["kv-cache", *args, "--output", str(tmp / "bad")]) == 2
     assert "heads=top3 is not allowed in `vrh-lmms kv-cache`" in capsys.readouterr().err
-    from vrh_lmms.cli.commands.kv_cache import parse_budgets
+    from vrh_lmms.runs.kvcache.run import parse_budgets
 
     with pytest.raises(VRHError, match="--budgets"):
         parse_budgets("a,b")

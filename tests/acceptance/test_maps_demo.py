@@ -106,3 +106,22 @@ def test_the_report_shows_the_maps_and_the_locator_table(runs, tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["maps"]["locate"][0]["rows"] == json.loads((runs / "locate" / "locate.json").read_text())["rows"]
     assert "report.html" in {p.name for p in out.iterdir()}
+
+
+def test_attention_maps_keep_every_head_for_the_explorer(runs):
+    """doc_views/: each doc's thumbnail and every head's map, the maps the three views of attention_maps.json are
+    means of (the top-3 view is the mean of those three heads' maps)."""
+    from vrh_lmms.runs.maps import doc_views
+
+    data = json.loads((runs / "maps" / "attention_maps.json").read_text())
+    folder = runs / "maps" / doc_views.FOLDER
+    saved = json.loads((folder / doc_views.MAPS_JSON).read_text())
+    assert [d["doc_id"] for d in saved["docs"]] == [0, 2]
+    with np.load(folder / doc_views.MAPS_NPZ) as npz:
+        for doc, kept in zip(data["docs"], saved["docs"], strict=True):
+            grids = npz[kept["key"]].astype(float)
+            assert grids.shape == (6, 16, 6, 6)
+            top = np.mean([grids[int(h[1:].split("H")[0]), int(h.split("H")[1])] for h in data["heads"]], axis=0)
+            np.testing.assert_allclose(top, np.array(doc["maps"]["top"]), atol=2e-3)
+            np.testing.assert_allclose(grids.mean(axis=(0, 1)), np.array(doc["maps"]["all"]), atol=2e-3)
+            assert (folder / "images" / f"{kept['key']}.png").is_file()

@@ -17,10 +17,10 @@ import pytest
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.heads.spec import resolve_spec
 from vrh_lmms.base.stats.subsample import image_subsample, subsample_drop
 from vrh_lmms.harness import lmms
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 PIXELS = 28 * 28 * 16

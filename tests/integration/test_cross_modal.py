@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
-from vrh_lmms.tasks.common.cross_modal import DEFAULTS, make_doc
 
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.runs.discovery import collector as collector_mod
 from vrh_lmms.runs.discovery.controls import IMAGE_MASS
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.tasks.common.cross_modal import DEFAULTS, make_doc
 
 torch.set_num_threads(1)
 N = 2
@@ -181,8 +181,8 @@ def test_compare_heads_runs_on_the_three_heads_files(discovered, tmp_path):
 
 
 def test_audio_heads_ablated_on_the_text_task_are_cross_ablation_rows(models, discovered, tmp_path):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     lm, task = models("qwen2_5_omni"), "vrh_synth_fact_text"

@@ -99,8 +99,8 @@ def test_a_sweep_draws_live_controls_reports_unavailable_ones_and_the_report_say
     """top2 = L0H1 (layer 0's one live head) + L1H0: a live layer-matched draw for layer 0 is impossible and is
     reported as unavailable; random draws hold no dead head; uniform draws over all heads run beside them and the
     report counts their dead heads."""
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 2, "seed": 4}))

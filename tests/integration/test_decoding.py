@@ -14,11 +14,11 @@ from test_sweep_packing import TASK, sweep_files
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.harness import lmms
 from vrh_lmms.model.backbone import locate_decoder
 from vrh_lmms.model.decoding import Decoding, check_decode, resolve
 from vrh_lmms.model.packing import PackedGenerate
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 torch.set_num_threads(1)

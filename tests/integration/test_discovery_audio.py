@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
-from vrh_lmms.tasks.common.audio_needle import audio_config, make_doc, read_count, render
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import load_heads_file
@@ -21,6 +20,7 @@ from vrh_lmms.runs.discovery.audio_evidence import audio_target
 from vrh_lmms.runs.discovery.controls import IMAGE_MASS
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.tasks.common.audio_needle import audio_config, make_doc, read_count, render
 
 torch.set_num_threads(1)
 N = 2
@@ -120,8 +120,8 @@ def test_malformed_audio_evidence_is_refused_in_one_line():
 
 
 def test_sweep_and_report_run_on_the_audio_task(lm, discovered, tmp_path, monkeypatch):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     monkeypatch.setenv("VRH_AUDIO_CONFIG", json.dumps(CONFIG))

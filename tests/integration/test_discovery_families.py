@@ -68,11 +68,16 @@ def _incremental_span(tokenizer, ids: list[int], needle: str) -> list[int]:
     return [i for i, (a, b) in enumerate(zip(starts, ends, strict=True)) if a < begin + len(needle) and b > begin]
 
 
-TEXT_CASES = CASES
+# families added with their wrappers (their box discovery: test_families_end_to_end.py)
+TEXT_CASES = CASES + [("vrh_llava", "llava", ""), ("vrh_llava_onevision", "llava_onevision", ""),
+                      ("vrh_gemma3", "gemma3", ""), ("vrh_smolvlm", "idefics3", ""), ("vrh_mistral3", "mistral3", ""),
+                      ("vrh_llama4", "llama4", "")]
 # backends that cannot take a prompt without an image: the doc shows a plain one. LLaVA-NeXT's and PaliGemma's
 # processors refuse it; lmms-eval's qwen2_5_omni builds the user turn only from a doc's visuals, so a text-only doc
 # reaches the model without its question (docs/evidence.md)
-NEEDS_IMAGE = {"llava_next": 64, "paligemma": 64, "qwen2_5_omni": 64}
+NEEDS_IMAGE = {"llava_next": 64, "paligemma": 64, "qwen2_5_omni": 64,
+               # llava_hf and idefics2 hand the processor an empty image list, which it refuses
+               "llava": 64, "llava_onevision": 64, "idefics3": 64}
 
 
 @pytest.mark.parametrize("model_id,family,extra", TEXT_CASES, ids=[c[0] for c in TEXT_CASES])
@@ -82,12 +87,12 @@ def test_text_span_discovery_equals_eager_on_family(model_id, family, extra, tin
     runs through discovery, and each doc's captured attention of the answer rows on the needle's tokens equals eager
     attention on the inputs discovery forwarded."""
     from oracles.intervention_refs import answer_rows_mass, eager_attentions
-    from vrh_lmms.tasks.common.text_needle import make_doc, needle_config
 
     from vrh_lmms.base.families import get_family
     from vrh_lmms.harness import lmms
     from vrh_lmms.model.tiny.registry import TINY_FACTORIES
     from vrh_lmms.runs.discovery import collector as collector_mod
+    from vrh_lmms.tasks.common.text_needle import make_doc, needle_config
 
     if family not in TINY_FACTORIES:
         pytest.skip(f"no tiny {family}")

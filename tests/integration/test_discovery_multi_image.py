@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
-from vrh_lmms.tasks.common.haystack import doc_to_visual, make_doc
 
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.runs.discovery import collector as collector_mod
 from vrh_lmms.runs.discovery.controls import IMAGE_MASS
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.tasks.common.haystack import doc_to_visual, make_doc
 
 torch.set_num_threads(1)
 N = 2
@@ -174,8 +174,8 @@ def test_evidence_mass_equals_eager_attention(lm, mode, tmp_path):
 
 
 def test_sweep_and_report_run_on_the_haystack(lm, tmp_path):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     family, model = lm
@@ -204,9 +204,8 @@ def test_sweep_and_report_run_on_the_haystack(lm, tmp_path):
     ("sizes", r"^vrh_synth_haystack doc \d: image_box evidence needs vrh_image_sizes \[\[w, h\], \.\.\.\], one per "
               r"image$")])
 def test_malformed_doc_is_one_clear_error(lm, bad, message, tmp_path, monkeypatch):
-    from vrh_lmms.tasks.common import haystack
-
     from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.tasks.common import haystack
 
     family, model = lm
     real = haystack.make_doc

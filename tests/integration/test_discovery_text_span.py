@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
-from vrh_lmms.tasks.common.text_needle import make_doc, needle_config, read_value
 
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.runs.discovery import collector as collector_mod
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.tasks.common.text_needle import make_doc, needle_config, read_value
 
 torch.set_num_threads(1)
 N = 2
@@ -138,8 +138,8 @@ def test_needle_scoring_reads_the_value():
 
 
 def test_sweep_and_report_run_on_the_needle_task(lm, discovered, tmp_path):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     heads, _ = discovered

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from oracles.intervention_refs import answer_rows_mass, eager_attentions
-from vrh_lmms.tasks.common.needle_clip import clip_config, clip_frames, make_doc
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import load_heads_file
@@ -21,6 +20,7 @@ from vrh_lmms.runs.discovery import collector as collector_mod
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.store import PartStore
 from vrh_lmms.runs.discovery.video_evidence import video_keys, video_target
+from vrh_lmms.tasks.common.needle_clip import clip_config, clip_frames, make_doc
 
 torch.set_num_threads(1)
 N = 2
@@ -167,8 +167,8 @@ def check_masses(lm, out, inputs, videos, prefix: str = ""):
 
 
 def test_sweep_and_report_run_on_the_clip_task(lm, discovered, tmp_path):
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.report import ReportSettings, build_report
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     heads = discovered[0]

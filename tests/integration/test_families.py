@@ -30,32 +30,45 @@ OLD_WRAPPERS = {
     "vrh_magma": ("magma", "VRHMagma", None),
     "vrh_deepseek_vl2": ("deepseek_vl2", "VRHDeepseekVL2", None),
     "vrh_qwen25_omni": ("qwen2_5_omni", "VRHQwen25Omni", None),  # added with its family (issue 29)
+    "vrh_llava": ("llava", "VRHLlava", "VRHLlavaChat"),  # added with their families (issue 49)
+    "vrh_llava_onevision": ("llava", "VRHLlavaOneVision", "VRHLlavaOneVisionChat"),
+    "vrh_gemma3": ("gemma3", "VRHGemma3", None),
+    "vrh_idefics3": ("idefics3", "VRHIdefics3", None),
+    "vrh_smolvlm": ("idefics3", "VRHIdefics3", None),
+    "vrh_mistral3": ("mistral3", "VRHMistral3", None),
+    "vrh_llama4": ("llama4", "VRHLlama4", None),
     "vrh_hf": ("hf", None, "VRHHf"),  # any image-text-to-text checkpoint (issue 49)
 }
 OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
-            "qwen2_5_omni"}  # qwen2_5_omni: added with its family (issue 29)
+            "qwen2_5_omni", "llava", "llava_onevision", "gemma3", "mistral3", "llama4",
+            "molmo2"}  # qwen2_5_omni: 29; llava..: 49
 OLD_BUILDERS = {"qwen2_5_vl": "merged_patch_grid", "qwen3_vl": "merged_patch_grid", "glm4v": "merged_patch_grid",
                 "internvl": "internvl_tiles", "llava_next": "llava_next_anyres", "paligemma": "square_grid",
                 "deepseek_vl": "deepseek_vl_padded", "deepseek_vl2": "deepseek_vl2_tiles",
                 "phi4_multimodal": "phi4_dynamic_hd", "idefics3": "idefics3_tiles",
-                "magma": "magma_crops"}  # magma: added with its layout (issue 28 item 5)
+                "magma": "magma_crops",  # magma: added with its layout (issue 28 item 5)
+                "llava": "clip_square", "llava_onevision": "onevision_anyres", "gemma3": "gemma3_crops",
+                "mistral3": "pixtral_rows", "llama4": "llama4_tiles", "molmo2": "molmo2_crops"}  # issue 49
 OLD_CONVENTIONS = {"qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "deepseek_vl2",
-                   "phi4_multimodal", "magma", "generic"}
+                   "phi4_multimodal", "magma", "generic", "llava"}  # llava: issue 49
 # the twelve vrh_* lines the grounding template carried before the wrappers' set_active made them redundant
 OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_internvl": "internvl",
                       "vrh_internvl3": "internvl", "vrh_internvl3_5": "internvl", "vrh_internvl2": "internvl",
                       "vrh_llava_next": "llava_next", "vrh_glm4v": "glm4v", "vrh_phi4": "phi4_multimodal",
                       "vrh_paligemma": "paligemma", "vrh_magma": "magma", "vrh_deepseek_vl2": "deepseek_vl2",
                       "vrh_qwen25_omni": "qwen2_5_vl",  # omni (issue 29): no template line; Qwen2.5-VL's convention
+                      # issue 49: no template lines either
+                      "vrh_llava": "llava", "vrh_llava_onevision": "llava_next", "vrh_gemma3": "generic",
+                      "vrh_idefics3": "generic", "vrh_smolvlm": "generic", "vrh_mistral3": "generic",
+                      "vrh_llama4": "generic",
                       "vrh_hf": "generic"}  # vrh_hf (issue 49): no template line; no convention of its own
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
-
     from vrh_lmms.base.boxes.known import CONVENTIONS
     from vrh_lmms.model.capture import tilings
     from vrh_lmms.model.tiny.registry import TINY_FACTORIES
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
 
     assert dict(WRAPPERS) == OLD_WRAPPERS
     assert {m.model_id for m in manifests()} == set(OLD_WRAPPERS)
@@ -73,11 +86,10 @@ def test_every_wrapper_class_names_the_family_that_lists_it():
 
 
 def test_unknown_names_suggest_the_close_ones():
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS
-
     from vrh_lmms.base.boxes import get_convention
     from vrh_lmms.model.capture.layouts import layout_name
     from vrh_lmms.model.tiny.registry import build_tiny
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
     with pytest.raises(VRHError, match=r"unknown family 'qwen25_vl' \(did you mean 'qwen2_5_vl'"):
         get_family("qwen25_vl")
@@ -116,9 +128,8 @@ def test_template_leaves_vrh_models_to_their_wrappers():
     """The removed lines named, for each vrh_* model, the convention its wrapper's family sets on load; the
     wrapper's `set_active` outranks the model-name mapping, and a mapping line without parameters fills nothing
     in, so with the wrapper active the resolution is the same with or without the line."""
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS
-
     from vrh_lmms.base.boxes import context
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
     text = (tasks_path() / "grounding" / "_vrh_grounding_template.yaml").read_text()
     kwargs = yaml.safe_load(re.sub(r"!function \S+", "f", text))["lmms_eval_specific_kwargs"]
@@ -173,11 +184,11 @@ def test_guide_example_adds_a_family_with_one_record_and_its_wrapper(myvlm, tmp_
     from lmms_eval.models.registry_v2 import ModelRegistryV2
     from support.wrappers import run, scene_docs
     from test_wrappers import HEADS, QWEN_PIXELS
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
-    from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25
 
     from vrh_lmms.model.capture.layouts import layout_name
     from vrh_lmms.model.tiny.registry import TINY_FACTORIES, build_tiny
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
+    from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25
 
     # every derived table has it
     assert WRAPPERS["vrh_myvlm"] == ("mymodels.myvlm", "VRHMyVLM", None)

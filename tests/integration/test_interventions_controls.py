@@ -11,10 +11,10 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import Geometry
 from vrh_lmms.base.heads.controls import image_matched_heads
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.heads.spec import IMAGE_MATCH_TOLERANCE, resolve_spec
 from vrh_lmms.runs.discovery.controls import content_free_prompt, corrected_stats, half_mass_share
 from vrh_lmms.runs.discovery.queries import token_pieces
-from vrh_lmms.runs.sweep.plan import plan_configurations
 
 GEOMETRY = Geometry(layers=6, heads=8, kv_heads=8, head_dim=16)
 

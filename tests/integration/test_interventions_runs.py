@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.paths import assets_path
 from vrh_lmms.report.interventions import write_patching_report, write_steering_report
 from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.interventions.patch_run import PatchSpec, run_patching
 from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, read_steer_records, run_steering
-from vrh_lmms.runs.sweep.plan import plan_configurations
 
 torch.set_num_threads(1)
 

@@ -96,9 +96,9 @@ def test_uniform_is_an_ablation_mode_of_backends_and_sweeps(tiny_checkpoints, tm
 
     from vrh_lmms.base.heads import Geometry
     from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.base.heads.spec import HeadSet
     from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.sweep.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))

@@ -151,9 +151,9 @@ def internvl3_stand_in(monkeypatch):
 
 def test_remote_internvl3_layout_follows_its_own_tiling(internvl3_stand_in):
     from PIL import Image
-    from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
 
     from vrh_lmms.model.capture.remote_logic import internvl_remote_grid
+    from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
 
     wrapper = VRHInternVL3(pretrained="OpenGVLab/stand-in")
     docs = {i: {"image": Image.new("RGB", s, (90, 90, 90)), "expression": "the dog"} for i, s in enumerate(SIZES)}
@@ -177,10 +177,10 @@ def test_discovery_runs_end_to_end_on_remote_internvl3(internvl3_stand_in, tmp_p
     no `sub_configs` (the text config is `llm_config`): it captures every doc, writes head scores, and each doc's
     captured image mass equals the eager attention that the model's own forward returns."""
     from oracles import internvl_chat_standin
-    from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
 
     from vrh_lmms.base.heads.heads_file import load_heads_file
     from vrh_lmms.model.capture.remote_logic import internvl_remote_grid
+    from vrh_lmms.model_wrappers.internvl_remote import VRHInternVL3
     from vrh_lmms.runs.discovery.collector import SampleCollector, teacher_forced_inputs
     from vrh_lmms.runs.discovery.controls import IMAGE_MASS
     from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars

@@ -224,9 +224,8 @@ def magma_stand_in(monkeypatch, tokenizer, processor):
 def test_discovery_runs_end_to_end_on_magma(magma_stand_in, tmp_path, vrh_env, monkeypatch):
     """Discovery through vrh_magma: every doc captured over the language model's (expanded) sequence, and each
     doc's captured image and box mass equal the eager attention the model's own forward returns."""
-    from vrh_lmms.model_wrappers.magma import VRHMagma
-
     from vrh_lmms.base.heads.heads_file import load_heads_file
+    from vrh_lmms.model_wrappers.magma import VRHMagma
     from vrh_lmms.runs.discovery.collector import SampleCollector, teacher_forced_inputs
     from vrh_lmms.runs.discovery.controls import IMAGE_MASS
     from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars

@@ -77,10 +77,10 @@ def test_mmniah_needle_span_in_the_fed_ids(tiny_checkpoints, vrh_env):
     """The retrieval-text needle maps to tokens of the sequence the qwen2_5_vl backend feeds (system prompt, the
     doc's images first, then its text), through the text-span kind: found once, decoding back to the needle."""
     from transformers import AutoProcessor
-    from vrh_lmms.tasks.common import haystack_media as H
-    from vrh_lmms.tasks.common import mm_niah as M
 
     from vrh_lmms.runs.discovery.text_span import span_positions, text_evidence
+    from vrh_lmms.tasks.common import haystack_media as H
+    from vrh_lmms.tasks.common import mm_niah as M
 
     vrh_env.setenv("VRH_MMNIAH_DIR", str(FIXTURES / "mm_niah"))
     processor = AutoProcessor.from_pretrained(str(tiny_checkpoints("qwen2_5_vl")))

@@ -14,10 +14,10 @@ import pytest
 from PIL import Image
 from sklearn.metrics import average_precision_score, balanced_accuracy_score, f1_score, precision_score, recall_score
 from test_tasks_real_schemas import REAL, _official_parent, _parquet, cv_bench_rows
-from vrh_lmms.tasks.common import vqa as V
-from vrh_lmms.tasks.common import vqa_data as VD
 
 from vrh_lmms.report import official_metrics as OM
+from vrh_lmms.tasks.common import vqa as V
+from vrh_lmms.tasks.common import vqa_data as VD
 
 # VAW test split (adobe-research/vaw_dataset, issue 12): 57,029 positive vs 166,578 negative labels -> 74.5% "no".
 NEG_SHARE = 166578 / (57029 + 166578)

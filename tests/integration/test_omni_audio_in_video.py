@@ -46,6 +46,7 @@ def video_path(tmp_path_factory):
 @pytest.fixture(scope="module")
 def answered(tiny_checkpoints, video_path):
     from lmms_eval.api.instance import Instance
+
     from vrh_lmms.model_wrappers.qwen2_5_omni import VRHQwen25Omni
 
     lm = VRHQwen25Omni(pretrained=str(tiny_checkpoints("qwen2_5_omni")), dtype="float32")

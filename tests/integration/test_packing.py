@@ -22,7 +22,7 @@ from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 from vrh_lmms.model.ablation import Ablator, RowAblator, RowConfig, ablated
 from vrh_lmms.model.backbone import locate_decoder
 from vrh_lmms.model.packing import PackedGenerate, alone_length, divergence_gap, fingerprint, packing_unsupported
-from vrh_lmms.model.tiny.inputs import load_tiny, render_prompt, scene_messages
+from vrh_lmms.model.tiny.inputs import as_float32, load_tiny, per_sample_images, render_prompt, scene_messages
 from vrh_lmms.model.tiny.registry import TINY_FACTORIES
 
 torch.set_num_threads(1)
@@ -38,10 +38,11 @@ def scenes_batch(processor, n: int = 3, repeat: int = 1) -> dict:
         conv = scene_messages(scene.expression + " on the left" * i, scene.image)
         convs += [conv] * repeat
         images += [scene.image] * repeat
-    batch = processor(text=[render_prompt(processor, c) for c in convs], images=images, return_tensors="pt",
+    batch = processor(text=[render_prompt(processor, c) for c in convs], images=per_sample_images(processor, images),
+                      return_tensors="pt",
                       padding=True, padding_side="left")
     batch.pop("labels", None)
-    return dict(batch)
+    return dict(as_float32(batch))
 
 
 @pytest.fixture(scope="module", params=sorted(TINY_FACTORIES))

@@ -15,8 +15,13 @@ from vrh_lmms.cli import main
 ])
 def test_bad_input_is_one_line(extra, says, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    args = ["rank", "--model", "vrh_qwen25", "--model_args", "pretrained=nowhere", "--heads-file", "missing.json",
-            "--output", "out", *extra]
+    # the heads file is checked after the model args (vrh_lmms.runs.preflight): for its case they name a folder
+    # with a config.json, which is all the model args' check reads
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{}")
+    pretrained = "ckpt" if says == "missing.json" else "nowhere"
+    args = ["rank", "--model", "vrh_qwen25", "--model_args", f"pretrained={pretrained}", "--heads-file",
+            "missing.json", "--output", "out", *extra]
     assert main(args) != 0
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1, err

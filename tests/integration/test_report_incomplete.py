@@ -11,10 +11,10 @@ import time
 import numpy as np
 from support.sweep_files import TASK, make_docs, sample_line, vrh_block, write_config
 
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.cli import main
 from vrh_lmms.runs.runner import Runner
 from vrh_lmms.runs.sweep.checks import sweep_job
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, describe_configurations, manifest_fields
 
 CONFIGS = plan_configurations([2, 4], random_seeds=2, layer_matched=True, modes=["zero"])

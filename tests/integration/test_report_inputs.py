@@ -155,6 +155,18 @@ def test_score_field_reads_plain_tasks(tmp_path):
     assert acc["se"] == pytest.approx(np.std(iou, ddof=1) / 2)
 
 
+def test_score_field_reads_a_metric_written_with_its_cluster(tmp_path):
+    """Our tasks write each metric as lmms-eval's clustered-SE item, {"score": x, "image_id": id}: --score-field acc50
+    reads its score, as it reads a plain number (runs of earlier versions)."""
+    values = [1.0, 0.0, 1.0, 1.0]
+    for name, rows in (("items", [{"doc_id": i, "acc50": {"score": v, "image_id": str(i // 2)}}
+                                  for i, v in enumerate(values)]),
+                       ("numbers", [{"doc_id": i, "acc50": v} for i, v in enumerate(values)])):
+        _plain(tmp_path / name, MODEL, {"refcoco_bbox_rec_val": rows})
+        rep = _run(tmp_path / f"out_{name}", str(tmp_path / name), "--score-field", "acc50")
+        assert rep["groups"][0]["baseline"]["accuracy"]["mean"] == pytest.approx(0.75), name
+
+
 def test_heads_files_give_heatmaps_and_jaccard_overlap(mixed, tmp_path):
     plain, sweep = mixed
     rng = np.random.default_rng(0)

@@ -39,6 +39,7 @@ def evaluate(tiny_qwen25, vrh_env, tmp_path):
 
 def test_a_plain_model_after_a_vrh_model_is_untouched(evaluate):
     from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
     from vrh_lmms.model_wrappers import results_hook
 
     results_hook.uninstall()  # from lmms-eval's own method: an earlier test of this worker may have built a model
@@ -55,6 +56,7 @@ def test_a_vrh_model_whose_results_were_not_saved_leaves_no_block(evaluate):
     """A vrh model built and evaluated without saving (the Python API, a sweep): the plain model saved next gets no
     block, and saving it ends the wrap."""
     from lmms_eval.loggers.evaluation_tracker import EvaluationTracker
+
     from vrh_lmms.model_wrappers import results_hook
 
     own = EvaluationTracker.save_results_aggregated

@@ -17,7 +17,7 @@ from conftest import offline_env
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import Geometry
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-from vrh_lmms.runs.sweep.plan import plan_configurations
+from vrh_lmms.base.heads.plan import plan_configurations
 
 PIXELS = 224 * 224
 

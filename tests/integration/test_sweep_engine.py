@@ -17,10 +17,10 @@ import torch
 from vrh_lmms.base import gc_startup
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.harness import lmms
 from vrh_lmms.harness import sweep_engine as engine
 from vrh_lmms.model import packing
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 QWEN_PIXELS = 28 * 28 * 16
@@ -47,6 +47,19 @@ def run_files(folder: Path) -> tuple[dict, dict[str, list[str]]]:
     return results, samples
 
 
+def tiny_model_and_heads(tiny_or_skip, folder: Path, batch_size: int = 1):
+    """A tiny Qwen2.5-VL (float32), its model args, and a heads file of random scores for it."""
+    ckpt = tiny_or_skip("qwen2_5_vl")
+    model_args = f"pretrained={ckpt},dtype=float32,min_pixels={QWEN_PIXELS},max_pixels={QWEN_PIXELS}"
+    lm = lmms.build_model("vrh_qwen25", model_args, batch_size=batch_size)
+    g = lm.vrh_decoder.geometry
+    scores = np.random.default_rng(2).random((g.layers, g.heads))
+    heads = folder / "heads.json"
+    save_heads_file(HeadsFile({"id": str(ckpt), "family": "qwen2_5_vl"}, g, scores, ranking_from_scores(scores)),
+                    heads)
+    return lm, model_args, heads
+
+
 @pytest.mark.parametrize("task,window", [(t, None) for t in sorted(TASKS)] + [("vrh_synth_grounding", 1)])
 def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_env, tmp_path):
     """`window`: the bytes of inputs recorded calls may hold before they run (1: each runs as it is recorded)."""
@@ -54,14 +67,7 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
         vrh_env.setattr(packing, "COLLECT_BYTES", window)
     variable, value, max_new = TASKS[task]
     vrh_env.setenv(variable, json.dumps(value))
-    ckpt = tiny_or_skip("qwen2_5_vl")
-    model_args = f"pretrained={ckpt},dtype=float32,min_pixels={QWEN_PIXELS},max_pixels={QWEN_PIXELS}"
-    lm = lmms.build_model("vrh_qwen25", model_args, batch_size=2)
-    g = lm.vrh_decoder.geometry
-    scores = np.random.default_rng(2).random((g.layers, g.heads))
-    heads = tmp_path / "heads.json"
-    save_heads_file(HeadsFile({"id": str(ckpt), "family": "qwen2_5_vl"}, g, scores, ranking_from_scores(scores)),
-                    heads)
+    lm, model_args, heads = tiny_model_and_heads(tiny_or_skip, tmp_path, batch_size=2)
     configs = plan_configurations([2], 2, False, ["zero"])  # baseline, top2, random2_s0, random2_s1: one pack
 
     def sweep(name: str) -> Path:
@@ -139,7 +145,7 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
     assert decoded * len(configs) <= decoded_by_reference, \
         "each doc decoded once per sweep (for the backend and every pass's scoring), not once per configuration"
     assert kept and kept[-1] >= 3 * (len(kept) // 4), "the three later passes of the pack reuse the inputs"
-    assert scorers[len(configs):] == [1] * (len(configs) + 1), "our tasks' docs scored in one thread"
+    assert scorers[len(configs):] == [1] * len(configs), "our tasks' docs scored in one thread (the dry pass: none)"
     rendered = len(templates) - rendered_by_reference
     assert rendered_by_reference > 0 and rendered * len(configs) == rendered_by_reference, \
         "chat templates rendered by the dry pass only, replayed to every configuration's pass"
@@ -153,6 +159,99 @@ def test_fast_engine_writes_the_reference_files(task, window, tiny_or_skip, vrh_
         f"samples_{task}.jsonl"]] for cfg in configs}
     assert len({json.dumps(a) for a in answers.values()}) > 1 or task == "vrh_synth_text_needle", \
         "the head sets must change some answers"
+
+
+def test_the_dry_pass_scores_nothing(tiny_or_skip, vrh_env, tmp_path):
+    """The dry pass before a pack's passes only records the model calls its docs make: no doc is scored on its
+    empty answer (a judge-scored task pays a judge call per scored doc). Each configuration's pass scores each doc
+    once, and the files are those of the reference engine (above)."""
+    from lmms_eval.api.task import ConfigurableTask
+
+    n = 3
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": n, "seed": 3}))
+    lm, model_args, heads = tiny_model_and_heads(tiny_or_skip, tmp_path)
+    configs = plan_configurations([2], 2, False, ["zero"])  # one pack of four
+    scored = []
+    process_results = ConfigurableTask.process_results
+    vrh_env.setattr(ConfigurableTask, "process_results",
+                    lambda self, *a, **k: scored.append(a[0]) or process_results(self, *a, **k))
+    spec = SweepSpec("vrh_qwen25", model_args, ["vrh_synth_grounding"], str(heads), configs,
+                     gen_kwargs="max_new_tokens=4", engine="fast")
+    packs = []
+    pack = lm.vrh_pack
+    vrh_env.setattr(lm, "vrh_pack", lambda *a, **k: packs.append(pack(*a, **k)) or packs[-1], raising=False)
+    out = run_sweep(spec, tmp_path / "fast", lm=lm, progress=False)
+    assert len(scored) == n * len(configs), "each configuration's pass scores each doc once; the dry pass none"
+    assert sum(packs[0].stats.rows) == n * len(configs), "the dry pass recorded every doc's call, for every config"
+    assert all((out / "configs" / c.id / "results.json").is_file() for c in configs)
+
+
+def test_a_cache_budget_that_forces_evictions_changes_no_answer(tiny_or_skip, vrh_env, tmp_path):
+    """`VRH_SWEEP_CACHE`: with a budget too small for the docs and the processor's outputs (nothing kept, or some),
+    what does not fit is decoded and processed again where it is read, and every file equals the reference
+    engine's."""
+    n = 4
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": n, "seed": 3}))
+    lm, model_args, heads = tiny_model_and_heads(tiny_or_skip, tmp_path, batch_size=2)
+    configs = plan_configurations([2], 2, False, ["zero"])
+    decodes = []
+    decode = datasets.features.Image.decode_example
+    vrh_env.setattr(datasets.features.Image, "decode_example", lambda *a, **k: decodes.append(1) or decode(*a, **k))
+    budgets = []
+    budget_class = engine.CacheBudget
+    vrh_env.setattr(engine, "CacheBudget", lambda *a: budgets.append(budget_class(*a)) or budgets[-1])
+
+    def sweep(name: str, folder: str) -> Path:
+        spec = SweepSpec("vrh_qwen25", model_args, ["vrh_synth_grounding"], str(heads), configs, batch_size=2,
+                         gen_kwargs="max_new_tokens=10", engine=name)
+        return run_sweep(spec, tmp_path / folder, lm=lm, progress=False)
+
+    reference = sweep("lmms", "lmms")
+    decoded = {}
+    for budget in ("4G", "0", "200K"):  # everything kept (the default), nothing, some (an image: 150 KB decoded)
+        vrh_env.setenv("VRH_SWEEP_CACHE", budget)
+        before = len(decodes)
+        fast = sweep("fast", f"fast_{budget}")
+        decoded[budget] = len(decodes) - before
+        assert budgets[-1].limit == engine.cache_bytes(budget)
+        assert budgets[-1].used <= budgets[-1].limit, "what is kept after the sweep fits the budget"
+        assert (budgets[-1].refused > 0) == (budget != "4G"), "the small budgets refused to keep something"
+        for cfg in configs:
+            assert run_files(fast / "configs" / cfg.id) == run_files(reference / "configs" / cfg.id), (budget, cfg)
+    assert decoded["0"] > decoded["200K"] > decoded["4G"], "docs that do not fit are decoded again where read"
+
+
+def test_decoded_docs_are_kept_within_the_byte_budget():
+    from PIL import Image
+
+    decoded = []
+
+    class Split(list):
+        def __getitem__(self, index):
+            decoded.append(index)
+            return {"image": Image.new("RGB", (100, 100)), "id": index}
+
+    budget = engine.CacheBudget(2 * engine.value_bytes({"image": Image.new("RGB", (100, 100)), "id": 0}))
+    rows = engine._Rows(Split(range(5)), budget)
+    first = [rows[i] for i in range(5)]
+    again = list(rows)
+    assert [a is b for a, b in zip(first, again)] == [True, True, False, False, False]
+    assert decoded == [0, 1, 2, 3, 4, 2, 3, 4] and budget.used == budget.limit
+    assert engine.value_bytes(first[0]) >= 100 * 100 * 3, "an image counts by its decoded pixels"
+
+
+@pytest.mark.parametrize("value,size", [("4G", 4 << 30), ("512M", 512 << 20), ("1.5GiB", 3 << 29), ("0", 0),
+                                        ("123", 123), ("", engine.DEFAULT_CACHE_BYTES)])
+def test_cache_budget_sizes(value, size):
+    assert engine.cache_bytes(value) == size
+
+
+def test_a_bad_cache_budget_is_one_line_before_the_model_loads(tmp_path, vrh_env):
+    vrh_env.setenv("VRH_SWEEP_CACHE", "lots")
+    spec = SweepSpec("vrh_qwen25", "pretrained=/nonexistent", ["vrh_synth_grounding"], None,
+                     plan_configurations([1], 0, False, ["zero"]))
+    with pytest.raises(VRHError, match=r"^VRH_SWEEP_CACHE='lots': expected a size in bytes such as 4G, 512M or 0$"):
+        run_sweep(spec, tmp_path / "out", progress=False)
 
 
 def test_unknown_engine_is_one_line_before_the_model_loads(tmp_path):

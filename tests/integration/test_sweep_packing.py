@@ -15,9 +15,10 @@ import torch
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import Geometry
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.harness import lmms
 from vrh_lmms.model.ablation import means_path_for, save_means
-from vrh_lmms.runs.sweep.plan import pack_groups, parse_pack, plan_configurations
+from vrh_lmms.runs.sweep.packs import pack_groups, parse_pack
 from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, kv_bytes_per_token, run_sweep
 
 TASK = "vrh_synth_grounding"

@@ -8,13 +8,13 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
-from vrh_lmms.tasks.common import grounding as G
-from vrh_lmms.tasks.common import grounding_data as GD
-from vrh_lmms.tasks.common.sources import SourceError
 
 from vrh_lmms.base.boxes import context, get_convention
 from vrh_lmms.base.synth.layouts import hub_rows, write_hub_layout, write_refer_layout
 from vrh_lmms.base.synth.scenes import SceneConfig, generate_scenes
+from vrh_lmms.tasks.common import grounding as G
+from vrh_lmms.tasks.common import grounding_data as GD
+from vrh_lmms.tasks.common.sources import SourceError
 
 REFCOCO_TASKS = {
     "vrh_refcoco_val": ("REFCOCO", "refcoco", "unc"), "vrh_refcoco_testA": ("REFCOCO", "refcoco", "unc"),
@@ -156,7 +156,8 @@ def test_process_results_records(vrh_env):
     assert G.doc_to_text(doc) == get_convention("qwen2_5_vl").prompt("the red circle")
     ok = G.process_results(doc, ['[{"bbox_2d": [42, 38, 118, 121], "label": "circle"}]'])
     rec = ok["vrh_record"]
-    assert ok["acc50"] == 1.0 and ok["parse_failure"] == 0.0 and ok["mislocated"] == 0.0 and ok["iou"] > 0.9
+    assert ok["acc50"]["score"] == 1.0 and ok["parse_failure"]["score"] == 0.0 and ok["mislocated"]["score"] == 0.0
+    assert ok["iou"]["score"] > 0.9 and ok["acc50"]["image_id"] == "5" and ok["score"] == 1.0
     assert rec["kind"] == "grounding" and rec["status"] == "correct" and rec["correct"] is True
     assert rec["pred_box"] == [42, 38, 118, 121] and rec["gt_box"] == [40, 40, 120, 120]
     assert rec["image_id"] == "5" and rec["image_size"] == [224, 224] and rec["n_boxes"] == 1
@@ -164,10 +165,11 @@ def test_process_results_records(vrh_env):
     assert set(rec) >= {"kind", "image_id", "pred_box", "gt_box", "iou", "correct", "status", "n_boxes",
                         "convention", "image_size", "raw", "expression"}
     off = G.process_results(doc, ['[{"bbox_2d": [150, 150, 220, 220]}]'])
-    assert off["vrh_record"]["status"] == "mislocated" and off["mislocated"] == 1.0 and off["acc50"] == 0.0
+    assert off["vrh_record"]["status"] == "mislocated" and off["mislocated"]["score"] == 1.0
+    assert off["acc50"]["score"] == 0.0 and off["score"] == 0.0
     bad = G.process_results(doc, ["I do not know"])
     assert bad["vrh_record"]["status"] == "parse_failure" and bad["vrh_record"]["pred_box"] is None
-    assert bad["parse_failure"] == 1.0 and bad["iou"] == 0.0 and bad["mislocated"] == 0.0
+    assert bad["parse_failure"]["score"] == 1.0 and bad["iou"]["score"] == 0.0 and bad["mislocated"]["score"] == 0.0
     empty = G.process_results(doc, [])
     assert empty["vrh_record"]["status"] == "parse_failure"
 
@@ -177,7 +179,7 @@ def test_scoring_uses_the_convention_the_prompt_used(vrh_env):
     G.doc_to_text(doc, {"convention": "qwen3_vl"})  # model-name mapping for --model qwen3_vl
     context.set_active("internvl")  # something else changes later: the reply was asked for in qwen3_vl's format
     out = G.process_results(doc, ['[{"bbox_2d": [179, 179, 536, 536]}]'])
-    assert out["vrh_record"]["convention"] == "qwen3_vl" and out["acc50"] == 1.0
+    assert out["vrh_record"]["convention"] == "qwen3_vl" and out["acc50"]["score"] == 1.0
 
 
 def test_task_kwarg_override_and_active_wrapper(vrh_env):

@@ -60,7 +60,16 @@ def test_yaml_wiring(manager, task):
     metrics = {m["metric"]: m for m in cfg["metric_list"]}
     expected = {"acc50", "iou", "parse_failure", "mislocated"} if task in GROUNDING and "refspatial" not in task \
         else ({"acc", "parse_failure", "mislocated"} if "refspatial" in task else {"acc", "parse_failure"})
-    assert set(metrics) == expected and all(m["aggregation"] == "mean" for m in metrics.values())
+    assert set(metrics) == expected
+    # the grounding and VQA templates' metrics carry their image (lmms-eval's clustered SE); the others are numbers
+    from vrh_lmms.tasks.common import grounding, records, vqa
+
+    # (the tasks with a scorer of their own read as numbers: mean_score takes both; refspatial has its own list)
+    assert all(m["aggregation"] == ("mean" if "refspatial" in task else records.mean_score)
+               for m in metrics.values()), metrics
+    assert cfg["cluster_key"] == "image_id" and cfg.get("score_key", "score") == "score"
+    if cfg["process_results"] in (grounding.process_results, vqa.process_results):
+        assert all(m["aggregation"] is records.mean_score for m in metrics.values())
     for fn in ("doc_to_visual", "doc_to_text", "process_results"):
         assert callable(cfg[fn]), fn
     if task in GROUNDING:
@@ -123,9 +132,21 @@ def _mean_and_stderr(values):
     return mean, sd / math.sqrt(n)
 
 
+def _clustered_stderr(values, clusters):
+    """SE^2 = var(ddof=1) / n + (1 / n^2) * sum over clusters of the cross products of residuals within it."""
+    n = len(values)
+    mean, stderr = _mean_and_stderr(values)
+    cross = 0.0
+    for c in set(clusters):
+        resid = [v - mean for v, k in zip(values, clusters, strict=True) if k == c]
+        cross += sum(resid) ** 2 - sum(r * r for r in resid)
+    return math.sqrt(stderr ** 2 + cross / n ** 2)
+
+
 def test_aggregates_and_standard_errors_match_a_direct_computation(manager, vrh_env):
     from lmms_eval.evaluator import simple_evaluate
 
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"objects": "all"}))  # an expression per object: images repeat
     out = simple_evaluate(model=_Scripted.make(_grounding_reply), tasks=["vrh_synth_grounding"], limit=14,
                           task_manager=manager, log_samples=True)
     res = out["results"]["vrh_synth_grounding"]
@@ -134,11 +155,19 @@ def test_aggregates_and_standard_errors_match_a_direct_computation(manager, vrh_
     statuses = [s["vrh_record"]["status"] for s in sorted(samples, key=lambda s: s["doc_id"])]
     assert statuses[:3] == ["correct", "mislocated", "parse_failure"]
     assert all(s["vrh_record"]["convention"] == "qwen2_5_vl" for s in samples)  # --model qwen2_5_vl mapping
+    images = [s["vrh_record"]["image_id"] for s in samples]
+    assert len(set(images)) < len(images)  # some images hold two docs: clustering matters
     for metric in ("acc50", "iou", "parse_failure", "mislocated"):
-        mean, stderr = _mean_and_stderr([s[metric] for s in samples])
+        values = [s[metric]["score"] for s in samples]
+        assert [s[metric]["image_id"] for s in samples] == images
+        mean, stderr = _mean_and_stderr(values)
         assert res[f"{metric},none"] == pytest.approx(mean)
-        assert res[f"{metric}_stderr,none"] == pytest.approx(stderr)
+        assert res[f"{metric}_stderr_clt,none"] == pytest.approx(stderr)  # lmms-eval's naive SE
+        # cluster_key: image_id -> lmms-eval's clustered SE, its Eq. 4 (arXiv 2411.00640) computed here by hand
+        assert res[f"{metric}_stderr_clustered,none"] == pytest.approx(_clustered_stderr(values, images))
     assert res["acc50,none"] == pytest.approx(5 / 14)
+    assert res["acc50_stderr_clustered,none"] != pytest.approx(res["acc50_stderr_clt,none"], rel=1e-3)
+    assert [s["score"] for s in samples] == [s["acc50"]["score"] for s in samples]  # what --baseline pairs on
 
 
 def test_vqa_task_runs_in_lmms_eval_on_local_files(manager, vrh_env, tmp_path):
@@ -153,9 +182,12 @@ def test_vqa_task_runs_in_lmms_eval_on_local_files(manager, vrh_env, tmp_path):
     out = simple_evaluate(model=_Scripted.make(lambda i, doc: "A" if i % 2 == 0 else "(B)"), tasks=["vrh_mmstar"],
                           task_manager=manager, log_samples=True)
     res, samples = out["results"]["vrh_mmstar"], out["samples"]["vrh_mmstar"]
-    mean, stderr = _mean_and_stderr([s["acc"] for s in samples])
+    mean, stderr = _mean_and_stderr([s["acc"]["score"] for s in samples])
     assert res["acc,none"] == pytest.approx(mean) == pytest.approx(4 / 6)
-    assert res["acc_stderr,none"] == pytest.approx(stderr)
+    assert res["acc_stderr_clt,none"] == pytest.approx(stderr)
+    images = [s["acc"]["image_id"] for s in samples]
+    assert res["acc_stderr_clustered,none"] == pytest.approx(_clustered_stderr([s["acc"]["score"] for s in samples],
+                                                                               images))
     assert {s["vrh_record"]["kind"] for s in samples} == {"vqa"}
 
 
@@ -192,7 +224,8 @@ def test_end_to_end_tiny_qwen25(tiny_qwen25, tmp_path):
         res = data["results"][task]
         for metric in ("acc50", "iou", "parse_failure", "mislocated"):
             assert isinstance(res[f"{metric},none"], float)
-            assert res[f"{metric}_stderr,none"] != "N/A"
+            assert isinstance(res[f"{metric}_stderr_clt,none"], float)  # lmms-eval's naive and clustered SE
+            assert isinstance(res[f"{metric}_stderr_clustered,none"], float)
         lines = [json.loads(x) for x in next(out.rglob(f"*_samples_{task}.jsonl")).read_text().splitlines()]
         assert len(lines) == 3
         for line in lines:
@@ -201,4 +234,5 @@ def test_end_to_end_tiny_qwen25(tiny_qwen25, tmp_path):
             assert rec["status"] in ("correct", "mislocated", "parse_failure")
             assert rec["image_size"] == [224, 224] and len(rec["gt_box"]) == 4 and rec["raw"] is not None
             assert (rec["pred_box"] is None) == (rec["status"] == "parse_failure")
-            assert line["parse_failure"] == float(rec["status"] == "parse_failure")
+            assert line["parse_failure"] == {"score": float(rec["status"] == "parse_failure"),
+                                             "image_id": rec["image_id"]}

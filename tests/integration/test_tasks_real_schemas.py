@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+
+from vrh_lmms.base.boxes import context
 from vrh_lmms.tasks.common import grounding as G
 from vrh_lmms.tasks.common import grounding_data as GD
 from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_data as VD
 from vrh_lmms.tasks.common.sources import SourceError
-
-from vrh_lmms.base.boxes import context
 
 REAL = Path(__file__).parents[1] / "fixtures" / "real_excerpts"
 
@@ -71,8 +71,8 @@ def test_spatialrgpt_hub_rows_split_val_python_literals(tmp_path, vrh_env, place
     assert json.loads(docs[0]["vrh_meta"])["draw_boxes"] == [[10.0, 10.0, 40.0, 40.0], [60.0, 30.0, 100.0, 80.0]]
     assert docs[0]["image_id"].startswith("SUNRGBD/") and docs[1]["vrh_question_type"] == "distance_data"
     out = V.process_results(docs[0], ["No."])
-    assert out["acc"] == 1.0 and out["vrh_record"]["qa_type"] == "qualitative"
-    assert V.process_results(docs[1], ["About 200 cm."])["acc"] == 1.0
+    assert out["acc"]["score"] == 1.0 and out["vrh_record"]["qa_type"] == "qualitative"
+    assert V.process_results(docs[1], ["About 200 cm."])["acc"]["score"] == 1.0
     # the working hub route for a downloaded snapshot: VRH_<KEY>_HUB=<snapshot folder>, same rows
     vrh_env.delenv("VRH_SPATIALRGPT_DATA")
     vrh_env.setenv("VRH_SPATIALRGPT_HUB", str(snap))
@@ -287,13 +287,13 @@ def test_glm_reply_cut_inside_think_is_a_parse_failure(vrh_env):
     cut = G.process_results(doc, [GLM_CUT])
     assert cut["vrh_record"]["status"] == "parse_failure" and cut["vrh_record"]["pred_box"] is None
     done = G.process_results(doc, [GLM_DONE])
-    assert done["vrh_record"]["status"] == "correct" and done["iou"] == pytest.approx(1.0)
+    assert done["vrh_record"]["status"] == "correct" and done["iou"]["score"] == pytest.approx(1.0)
 
 
 def test_cut_thinking_yes_no_reply_is_a_parse_failure():
     doc = {"vrh_answer_type": "yes_no", "vrh_target": "yes", "vrh_meta": "{}", "image_id": "1"}
-    assert V.process_results(doc, ["<think>Is it red? yes, probably, but the light"])["parse_failure"] == 1.0
-    assert V.process_results(doc, ["<think>red or orange</think><answer>Yes</answer>"])["acc"] == 1.0
+    assert V.process_results(doc, ["<think>Is it red? yes, probably, but the light"])["parse_failure"]["score"] == 1.0
+    assert V.process_results(doc, ["<think>red or orange</think><answer>Yes</answer>"])["acc"]["score"] == 1.0
 
 
 # ------------------------------------------------------------------------------------------ 9. RefSpatial masks

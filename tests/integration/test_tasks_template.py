@@ -47,8 +47,8 @@ def test_template_tasks_load_and_score(mybench_tasks, vrh_env):
     assert "in the image" in grounding.doc_to_text(doc)
     x1, y1, x2, y2 = (v / 224 * 1000 for v in doc["gt_box"])
     out = grounding.process_results(doc, [json.dumps([{"bbox_2d": [x1, y1, x2, y2]}])])
-    assert out["acc50"] == 1.0 and out["vrh_record"]["status"] == "correct"
+    assert out["acc50"]["score"] == 1.0 and out["vrh_record"]["status"] == "correct"
     vdoc = vqa.test_docs()[0]
     assert vqa.doc_to_text(vdoc).endswith("Answer yes or no.")
     out = vqa.process_results(vdoc, ["Yes"])
-    assert out["acc"] == 1.0 and out["vrh_record"]["kind"] == "vqa"
+    assert out["acc"]["score"] == 1.0 and out["vrh_record"]["kind"] == "vqa"

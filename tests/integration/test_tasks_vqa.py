@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+
 from vrh_lmms.tasks.common import answers as A
 from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_data as VD
@@ -40,7 +41,9 @@ def _docs(vrh_env, placeholder, task, key, folder):
 def _check_record(out, *, correct, status):
     rec = out["vrh_record"]
     assert rec["kind"] == "vqa" and rec["status"] == status and rec["correct"] is correct
-    assert out["acc"] == float(correct) and out["parse_failure"] == float(status == "parse_failure")
+    assert out["acc"]["score"] == float(correct) and out["parse_failure"]["score"] == float(status == "parse_failure")
+    # each metric carries its image (lmms-eval's clustered SE, cluster_key); `score` is what --baseline pairs on
+    assert out["acc"]["image_id"] == rec["image_id"] and out["score"] == float(correct)
     assert set(rec) >= {"kind", "image_id", "correct", "status", "pred", "target", "raw", "question_type"}
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from conftest import offline_env
 from support import vqa_paper_data as data
+
+from vrh_lmms.base.paths import tasks_path
 from vrh_lmms.tasks.common import vqa as V
 from vrh_lmms.tasks.common import vqa_paper as VP
 from vrh_lmms.tasks.common.sources import SourceError
 from vrh_lmms.tasks.common.vaw_mc import VAWMCError
-
-from vrh_lmms.base.paths import tasks_path
 
 TASKS = list(data.KEPT)
 
@@ -54,10 +54,11 @@ def test_a_subset_with_no_rows_is_an_error_naming_the_task(paper_env, placeholde
 def test_subset_filters_read_the_benchmarks_fields(paper_env, placeholder):
     size = VP.vrh_vqa_paper_spatialrgpt_object_size(placeholder())
     assert {json.loads(m)["category"] for m in size["vrh_meta"]} == {"width_data", "height_data"}
-    assert V.process_results(size[0], ["About 115 cm wide."])["acc"] == 1.0  # 1.2 m +-25%
+    assert V.process_results(size[0], ["About 115 cm wide."])["acc"]["score"] == 1.0  # 1.2 m +-25%
     mcq = VP.vrh_vqa_paper_mathvista_mcq(placeholder())
     assert "A. the cube\nB. the ball" in V.doc_to_text(mcq[0])
-    assert V.process_results(mcq[1], ["B"])["acc"] == 1.0 and V.process_results(mcq[1], ["C"])["acc"] == 0.0
+    assert V.process_results(mcq[1], ["B"])["acc"]["score"] == 1.0
+    assert V.process_results(mcq[1], ["C"])["acc"]["score"] == 0.0
     cv = VP.vrh_vqa_paper_cv_bench(placeholder())
     assert [json.loads(m)["source"] for m in cv["vrh_meta"]] == ["ADE20K", "COCO", "Omni3D"]  # default config only
 
@@ -73,13 +74,13 @@ def test_vaw_mc_docs(paper_env, placeholder):
     assert color["vrh_options"]["ABCD".index(color["vrh_target"])] == "red"
     assert material["vrh_options"]["ABCD".index(material["vrh_target"])] == "wooden"
     right = V.process_results(color, [color["vrh_target"]])
-    assert right["acc"] == 1.0
+    assert right["acc"]["score"] == 1.0
     rec = right["vrh_record"]
     assert (rec["attribute"], rec["attribute_type"], rec["parent_type"]) == ("red", "color", "color")
     assert "polarity" not in rec  # not read as VAW's yes/no pairs by the official metrics
     wrong = next(L for L in "ABCD" if L != color["vrh_target"])
-    assert V.process_results(color, [wrong])["acc"] == 0.0
-    assert V.process_results(color, ["red"])["acc"] == 1.0  # the option's text is read as its letter
+    assert V.process_results(color, [wrong])["acc"]["score"] == 0.0
+    assert V.process_results(color, ["red"])["acc"]["score"] == 1.0  # the option's text is read as its letter
     assert V.doc_to_visual(color)[0].getpixel((4, 6)) == (255, 0, 0)  # instance box (xywh 4,6,20,16) outlined
     # the rule is a setting: all parents but action -> 3 options -> the action instance and the 2-negative one join
     paper_env.setenv("VRH_VAW_MC", json.dumps({"options": 3, "parents": ["color", "material", "action"]}))
@@ -139,13 +140,13 @@ def test_group_metrics_in_lmms_eval_match_a_direct_computation(manager, paper_en
     for task in TASKS:
         got = [s["doc"]["question_id"] if "question_id" in s["doc"] else None for s in samples[task]]
         assert len(samples[task]) == len(data.KEPT[task]), (task, got)
-        acc = [s["acc"] for s in samples[task]]
+        acc = [s["acc"]["score"] for s in samples[task]]
         assert acc == [float(i % 2 == 0) for i in range(len(acc))], task
         all_acc += acc
         if len(acc) > 1:
             mean, stderr = _mean_and_stderr(acc)
             assert results[task]["acc,none"] == pytest.approx(mean)
-            assert results[task]["acc_stderr,none"] == pytest.approx(stderr)
+            assert results[task]["acc_stderr_clt,none"] == pytest.approx(stderr)
     assert results["vrh_vqa_paper"]["acc,none"] == pytest.approx(sum(all_acc) / len(all_acc))
 
 

@@ -19,7 +19,7 @@ from vrh_lmms.base.heads.geometry import Geometry
 from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 from vrh_lmms.cli import main
 from vrh_lmms.model.backbone import locate_decoder
-from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs, render_prompt, scene_messages
+from vrh_lmms.model.tiny.inputs import as_float32, load_tiny, processor_inputs, render_prompt, scene_messages
 from vrh_lmms.model.tiny.registry import TINY_FACTORIES, build_tiny
 
 torch.set_num_threads(1)
@@ -46,7 +46,23 @@ LAYOUT = {
     "idefics3": ("<image>", [16] * 5, [16] * 3, "<row_1_col_1>", "<fake_token_around_image>"),
     # Qwen2.5-VL's image processor and 28 px cells (load_tiny gives the thinker, which has the forward)
     "qwen2_5_omni": ("<|IMAGE|>", [16], [32], "<|vision_bos|>", "<|vision_eos|>"),
+    # one fixed 8x8 grid on CLIP's centre crop, after "USER:"
+    "llava": ("<image>", [64], [64], ":", "\n"),
+    # base 4x4 on 56 px tiles + unpadded AnyRes grid with a newline per row: 16 + 8x8 + 8; 16 + 8x16 + 8
+    "llava_onevision": ("<image>", [88], [152], "user", "\n"),
+    # the processor's image_token is <start_of_image>; 64 soft tokens follow it
+    "gemma3": ("<start_of_image>", [1], [1], "\n", "<image_soft_token>"),
+    # Pixtral: one [IMG] per 28 px cell, each row closed by [IMG_BREAK], the last by [IMG_END]: 4 x 4; 4 rows of 8
+    "mistral3": ("[IMG]", [4] * 4, [8] * 4, "[INST]", "[IMG_END]"),
+    # the processor's image_token is the global view's <|image|> marker, then 16 <|patch|>; a 2:1 image gets 2 tiles
+    # (each closed by a separator) before it
+    "llama4": ("<|image|>", [1], [1], ("<|image_start|>", "<|tile_y_separator|>"), "<|patch|>"),
+    # the processor's <|image|> is replaced whole: a 4 x 4 pooled low-res view, then the pooled high-res canvas
+    # (1 and 1 x 3 crops here), each row closed by <im_col>
+    "molmo2": ("<im_patch>", [4] * 8, [4] * 4 + [10] * 4, "<low_res_im_start>", "<im_col>"),
 }
+# the token the image features go to, where the processor's image_token is another one (a marker or framing token)
+FEATURE_TOKEN = {"gemma3": "<image_soft_token>", "llama4": "<|patch|>", "molmo2": "<im_patch>"}
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
     "qwen2_5_vl": ("qwen2_5_vl", "", None),
@@ -56,6 +72,10 @@ BACKENDS = {
     # glm4v loads the MoE class unless "Flash" is in the path (lmms_eval/models/simple/glm4v.py).
     "glm4v": ("glm4v", "", "GLM-4.1V-Flash-tiny"),
 }
+# families added with their wrappers, each loaded by name through the lmms-eval backend it wraps
+BACKENDS.update({family: (backend, "", None) for family, backend in (
+    ("llava", "llava_hf"), ("llava_onevision", "llava_hf"), ("gemma3", "gemma3"), ("mistral3", "mistral3_vl"),
+    ("llama4", "llama4_scout"))})
 TOKEN_ID_KEY = re.compile(r"(token_id|token_ids|token_index)$")
 
 
@@ -79,7 +99,7 @@ def one_prompt(processor, image):
     text = render_prompt(processor, scene_messages("the red circle", image))
     batch = processor(text=[text], images=[image], return_tensors="pt")
     batch.pop("labels", None)
-    return batch
+    return as_float32(batch)
 
 
 def weights(path: Path) -> dict[str, torch.Tensor]:
@@ -120,9 +140,10 @@ def test_other_seed_gives_other_weights(family, tiny_checkpoints, tmp_path):
 def test_image_token_layout(family, loaded):
     model, processor = loaded(family)
     placeholder, runs_square, runs_wide, before, after = LAYOUT[family]
-    assert processor.image_token == placeholder
+    assert placeholder in (processor.image_token, FEATURE_TOKEN.get(family))
     tok = processor.tokenizer
-    for size, runs in (((112, 112), runs_square), ((224, 112), runs_wide)):
+    befores = before if isinstance(before, tuple) else (before, before)  # per size where the two differ
+    for size, runs, before in (((112, 112), runs_square, befores[0]), ((224, 112), runs_wide, befores[1])):
         batch = one_prompt(processor, scene_image(size))
         tokens = tok.convert_ids_to_tokens(batch["input_ids"][0].tolist())
         idx = [i for i, t in enumerate(tokens) if t == placeholder]
@@ -153,10 +174,10 @@ def test_config_token_ids_inside_vocabulary(family, loaded):
     walk(model.generation_config.to_dict())
     assert found and all(isinstance(i, int) and 0 <= i < n for i in found), found
     assert locate_decoder(model).text_config.vocab_size >= n
-    image_id = getattr(model.config, "image_token_id", None)
-    if image_id is None:
-        image_id = model.config.image_token_index
-    assert image_id == processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    image_id = next(getattr(model.config, k) for k in ("image_token_id", "image_patch_id", "image_token_index")
+                    if getattr(model.config, k, None) is not None)
+    placeholder = FEATURE_TOKEN.get(family, processor.image_token)
+    assert image_id == processor.tokenizer.convert_tokens_to_ids(placeholder)
 
 
 @pytest.mark.parametrize("family", ALL)

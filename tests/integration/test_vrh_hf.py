@@ -67,12 +67,17 @@ def test_vrh_hf_finds_gemma3_heads_and_ablates_them_exactly(tiny_gemma3, masked_
     assert not torch.equal(ours, intact)
 
 
-def test_vrh_load_takes_a_checkpoint_without_a_family_record(tiny_gemma3, masked_gemma3):
-    import vrh_lmms as vrh
+def test_vrh_load_takes_a_checkpoint_without_a_family_record(tiny_gemma3, masked_gemma3, tmp_path):
+    from transformers import AutoConfig
 
-    model = vrh.load(str(tiny_gemma3), dtype="float32")
-    assert model.name == "vrh_hf" and model.geometry.layers == 6
-    masked = vrh.load(str(masked_gemma3), dtype="float32")
+    import vrh_lmms as vrh
+    from vrh_lmms.api import _model_name
+
+    AutoConfig.for_model("aria").save_pretrained(tmp_path)  # a type no family record claims
+    assert _model_name(str(tmp_path)) == "vrh_hf"
+    model = vrh.load(str(tiny_gemma3), model="vrh_hf", dtype="float32")
+    assert model.geometry.layers == 6
+    masked = vrh.load(str(masked_gemma3), model="vrh_hf", dtype="float32")
     ids = torch.tensor([[2, 3, 40, 41, 42, 43, 44, 45, 9, 4]])
     with torch.no_grad():
         intact = model.hf(input_ids=ids).logits
@@ -132,7 +137,7 @@ def test_packed_sweep_through_vrh_hf_writes_the_unpacked_files(tiny_gemma3, vrh_
     import numpy as np
 
     from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
-    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 4, "seed": 3}))

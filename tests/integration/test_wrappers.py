@@ -16,7 +16,14 @@ import pytest
 import torch
 from lmms_eval.models.simple.llava_hf import VICUNA_CHAT_TEMPLATE
 from oracles.reference_ablation import reference_ablation
-from support.wrappers import last_logits_by_prompt, model_inputs, recorded_generate, run, scene_docs
+from support.wrappers import (
+    assert_batch_two_equals_one,
+    last_logits_by_prompt,
+    model_inputs,
+    recorded_generate,
+    run,
+    scene_docs,
+)
 
 from vrh_lmms.base.heads import HeadRef
 
@@ -130,28 +137,15 @@ def test_batch_of_two_left_padded_equals_batch_of_one(case, tiny_or_skip):
     if not case.batches:
         pytest.skip(f"{case}: the lmms-eval backend runs batch size 1 only (it asserts it)")
     ckpt = tiny_or_skip(case.family)
-    docs = scene_docs(3)
-    texts, logits = {}, {}
-    for bs in (1, 2):
-        wrapper = _cls(case.wrapper)(pretrained=str(ckpt), heads=HEADS, dtype="float32", batch_size=bs,
-                                     **case.kwargs)
-        with recorded_generate(wrapper.model) as calls:
-            texts[bs] = run(wrapper, docs)
-        if bs == 2:
-            assert max(c["input_ids"].shape[0] for c in calls) == 2
-            mask = next(c["attention_mask"] for c in calls if c["input_ids"].shape[0] == 2)
-            assert not mask[:, 0].all() and mask[:, -1].all(), "batches must be left padded"
-        logits[bs] = last_logits_by_prompt(wrapper.model, calls)
-    assert texts[2] == texts[1]
-    assert logits[1].keys() == logits[2].keys()
-    for key in logits[1]:
-        torch.testing.assert_close(logits[2][key], logits[1][key], rtol=1e-4, atol=1e-4)
+    assert_batch_two_equals_one(lambda bs: _cls(case.wrapper)(pretrained=str(ckpt), heads=HEADS, dtype="float32",
+                                                               batch_size=bs, **case.kwargs), scene_docs(3))
 
 
 # ------------------------------------------------------------------------------------------- our own backends
 def test_paligemma_heads_none_equals_plain_transformers(tiny_or_skip):
     """vrh_paligemma has no lmms-eval base: compare with PaliGemma run by hand (prompt `<image>` + text)."""
     from transformers import PaliGemmaForConditionalGeneration, PaliGemmaProcessor
+
     from vrh_lmms.model_wrappers.paligemma import VRHPaliGemma
 
     ckpt = tiny_or_skip("paligemma")
@@ -206,9 +200,8 @@ def test_paligemma_batch_of_two_equals_batch_of_one(tiny_or_skip):
 
 
 def test_own_backend_generation_kwargs():
-    from vrh_lmms.model_wrappers.own_backend import cut_at_until, split_gen_kwargs
-
     from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model_wrappers.own_backend import cut_at_until, split_gen_kwargs
 
     until, gen = split_gen_kwargs({"until": "</s>", "max_new_tokens": 9, "top_p": 0.5, "image_sizes": [1]}, 64)
     assert until == ["</s>"] and gen == {"max_new_tokens": 9, "num_beams": 1, "do_sample": False}
@@ -222,6 +215,7 @@ def test_own_backend_generation_kwargs():
 # --------------------------------------------------------------------------------------------- wiring details
 def test_manifests_load_without_optional_packages():
     from lmms_eval.models.registry_v2 import ModelRegistryV2
+
     from vrh_lmms.model_wrappers.manifests import WRAPPERS, manifests
 
     registry = ModelRegistryV2()
@@ -238,9 +232,8 @@ def test_manifests_load_without_optional_packages():
 
 
 def test_every_wrapper_family_is_in_the_family_table():
-    from vrh_lmms.model_wrappers.manifests import WRAPPERS
-
     from vrh_lmms.base.families import FAMILIES
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS
 
     for module, simple, chat in WRAPPERS.values():
         for name in (simple, chat):
@@ -249,9 +242,8 @@ def test_every_wrapper_family_is_in_the_family_table():
 
 
 def test_phi4_without_librosa_fails_with_one_clear_message():
-    from vrh_lmms.model_wrappers import phi4
-
     from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model_wrappers import phi4
 
     if phi4.MISSING is None:
         pytest.skip("librosa is installed here: vrh_phi4 is usable")
@@ -264,6 +256,7 @@ def test_phi4_without_librosa_fails_with_one_clear_message():
 def test_glm4v_wrapper_loads_the_dense_class_whatever_the_name(tiny_or_skip):
     import lmms_eval.models.simple.glm4v as glm_module
     from transformers import Glm4vForConditionalGeneration
+
     from vrh_lmms.model_wrappers.glm4v import VRHGLM4V
 
     ckpt = tiny_or_skip("glm4v")
@@ -284,9 +277,8 @@ def test_llava_empty_device_map_becomes_the_device(tiny_or_skip):
 
 
 def test_unknown_model_arg_of_own_backend_is_named(tiny_or_skip):
-    from vrh_lmms.model_wrappers.paligemma import VRHPaliGemma
-
     from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model_wrappers.paligemma import VRHPaliGemma
 
     ckpt = tiny_or_skip("paligemma")
     with pytest.raises(VRHError, match="model arg max_pixelz=3 is not one that vrh_paligemma takes"):
@@ -302,6 +294,7 @@ def test_ablation_reaches_a_ddp_wrapped_model(tiny_checkpoints, gloo_group):
     cuda:<rank>; FSDP wraps it. A DDP wrapper of a gloo group of one process is the honest CPU stand-in.)"""
     from lmms_eval.models.simple.qwen2_5_vl import Qwen2_5_VL
     from torch.nn.parallel import DistributedDataParallel
+
     from vrh_lmms.model_wrappers.base import VRHMixin
 
     class DDPQwen(Qwen2_5_VL):
@@ -329,6 +322,7 @@ def test_ablation_reaches_a_ddp_wrapped_model(tiny_checkpoints, gloo_group):
 def test_fsdp_under_accelerate_chooses_the_hook(monkeypatch):
     """With FSDP (flattened parameters) the mixin must not fold weights in place: `auto` becomes `hook`."""
     from accelerate import DistributedType
+
     from vrh_lmms.model_wrappers.base import VRHMixin
 
     class FakeAccelerator:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 from support.wrappers import SPLIT, TASK, recorded_generate, requests, run, scene_docs
-from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25, VRHQwen25Chat, with_image_after_prompt
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.model_wrappers.qwen2_5_vl import VRHQwen25, VRHQwen25Chat, with_image_after_prompt
 
 torch.set_num_threads(1)
 PIXELS = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 16}

@@ -163,6 +163,7 @@ def internvl_loader(monkeypatch, tiny_qwen25):
 def test_internvl_remote_wrappers(internvl_loader, name):
     import lmms_eval.models.simple.internvl2 as iv2
     import lmms_eval.models.simple.internvl3 as iv3
+
     from vrh_lmms.model_wrappers import internvl_remote
     from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 

@@ -87,3 +87,22 @@ def last_logits_by_prompt(model, calls: list[dict[str, Any]]) -> dict[tuple[int,
         for row in range(inputs["input_ids"].shape[0]):
             out[tuple(inputs["input_ids"][row][mask[row]].tolist())] = logits[row]
     return out
+
+
+def assert_batch_two_equals_one(make_backend, docs: dict[int, dict[str, Any]]) -> None:
+    """`make_backend(batch_size)` answers `docs` in left-padded batches of 2 exactly as one at a time: the same
+    texts and, per prompt, the same next-token logits."""
+    texts, logits = {}, {}
+    for bs in (1, 2):
+        backend = make_backend(bs)
+        with recorded_generate(backend.model) as calls:
+            texts[bs] = run(backend, docs)
+        if bs == 2:
+            assert max(c["input_ids"].shape[0] for c in calls) == 2
+            mask = next(c["attention_mask"] for c in calls if c["input_ids"].shape[0] == 2)
+            assert not mask[:, 0].all() and mask[:, -1].all(), "batches must be left padded"
+        logits[bs] = last_logits_by_prompt(backend.model, calls)
+    assert texts[2] == texts[1]
+    assert logits[1].keys() == logits[2].keys()
+    for key in logits[1]:
+        torch.testing.assert_close(logits[2][key], logits[1][key], rtol=1e-4, atol=1e-4)

@@ -138,9 +138,9 @@ def test_run_files_of_earlier_versions_keep_loading(tmp_path):
 def test_the_run_file_belongs_to_the_outputs_it_is_written_into(tmp_path):
     """A rerun with --force replaces a finished run's folder: its run file counts as ours there, a user's does not."""
     from vrh_lmms.base import owned
-    from vrh_lmms.cli.commands.kv_cache import LAYOUT as KV_CACHE
     from vrh_lmms.pipelines.demo.pipeline import demo_layout
     from vrh_lmms.pipelines.replicate.run import LAYOUT as REPLICATE
+    from vrh_lmms.runs.kvcache.run import LAYOUT as KV_CACHE
 
     checkpoint = tmp_path / "checkpoint"  # export-masked, dpo-train, rank-train, train-tiny: a listed checkpoint
     checkpoint.mkdir()

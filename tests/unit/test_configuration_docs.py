@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from vrh_lmms.base.data_env import BENCHMARK_KEYS
 from vrh_lmms.base.runfile import UNRECORDED_ENV
 from vrh_lmms.cli import BY_NAME, CONFIG_COMMANDS
 
@@ -42,6 +43,16 @@ def test_the_table_lists_exactly_the_variables_the_code_reads():
     assert set(_rows()) == _code_variables()
 
 
+def test_a_run_files_env_accepts_exactly_the_documented_variables():
+    """vrh_lmms.base.runfile.known_variables is this table (and the per-benchmark rule's names of every key)."""
+    from vrh_lmms.base.data_env import benchmark_variables
+    from vrh_lmms.base.runfile import known_variables
+
+    rule = set(benchmark_variables())
+    assert set(_rows()) <= known_variables()
+    assert known_variables() - rule == set(_rows()) - rule
+
+
 def test_the_run_file_column_says_what_a_run_file_records():
     rows = _rows()
     assert all(len(cells) == 3 and cells[0] and cells[1] for cells in rows.values())
@@ -55,6 +66,7 @@ def test_the_per_benchmark_keys_are_the_benchmarks():
     keys = {b.key for b in grounding_data.BENCHMARKS.values()} | {b.key for b in vqa_data.VQA_BENCHMARKS.values()}
     listed = re.search(r"The keys: (.*?)\. A benchmark", DOC, re.S).group(1)
     assert set(re.findall(r"`([A-Z0-9_]+)`", listed)) == keys
+    assert set(BENCHMARK_KEYS) == keys  # what a run file's env: may name under the per-benchmark rule
 
 
 def test_the_commands_table_is_the_command_tables():

@@ -8,10 +8,10 @@ import datasets
 import pytest
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.stats.subsample import image_subsample
 from vrh_lmms.harness import doc_subset
 from vrh_lmms.runs.sweep.control_docs import check_control_docs, draw, is_control
-from vrh_lmms.runs.sweep.plan import plan_configurations
 
 IMAGES = ["a", "a", "b", "c", "c", "c", "d", "e", "e", "f", "g", "g"]
 

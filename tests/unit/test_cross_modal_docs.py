@@ -7,11 +7,11 @@ import json
 
 import numpy as np
 import pytest
+
+from vrh_lmms.base.data_env import DATA_VARIABLES
 from vrh_lmms.tasks.common import cross_modal as X
 from vrh_lmms.tasks.common.audio_needle import render
 from vrh_lmms.tasks.common.sources import SourceError
-
-from vrh_lmms.base.data_env import DATA_VARIABLES
 
 CFG = {**X.DEFAULTS, "n": 12, "seed": 4}
 

@@ -4,12 +4,15 @@ demo's VRH_SYNTH_CONFIG gives, and an unreachable hub is one line in seconds."""
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import registry
+from vrh_lmms.base.paths import tasks_path
 from vrh_lmms.base.pretrained import check_hub_reachable, demo_folder, named_model_args
 
 
@@ -60,10 +63,9 @@ def test_several_registered_tasks_of_another_model_are_one_line(tmp_path, monkey
 
 
 def test_demo_tasks_hold_the_demo_scenes(vrh_env, placeholder):
-    from vrh_lmms.tasks.common import demo_scenes, grounding_data
-
     from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL, DemoSpec
     from vrh_lmms.pipelines.demo.stages import synth_config
+    from vrh_lmms.tasks.common import demo_scenes, grounding_data
 
     spec = DemoSpec.load(demo_folder())
     for task, n, start in (("vrh_demo_grounding", N_EVAL, EVAL_START),
@@ -93,6 +95,9 @@ def test_unreachable_hub_is_one_line_in_seconds(monkeypatch):
     text = str(err.value)
     assert "\n" not in text and text.startswith("pretrained=Org/Not-Cached (the backend's default")
     assert "did not answer within 2 s" in text and "pretrained=vrh-demo" in text
+    # the hint names the task the demo model reads (lmms-eval's refcoco would retry the hub for two minutes)
+    task = re.search(r"pretrained=vrh-demo for the shipped demo model with --tasks (\w+)", text).group(1)
+    assert f"task: {task}\n" in (Path(tasks_path()) / "synth" / f"{task}.yaml").read_text()
     pretrained._hub_answers.cache_clear()
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(VRHError, match=r"^pretrained=Org/Default \(the backend's default: no pretrained= was given\) "

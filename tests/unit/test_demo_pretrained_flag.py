@@ -8,6 +8,7 @@ import argparse
 import pytest
 
 from vrh_lmms.cli.commands import demo
+from vrh_lmms.pipelines.demo import pipeline
 
 
 @pytest.fixture
@@ -18,7 +19,7 @@ def ran(monkeypatch):
         seen["model_path"] = model_path
         return {}
 
-    monkeypatch.setattr(demo, "run_demo", fake_run_demo)
+    monkeypatch.setattr(pipeline, "run_demo", fake_run_demo)  # demo.run imports it when it runs
     parser = argparse.ArgumentParser()
     demo.configure(parser)
     return lambda argv: (demo.run(parser.parse_args(argv)), seen["model_path"])[1]

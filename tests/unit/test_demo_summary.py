@@ -37,19 +37,20 @@ def test_a_mean_drop_of_exactly_ten_points_is_met_as_printed():
     assert checks["baseline >= 80%"]
     md = summary_markdown(acc, 32, 1.0)
     assert "| 10.0 ± 10.0 (3) |" in md and "- k=2: all met" in md  # SE of 0, 0, 30 points: 10.0
-    assert md.startswith("**Design targets met at k = 2** (of 32 heads)")
+    assert "\nDesign targets of the demo model (a note on the model, not a test of its heads): met at k = 2 (of 32 " \
+           "heads)\n" in md
     worse = Acceptance(0.8, 100, [_row(random_drops=[0.10, 0.10, 0.101])])
     assert "| 10.0 (3) |" in summary_markdown(worse, 32, 1.0)  # rows without an SE print none
     assert not criteria(worse, 32)[2]["live random-k mean drop <= 10 points"]
     worse_md = summary_markdown(worse, 32, 1.0)
     assert "not met: live random-k mean drop <= 10 points (10.0 points)" in worse_md
-    assert worse_md.startswith("**Design targets not met at any k <= 10% of the 32 heads**: not met: live random-k "
-                               "mean drop <= 10 points (k=2: 10.0 points)")
+    assert ": not met at any k <= 10% of the 32 heads: live random-k mean drop <= 10 points (k=2: 10.0 points)\n" \
+        in worse_md
 
 
 def test_the_verdict_names_each_missed_criterion_with_what_it_saw():
-    """Not met: the first line (the console's verdict) names every criterion missed at some k with its value at each
-    such k (the console prints it above its table, whose rows count the misses); a met criterion is not named."""
+    """Not met: the note on the design targets (the console prints it under its table, whose rows count the misses)
+    names every criterion missed at some k with its value at each such k; a met criterion is not named."""
     from vrh_lmms.pipelines.demo.console_summary import targets_cell
 
     rows = [_row(k=2, random_drops=[0.2, 0.3, 0.194]), _row(k=3, layer_matched_drops=[], topk_parse_failure=0.1),
@@ -57,15 +58,47 @@ def test_the_verdict_names_each_missed_criterion_with_what_it_saw():
     rows[1]["layer_matched_mean_drop"] = None
     acc = Acceptance(0.88, 100, rows)
     checks = criteria(acc, total_heads=32)
-    verdict = summary_markdown(acc, 32, 1.0).splitlines()[0]
-    assert verdict == ("**Design targets not met at any k <= 10% of the 32 heads**: not met: "
+    verdict = next(line for line in summary_markdown(acc, 32, 1.0).splitlines() if line.startswith("Design targets"))
+    assert verdict == ("Design targets of the demo model (a note on the model, not a test of its heads): not met at "
+                       "any k <= 10% of the 32 heads: "
                        "live random-k mean drop <= 10 points (k=2: 23.1 points); "
                        "live layer-matched mean drop <= 10 points (k=3: unavailable); "
-                       "parse failures <= 5% (k=3: 10.0%)")
+                       "parse failures <= 5% (k=3: 10.0% for top-k)")
     assert targets_cell(checks[2]) == "1 missed" and targets_cell(checks[3]) == "2 missed"
     assert targets_cell({name: True for name in checks[2]}) == "met"
     assert targets_cell(None) == "n/a (> 10%)"
-    assert "baseline" not in verdict.partition("not met:")[2] and "top-k" not in verdict
+    assert "baseline" not in verdict.partition("not met")[2] and "top-k drop" not in verdict
+
+
+def test_the_first_line_is_the_finding_and_the_design_targets_come_after_the_table():
+    """The first line states what was measured (each top-k drop with its interval, against its live controls, one
+    sentence); the design targets follow the table as a note on the model, not as the verdict."""
+    rows = [_row(k=2, topk_drop=0.66, topk_drop_ci=[0.563, 0.745], random_drops=[0.2, 0.25, 0.25],
+                 random_mean_drop_se=0.0167),
+            _row(k=3, topk_drop=0.84, topk_drop_ci=[0.756, 0.899], layer_matched_drops=[])]
+    rows[1]["layer_matched_mean_drop"] = None
+    md = summary_markdown(Acceptance(0.88, 100, rows), 32, 1.0)
+    first = md.splitlines()[0]
+    assert first == ("**Ablating the discovered top-k heads cuts Acc@0.5 (baseline 88.0% on 100 held-out scenes) by "
+                     "66.0 points [56.3, 74.5] at k = 2 and 84.0 [75.6, 89.9] at k = 3, against 23.3 ± 1.7 and "
+                     "10.0 ± 10.0 for live random-k draws; 0.0 at k = 2 for live layer-matched random-k "
+                     "draws** (95% cluster-aware intervals in brackets; controls: mean ± SE over 3 draws; live "
+                     "layer-matched random-k draws unavailable at k = 3).")
+    assert first.count(". ") == 0 and "Design targets" not in md.split("|---|")[0]
+    assert md.index("| 3 (9%) |") < md.index("Design targets of the demo model") < md.index("Criteria (for some k")
+
+
+def test_parse_failures_say_whose_rate_misses():
+    """`parse failures <= 5%` checks the worst of top-k and every live control draw: the note says which it was."""
+    from vrh_lmms.pipelines.demo.pipeline import parse_failures_seen
+
+    assert parse_failures_seen(_row(random_max_parse_failure=0.1)) == \
+        "10.0% in a live random-k draw vs 0.0% for top-k"
+    assert parse_failures_seen(_row(layer_matched_max_parse_failure=0.08)) == \
+        "8.0% in a live layer-matched random-k draw vs 0.0% for top-k"
+    assert parse_failures_seen(_row(topk_parse_failure=0.2, random_max_parse_failure=0.1)) == "20.0% for top-k"
+    md = summary_markdown(Acceptance(0.88, 100, [_row(random_max_parse_failure=0.1)]), 32, 1.0)
+    assert "parse failures <= 5% (k=2: 10.0% in a live random-k draw vs 0.0% for top-k)" in md
 
 
 def test_drops_are_points_and_the_spread_is_the_same_se_as_the_reports(tmp_path):
@@ -166,3 +199,28 @@ def test_interventions_line_says_unavailable_for_a_control_live_heads_cannot_sup
     text = interventions_markdown(figures)
     assert "layer-matched unavailable, unsteered 0.0%" in text
     assert "top-k heads destroy 90.0%" in text and "layer-matched unavailable;" in text
+
+
+def test_the_k_curve_labels_its_dotted_line_and_the_console_names_only_its_series(tmp_path, monkeypatch):
+    """The k-curve's dotted line is in the legend (10% of the heads); a control with no draw at any k (layer-matched,
+    where live heads cannot fill it) has no line, and the console's file row names exactly the series drawn."""
+    from pathlib import Path
+
+    from vrh_lmms.pipelines.demo import kcurve
+    from vrh_lmms.pipelines.demo.console_summary import files
+    from vrh_lmms.pipelines.demo.pipeline import plot_acceptance_curve
+
+    figures = []
+    monkeypatch.setattr(kcurve.plt, "close", figures.append)
+    rows = [_row(k=k, layer_matched_drops=[], random_all_drops=[0.1, 0.2]) for k in (2, 3)]
+    plot_acceptance_curve(Acceptance(0.88, 100, rows), layers=4, heads=8, path=tmp_path / "kcurve.png")
+    (fig,) = figures
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert legend == ["top-k (scorer)", "live random-k (mean of 3)", "uniform random-k (all heads) (mean of 2)",
+                      "10% of the heads (k = 3.2)"]
+    (kcurve_row,) = [what for path, what in files(Path("o"), rows=rows) if path.name == "kcurve.png"]
+    assert kcurve_row == "drops against k: top-k vs live random-k vs uniform random-k (all heads)"
+    rows[0]["layer_matched_drops"] = [0.0, 0.1]
+    (kcurve_row,) = [what for path, what in files(Path("o"), rows=rows) if path.name == "kcurve.png"]
+    assert kcurve_row == "drops against k: top-k vs live random-k vs live layer-matched random-k vs uniform " \
+                         "random-k (all heads)"

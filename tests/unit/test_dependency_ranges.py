@@ -10,8 +10,8 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from research.train_tiny import MIN_TRANSFORMERS, check_transformers
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.cli.commands.train_tiny import MIN_TRANSFORMERS, check_transformers
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -127,7 +127,7 @@ def test_a_kind_missing_a_field_is_refused():
 
 
 def test_planned_ids_read_back_as_their_kind():
-    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.base.heads.plan import plan_configurations
 
     pattern = kinds.id_pattern()
     plan = plan_configurations([3, 12], 2, True, ["zero", "mean"], controls=list(kinds.OPTIONS), uniform_random=True)
@@ -143,7 +143,7 @@ def test_planned_ids_read_back_as_their_kind():
 
 
 def test_the_plan_carries_its_pool_to_every_draw():
-    from vrh_lmms.runs.sweep.plan import carried_pool, plan_configurations, planned_headset
+    from vrh_lmms.base.heads.plan import carried_pool, plan_configurations, planned_headset
     from vrh_lmms.runs.sweep.run import SweepSpec
 
     for pool in kinds.POOLS:
@@ -162,3 +162,24 @@ def test_the_plan_carries_its_pool_to_every_draw():
     with pytest.raises(VRHError, match="the all and the live pools"):
         SweepSpec("m", "", ["t"], None, plan_configurations([2], 1, False, ["zero"], pool=kinds.ALL),
                   control_pool=kinds.LIVE)
+
+
+def test_a_runs_head_sets_are_resolved_once_and_handed_forward(monkeypatch):
+    """A sweep's checks resolve every configuration against the heads file's geometry, the checkpoint's and the
+    loaded model's; where those and the dead heads agree, each head set is drawn once and the run uses that one."""
+    from vrh_lmms.base.heads import plan as plan_module
+    from vrh_lmms.base.heads.plan import HeadSets, check_headsets, plan_configurations, planned_headset
+
+    calls = []
+    real = plan_module.resolve_spec
+    monkeypatch.setattr(plan_module, "resolve_spec", lambda *a, **kw: calls.append(a[0]) or real(*a, **kw))
+    configs = plan_configurations([2], 3, True, ["zero"])
+    headsets = HeadSets(HF)
+    for _ in range(3):  # heads file, config.json, loaded model: the same shape and dead heads
+        check_headsets(configs, G, HF, DEAD, headsets=headsets)
+    assert len(calls) == len(configs) == len(headsets)
+    for c in configs:  # what the run evaluates: the checks' head sets, the very draws planned_headset makes
+        assert headsets.get(c, G, DEAD) == planned_headset(c, G, HF, DEAD)
+    assert len(calls) == 2 * len(configs)  # (the comparison's own planned_headset calls)
+    check_headsets(configs, G, HF, (), headsets=headsets)  # other dead heads: drawn again
+    assert len(headsets) == 2 * len(configs)

@@ -77,7 +77,7 @@ def test_random_skip_layer0_never_draws_layer0_and_covers_the_rest():
 
 
 def test_sweep_random_skip_layer0_plans_the_same_ids_with_the_skip_spec():
-    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.base.heads.plan import plan_configurations
 
     plain = plan_configurations([3], 2, False, ["zero"])
     skip = plan_configurations([3], 2, False, ["zero"], random_skip_layer0=True)
@@ -195,9 +195,12 @@ def test_a_layer_matched_draw_that_live_heads_cannot_fill_is_unavailable_not_pad
     scores[1, 0], scores[1, 1], scores[0, 0] = 3.0, 2.0, 1.0  # top3 = L1H0, L1H1, L0H0
     hf = HeadsFile(model={"id": "tiny"}, geometry=g, scores=scores, ranking=ranking_from_scores(scores))
     others = (HeadRef(1, 2), HeadRef(1, 3), HeadRef(1, 4))  # layer 1's other heads all write nothing
-    with pytest.raises(ControlUnavailable, match="layer 1: the top set holds 2 of its 5 heads, and only 0 other live "
-                                                 "heads are left \\(3 of its 3 others write nothing\\)"):
+    with pytest.raises(ControlUnavailable, match="layer 1: the top set holds 2 of its 5 heads, and no other live "
+                                                 "head is left \\(all 3 of its others write nothing\\)"):
         resolve_spec("like:top3", g, heads_file=hf, dead=others)
+    with pytest.raises(ControlUnavailable, match="layer 1: the top set holds 2 of its 5 heads, and only 1 other live "
+                                                 "head is left \\(2 of its 3 others write nothing\\)"):
+        resolve_spec("like:top3", g, heads_file=hf, dead=others[:2])
     drawn = resolve_spec("like:top3", g, heads_file=hf, dead=others, pool="all")  # the paper's definition
     assert len(drawn.dead) == 2 and set(drawn.dead) <= set(others)
     assert not set(resolve_spec("like:top3", g, heads_file=hf, dead=(HeadRef(1, 2),)).heads) & {HeadRef(1, 2)}
@@ -230,7 +233,7 @@ def test_image_matched_draws_from_live_heads_only():
 
 def test_random_outside_draws_k_heads_outside_the_top_k_from_the_pool(tmp_path):
     """The paper's control for its extra models: K random heads, none of the top K, live ones by default."""
-    from vrh_lmms.runs.sweep.plan import plan_configurations
+    from vrh_lmms.base.heads.plan import plan_configurations
 
     hf, _ = make_file(tmp_path)
     top = set(hf.ranking[:6])

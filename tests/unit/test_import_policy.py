@@ -109,3 +109,15 @@ def test_a_hoisted_torch_import_in_a_light_module_is_seen(tmp_path):
         f.write("\nimport torch  # noqa: E402,F401\n")
     for entry in ("vrh-lmms --help", "the base floor"):
         assert "torch" in loaded(LIGHT[entry], tmp_path), entry
+
+
+# The first commands a person asks for help on: their --help answers in well under a second because their modules load
+# none of these (each costs 0.3-2.8 s: torch through the runner, scipy.stats and matplotlib through the demo pipeline).
+HELP_HEAVY = (*HEAVY, "scipy", "matplotlib", "statsmodels", "pandas")
+
+
+@pytest.mark.parametrize("command", ["demo", "discover"])
+def test_first_commands_help_loads_no_heavy_library(command):
+    code = f"import vrh_lmms.cli as c\ntry:\n    c.main(['{command}', '--help'])\nexcept SystemExit:\n    pass"
+    heavy = set(HELP_HEAVY) & loaded(code)
+    assert not heavy, f"`vrh-lmms {command} --help` loads {sorted(heavy)}"

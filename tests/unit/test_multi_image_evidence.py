@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from vrh_lmms.tasks.common import haystack
-from vrh_lmms.tasks.common.sources import SourceError
 
 from vrh_lmms.base.data_env import DATA_VARIABLES
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.runs.discovery.evidence import evidence_kind, get_kind, known_kinds
+from vrh_lmms.tasks.common import haystack
+from vrh_lmms.tasks.common.sources import SourceError
 
 SIZES = [[224, 224], [112, 160]]
 

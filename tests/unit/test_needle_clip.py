@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+
 from vrh_lmms.tasks.common import needle_clip as nc
 from vrh_lmms.tasks.common.sources import SourceError
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from vrh_lmms.tasks.common import haystack_media as H
-from vrh_lmms.tasks.common import mm_niah as M
-from vrh_lmms.tasks.common import visual_haystacks as V
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.runs.discovery.text_span import needle_chars, text_evidence
+from vrh_lmms.tasks.common import haystack_media as H
+from vrh_lmms.tasks.common import mm_niah as M
+from vrh_lmms.tasks.common import visual_haystacks as V
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 MMNIAH, VHS = FIXTURES / "mm_niah", FIXTURES / "visual_haystacks"

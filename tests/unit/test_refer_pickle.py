@@ -10,9 +10,9 @@ import struct
 
 import pytest
 from PIL import Image
-from vrh_lmms.tasks.common.refer import load_refs, read_refer
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.tasks.common.refer import load_refs, read_refer
 
 # One ref in the official schema (lichengunc/refer: refs are dicts with these keys, bbox in instances.json is xywh).
 REF = {"sent_ids": [0, 1], "file_name": "COCO_train2014_000000000042_7.jpg", "ann_id": 7, "ref_id": 0,

@@ -10,6 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from vrh_lmms.tasks.common.vaw_mc import LETTERS, VAWMCError, VAWMCRule, build_question, build_questions, counts
 from vrh_lmms.tasks.common.vqa_data import VAWTypes
 

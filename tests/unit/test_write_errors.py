@@ -84,9 +84,8 @@ def test_other_os_errors_keep_their_traceback(heads_pair, tmp_path, monkeypatch)
 
 def test_an_empty_dataset_is_one_line(capsys):
     """A task whose source yields no docs raises SourceError, which the command line shows as one line."""
-    from vrh_lmms.tasks.common.docs import from_records
-
     from vrh_lmms.cli import _guarded
+    from vrh_lmms.tasks.common.docs import from_records
 
     assert _guarded(lambda: from_records([])) == 2
     assert _one_line(capsys) == "vrh-lmms: error: no docs to evaluate"

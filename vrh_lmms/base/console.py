@@ -15,6 +15,8 @@ Library use (no session): `bar` falls back to tqdm and `step` to print, as befor
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 import tempfile
@@ -35,7 +37,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 from rich.text import Text
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.owned import LOG_HEADER
@@ -267,10 +269,53 @@ class _Bar:
 
 
 def bar(total: int | None, desc: str, unit: str, enabled: bool = True) -> Any:
-    """A progress bar: the session's one display, or a tqdm bar where no session runs (or with --verbose)."""
+    """A progress bar: the session's one display, or a tqdm bar where no session runs (or with --verbose); inside
+    `quiet_libraries` it writes to the stream the libraries' output was taken from."""
     if _active is None or _active.verbose or not enabled:
-        return tqdm(total=total, desc=desc, unit=unit, disable=not enabled)
+        return _tqdm_class()(total=total, desc=desc, unit=unit, disable=not enabled, file=_library_stream)
     return _Bar(total, desc, unit)
+
+
+def _tqdm_class() -> type:
+    """tqdm's notebook widget where a notebook can draw it (ipywidgets installed), else its text bar: tqdm.auto in a
+    notebook without ipywidgets warns 'IProgress not found' and falls back to the text bar anyway."""
+    if "ipykernel" in sys.modules:
+        try:
+            # deferred: optional dependency (ipywidgets, tqdm's notebook widget), in a notebook only
+            import ipywidgets  # noqa: F401
+            from tqdm.notebook import tqdm as widget
+        except ImportError:
+            return tqdm
+        return widget
+    return tqdm
+
+
+_library_stream = None  # inside quiet_libraries: where our one bar writes (the caller's stderr)
+
+
+@contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Library use (a notebook, a script; no session): one progress bar per call instead of every library's (datasets'
+    split generation, transformers' weight loading, lmms-eval's request building and postprocessing, each a line in a
+    notebook) and their prints: what they write to sys.stdout / sys.stderr during the call is held back, and shown
+    only if the call fails. Our bar (`bar`) writes to the stderr the call started with. Inside a session, or nested,
+    nothing changes."""
+    global _library_stream
+    if _active is not None or _library_stream is not None:
+        yield
+        return
+    held = io.StringIO()
+    _library_stream = sys.stderr
+    try:
+        with contextlib.redirect_stdout(held), contextlib.redirect_stderr(held):
+            yield
+    except BaseException:
+        tail = held.getvalue().replace("\r", "\n").splitlines()[-TAIL_LINES:]
+        if tail:
+            print("\n".join(tail), file=sys.stderr)
+        raise
+    finally:
+        _library_stream = None
 
 
 def track(items: Iterable, total: int, desc: str, unit: str, enabled: bool = True) -> Iterator:
@@ -284,8 +329,10 @@ def track(items: Iterable, total: int, desc: str, unit: str, enabled: bool = Tru
 
 
 def print_summary(*renderables: Any) -> None:
-    """The end of a command: rendered on stdout (plain text where stdout is not a terminal). Text is never wrapped
-    or cut (a path stays whole and can be copied); tables and markdown fit the width."""
+    """The end of a command: rendered on stdout (plain text where stdout is not a terminal). On a terminal, prose
+    wraps at its width (between words); a file row of `files_table` is never wrapped or cut (a path stays whole and
+    can be copied), nor is anything where stdout is not a terminal (a pipe, a file: one line per line, for grep);
+    tables and markdown fit the width."""
     if _active is not None and not _active.show:
         return
     if _active is not None and _active.progress is not None:  # the summary ends the command: the display goes
@@ -296,15 +343,18 @@ def print_summary(*renderables: Any) -> None:
         for part in (item if isinstance(item, list) else [item]):
             if isinstance(part, str):
                 part = Text(part)
-            target.print(part, soft_wrap=isinstance(part, Text))
+            whole = isinstance(part, Text) and (part.no_wrap or not target.is_terminal)
+            target.print(part, soft_wrap=whole)
 
 
 def files_table(title: str, files: Iterable[tuple[str | Path, str]]) -> list[Any]:
     """`title` above one `path  what it is` line per file written (paths as given: relative where they were)."""
     rows = [(str(path), what) for path, what in files]
     width = max((len(path) for path, _ in rows), default=0)
-    return [Text(title, style="bold")] + [Text.assemble((path.ljust(width), "bold"), "  ", what)
-                                          for path, what in rows]
+    lines = [Text.assemble((path.ljust(width), "bold"), "  ", what) for path, what in rows]
+    for line in lines:
+        line.no_wrap = True  # print_summary keeps a path whole, on one line, on a terminal too
+    return [Text(title, style="bold"), *lines]
 
 
 def elapsed() -> float:

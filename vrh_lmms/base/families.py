@@ -178,8 +178,11 @@ for _fam in (
            wrappers=(Wrapper("vrh_glm4v", "glm4v", "VRHGLM4V"),),
            tiny=_tiny("glm4v"), hf_class="Glm4vForConditionalGeneration"),
     # Idefics3 and SmolVLM share the architecture: the text decoder is `text_model`, not `language_model`.
+    # Never trained to output boxes: the generic 0-1000 prompt. lmms-eval's idefics2 backend, class corrected.
     Family("idefics3", ("idefics3", "smolvlm"), ("model.text_model.layers",), layout="idefics3",
            layout_builder="vrh_lmms.model.capture.tilings:idefics3_tiles", tiny=_tiny("idefics3"),
+           wrappers=(Wrapper("vrh_idefics3", "idefics3", "VRHIdefics3"),
+                     Wrapper("vrh_smolvlm", "idefics3", "VRHIdefics3")),
            hf_class="Idefics3ForConditionalGeneration"),
     # Phi-4 multimodal: decoder layers sit directly under `model`; the audio encoder also has o_proj.
     Family("phi4_multimodal", ("phi4mm", "phi4_multimodal"), ("model.layers",),
@@ -197,6 +200,36 @@ for _fam in (
            text_config_paths=("text_config", ""), convention=conv.MAGMA, layout="magma",
            layout_builder="vrh_lmms.model.capture.tilings:magma_crops",
            wrappers=(Wrapper("vrh_magma", "magma", "VRHMagma"),), remote_code=True),
+    # LLaVA-1.5 (llava-hf): Llama-2 text; one fixed grid on CLIP's centre crop (or the padded square)
+    Family("llava", ("llava",), ("model.language_model.layers",), convention=conv.LLAVA, layout="llava",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:clip_square",
+           wrappers=(Wrapper("vrh_llava", "llava", "VRHLlava", "VRHLlavaChat"),), tiny=_tiny("llava"),
+           hf_class="LlavaForConditionalGeneration"),
+    # LLaVA-OneVision (llava-hf -ov-hf checkpoints): Qwen2 text; AnyRes with anyres_max_9 pooling
+    Family("llava_onevision", ("llava_onevision",), ("model.language_model.layers",), convention=conv.LLAVA_NEXT,
+           layout="llava_onevision", layout_builder="vrh_lmms.model.capture.tilings_crops:onevision_anyres",
+           wrappers=(Wrapper("vrh_llava_onevision", "llava", "VRHLlavaOneVision", "VRHLlavaOneVisionChat"),),
+           tiny=f"{_tiny('llava')}:build_onevision", hf_class="LlavaOnevisionForConditionalGeneration"),
+    # Gemma 3: never trained to output boxes (asked with the generic 0-1000 prompt); bidirectional attention inside
+    # each image, sliding-window and global text layers; squashed image, then pan-and-scan crops when enabled
+    Family("gemma3", ("gemma3",), ("model.language_model.layers",), convention=conv.GENERIC, layout="gemma3",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:gemma3_crops",
+           wrappers=(Wrapper("vrh_gemma3", "gemma3", "VRHGemma3"),), tiny=_tiny("gemma"),
+           hf_class="Gemma3ForConditionalGeneration"),
+    # Mistral 3 (Mistral-Small-3.1, Ministral 3): Pixtral vision, Mistral text; no documented box format
+    Family("mistral3", ("mistral3",), ("model.language_model.layers",), convention=conv.GENERIC, layout="mistral3",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:pixtral_rows",
+           wrappers=(Wrapper("vrh_mistral3", "mistral3", "VRHMistral3"),), tiny=_tiny("mistral3"),
+           hf_class="Mistral3ForConditionalGeneration"),
+    # Llama 4 (Scout, Maverick): chunked-attention RoPE layers and global NoPE layers, MoE text; no box format
+    Family("llama4", ("llama4",), ("language_model.model.layers",), convention=conv.GENERIC, layout="llama4",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:llama4_tiles",
+           wrappers=(Wrapper("vrh_llama4", "llama4", "VRHLlama4"),), tiny=_tiny("llama4"),
+           hf_class="Llama4ForConditionalGeneration"),
+    # Molmo 2: points, not boxes (asked with the generic prompt here); no lmms-eval backend (vrh_hf runs it)
+    Family("molmo2", ("molmo2",), ("model.language_model.layers",), convention=conv.GENERIC, layout="molmo2",
+           layout_builder="vrh_lmms.model.capture.tilings_crops:molmo2_crops", tiny=_tiny("molmo2"),
+           hf_class="Molmo2ForConditionalGeneration"),
     # Any HF-native image-text-to-text checkpoint through lmms-eval's generic `huggingface` backend: the decoder is
     # found by vrh_lmms.model.generic, not by these paths; no layout or box convention of its own (docs/models.md).
     Family("hf", (), (), wrappers=(Wrapper("vrh_hf", "hf", None, "VRHHf"),)),

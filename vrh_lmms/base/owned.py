@@ -50,6 +50,19 @@ def json_with(*keys: str, schema_prefix: str | None = None) -> Check:
     return check
 
 
+def json_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as a JSON object (not UTF-8, not JSON, not an object); None where it can."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    return None if isinstance(data, dict) else "not a JSON object"
+
+
 def is_file(path: Path) -> bool:
     return path.is_file() and not path.is_symlink()
 

@@ -20,8 +20,10 @@ HUB_EXAMPLE = "Qwen/Qwen2.5-VL-7B-Instruct"
 DEMO_NAME = "vrh-demo"  # `pretrained=vrh-demo`: the shipped demo model, with the settings it was trained with
 DEMO_FAMILY = "qwen2_5_vl"
 PROBE_TIMEOUT_ENV = "VRH_HUB_PROBE_TIMEOUT"  # seconds the one hub probe may take (default 3)
+DEMO_TASK = "vrh_demo_grounding"  # the task the demo model reads: its own held-out scenes (tasks/synth)
 CHOOSE = f"choose a checkpoint with pretrained=FOLDER or pretrained=ORG/NAME, or pretrained={DEMO_NAME} for the " \
-         f"shipped demo model"
+         f"shipped demo model with --tasks {DEMO_TASK} (the held-out scenes it was trained on; RefCOCO needs a " \
+         f"real VLM and the hub)"
 
 
 def hub_offline() -> bool:

@@ -25,6 +25,7 @@ which is a decision about a folder, not part of a run) and the VRH_* variables t
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ from typing import Any
 import yaml
 
 from vrh_lmms.base import atomic
+from vrh_lmms.base.data_env import DATA_VARIABLES, SETTING_VARIABLES, benchmark_variables
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.tables import did_you_mean
 
@@ -41,8 +43,17 @@ RUN_FILE = "run.yaml"
 _NOT_RECORDED = {"command", "config", "force", "wait"}
 # Per-user and per-machine settings: read from the environment, never recorded in a run file (a rerun elsewhere keeps
 # that account's registry and that machine's threads); docs/configuration.md lists every VRH_* variable.
-UNRECORDED_ENV = ("VRH_HEADS_REGISTRY", "VRH_HUB_PROBE_TIMEOUT", "VRH_LMMS_CLI", "VRH_THREADS")
+UNRECORDED_ENV = ("VRH_HEADS_REGISTRY", "VRH_HUB_PROBE_TIMEOUT", "VRH_LMMS_CLI", "VRH_SWEEP_CACHE", "VRH_THREADS")
 HEADER = "# vrh-lmms run file"  # the first line of every run file vrh-lmms writes (`write`), in every version
+# A run file holds a few dozen options: anything far larger is not one (and is refused before it is parsed).
+MAX_BYTES = 256 * 1024
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def known_variables() -> set[str]:
+    """The `VRH_*` variables the code reads (docs/configuration.md's table, kept equal by
+    tests/unit/test_configuration_docs.py): what a run file's `env:` may set."""
+    return set(DATA_VARIABLES) | set(SETTING_VARIABLES) | set(UNRECORDED_ENV) | set(benchmark_variables())
 
 
 def run_file_path(output: str | Path, beside: bool = False) -> Path:
@@ -77,24 +88,69 @@ def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {a.dest: a for a in parser._actions if not isinstance(a, argparse._HelpAction)}
 
 
+def _text(path: Path) -> str:
+    """The file's text: at most MAX_BYTES, UTF-8, and YAML without aliases (an alias repeats what its anchor holds,
+    so a few hundred bytes of nested aliases expand to gigabytes); each refusal is one line."""
+    size = path.stat().st_size
+    if size > MAX_BYTES:
+        raise VRHError(f"--config {path}: {size} bytes; a run file holds at most {MAX_BYTES} (is it a run file?)")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise VRHError(f"--config {path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                mark = event.start_mark
+                raise VRHError(f"--config {path}: line {mark.line + 1}: YAML alias *{event.anchor}; a run file "
+                               f"spells every value out")
+    except yaml.YAMLError as exc:
+        raise VRHError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    return text
+
+
+def _check_value(value: Any, where: str, flat_list: bool) -> None:
+    """A scalar (or, where `flat_list`, a list of scalars), every number finite."""
+    items = value if flat_list and isinstance(value, list) else [value]
+    for item in items:
+        if not isinstance(item, _SCALARS):
+            shape = "a value or a list of values" if flat_list else "a value"
+            raise VRHError(f"{where} must be {shape}, got {type(item).__name__}")
+        if isinstance(item, float) and not math.isfinite(item):
+            raise VRHError(f"{where} is {item}: not a finite number")
+
+
 def load(path: str | Path, command: str) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise VRHError(f"--config {path}: no such file")
+    text = _text(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise VRHError(f"--config {path}: not valid YAML ({str(exc).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise VRHError(f"--config {path}: expected a mapping with 'args' (and optionally 'command', 'env')")
     unknown = set(data) - {"command", "args", "env"}
     if unknown:
-        raise VRHError(f"--config {path}: unknown top-level key {sorted(unknown)[0]!r} (use command, args, env)")
+        raise VRHError(f"--config {path}: unknown top-level key {sorted(unknown, key=str)[0]!r} (use command, args, "
+                       f"env)")
     if data.get("command") not in (None, command):
         raise VRHError(f"--config {path}: written for `vrh-lmms {data['command']}`, not `vrh-lmms {command}`")
     for key in ("args", "env"):
         if not isinstance(data.get(key) or {}, dict):
             raise VRHError(f"--config {path}: '{key}' must be a mapping")
+    for name, value in (data.get("args") or {}).items():
+        _check_value(value, f"--config {path}: option {name!r}", flat_list=True)
+    known = known_variables()
+    for name, value in (data.get("env") or {}).items():
+        if not str(name).startswith("VRH_"):
+            raise VRHError(f"--config {path}: env sets {name!r}; only VRH_* data locations belong there")
+        if name not in known:
+            raise VRHError(f"--config {path}: env sets {name!r}, which vrh-lmms does not read"
+                           f"{did_you_mean(str(name), known)} (docs/configuration.md lists the variables)")
+        _check_value(value, f"--config {path}: env {name!r}", flat_list=False)
     return data
 
 
@@ -183,9 +239,6 @@ def expand(argv: Sequence[str], parser: argparse.ArgumentParser) -> list[str]:
     else:
         path, rest = argv[i].split("=", 1)[1], argv[:i] + argv[i + 1:]
     data = load(path, command)
-    for key in data.get("env") or {}:
-        if not str(key).startswith("VRH_"):
-            raise VRHError(f"--config {path}: env sets {key!r}; only VRH_* data locations belong there")
     tokens = config_tokens(parser, data.get("args") or {}, f"--config {path}", given_positionals(parser, rest[1:]))
     for key, value in (data.get("env") or {}).items():  # set once the whole file is known to be good
         os.environ.setdefault(str(key), str(value))
@@ -205,7 +258,8 @@ def record(command: str, args: argparse.Namespace, parser: argparse.ArgumentPars
         if value is None or value == [] or (isinstance(action, argparse._StoreTrueAction) and value is False):
             continue
         values[key] = value
-    env = {k: v for k, v in sorted(os.environ.items()) if k.startswith("VRH_") and k not in UNRECORDED_ENV}
+    known = known_variables()  # a variable no code reads (a typo) would make the file refuse to rerun
+    env = {k: v for k, v in sorted(os.environ.items()) if k in known and k not in UNRECORDED_ENV}
     return {"command": command, "args": values, **({"env": env} if env else {})}
 
 

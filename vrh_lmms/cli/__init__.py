@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vrh_lmms.base import gc_startup, runfile
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option
+from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option, sectioned_if_long
 from vrh_lmms.harness.distributed import close_group, error_prefix, is_main, world_size
 
 
@@ -58,6 +58,8 @@ TABLE: tuple[Command, ...] = (
             "Find and test heads", sets_threads=True, ranks=True, output=None),
     Command("report", "report", "statistics, tables and plots from sweep or lmms-eval output folders",
             "Read results", quiet=True),
+    Command("explore", "explore", "write a run's explorer page: heads, their attention, docs and boxes, drops",
+            "Read results", output=None),
     Command("heads", "heads", "show a heads file or resolve a head spec against it", "Read results", output=None),
     Command("compare-heads", "compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files",
             "Read results"),
@@ -133,15 +135,18 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=command.help, description=command.help,
                            formatter_class=DefaultsHelpFormatter)
         if only is None or only == name:
-            _load(command.module).configure(p)
+            configure = _load(command.module).configure
+            extra = bool(command.run_file) + bool(command.output) + (name in QUIET_COMMANDS)
+            view = sectioned_if_long(p, configure, extra)  # a long command's --help under headings
+            configure(view)
             if command.run_file:
-                p.add_argument("--config", metavar="RUN.yaml",
+                view.add_argument("--config", metavar="RUN.yaml",
                                help="take the options from a run file (docs/runs.md; every finished run writes one "
-                                    "into its output); flags given beside it override it")
+                                    "into its output); flags given beside it override it (default: none)")
             if command.output:
-                add_wait_option(p)
+                add_wait_option(view)
             if name in QUIET_COMMANDS:
-                p.add_argument("--verbose", "-v", action="store_true",
+                view.add_argument("--verbose", "-v", action="store_true",
                                help="show lmms-eval's and the other libraries' output as it comes (default: one "
                                     "progress display, that output kept in vrh-lmms.log in the output folder)")
     return parser
@@ -160,9 +165,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # `eval` hands every following argument to lmms-eval untouched (argparse would claim --model etc.).
     if argv and argv[0] == "eval" and not {"-h", "--help"} & set(argv[1:2]):
         _freeze_at_exit()
-        return _guarded(lambda: _with_threads(lambda: _load("eval").passthrough(argv[1:])))
+        return _guarded(lambda: _with_threads(lambda: _check_torch_builds() or _load("eval").passthrough(argv[1:])))
     # Configure only the chosen subcommand, so `vrh-lmms tasks-path` does not import torch-heavy modules.
     chosen = next((a for a in argv if not a.startswith("-")), None)
+    if chosen in MODEL_COMMANDS + RANK_COMMANDS and not {"-h", "--help"} & set(argv):
+        code = _guarded(_check_torch_builds)  # before the command's modules import transformers
+        if code:
+            return code
     parser = build_parser(only=chosen if chosen in COMMANDS else "__none__")
     if chosen in CONFIG_COMMANDS and argv and argv[0] == chosen:
         try:
@@ -257,6 +266,15 @@ def _with_threads(call):
 
     choose_threads()
     return call()
+
+
+def _check_torch_builds() -> None:
+    """One line where torch and torchvision come from different builds, before a command that loads a model imports
+    its modules (else transformers' lazy imports fail in a 90-line traceback)."""
+    # deferred: keeps `vrh-lmms --help` free of torch
+    from vrh_lmms.model.device import check_torch_builds
+
+    check_torch_builds()
 
 
 def _guarded(call, output: str | None = None) -> int:

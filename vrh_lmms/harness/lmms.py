@@ -9,7 +9,8 @@ import json
 import math
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.paths import tasks_path
 from vrh_lmms.harness import distributed
+from vrh_lmms.harness.lmms_quirks import restore_truncated_images, retry_unwrapped
 from vrh_lmms.model.device import default_device, default_device_map
 from vrh_lmms.model_wrappers import results_hook
 
@@ -31,6 +33,7 @@ def build_model(model: str, model_args: str, batch_size: int = 1, extra_args: di
     args = dict(extra_args or {})
     args["batch_size"] = batch_size
     lm = cls.create_from_arg_string(model_args or "", args)
+    restore_truncated_images()
     lm.vrh_keep_loaded = True  # one load serves every configuration
     # Our runs write their results with the model's record themselves (`write_run`): the tracker wrap that puts it
     # into plain lmms-eval CLI runs' files is not needed here, and would outlive the run (nothing saves through it).
@@ -45,6 +48,7 @@ def task_manager(model_name: str | None = None, include_path: str | list[str] | 
     # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval.tasks import TaskManager
 
+    restore_truncated_images()
     paths = [str(tasks_path())]
     if include_path:
         paths += [include_path] if isinstance(include_path, str) else list(include_path)
@@ -72,7 +76,9 @@ def leaf_tasks(tm, task: str):
     # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval.tasks import get_task_dict
 
-    stack = [get_task_dict([task], tm)]
+    restore_truncated_images()
+    with retry_unwrapped():  # a doc that fails to load names its own error, not a RetryError
+        stack = [get_task_dict([task], tm)]
     while stack:
         for name, value in stack.pop().items():
             if isinstance(value, dict):
@@ -159,14 +165,56 @@ def evaluate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwa
 
     `offsets` skips each named task's first docs (lmms-eval's own `offset`, so doc ids stay the dataset's): tasks
     with different offsets run as separate evaluator passes whose results are merged task by task."""
-    groups: dict[int, list[str]] = {}
-    for task in tasks:
-        groups.setdefault(int((offsets or {}).get(task, 0)), []).append(task)
     parts = [_evaluate_once(lm, names, tm, limit, gen_kwargs, bootstrap_iters, seed, offset)
-             for offset, names in groups.items()]
+             for offset, names in _offset_groups(tasks, offsets).items()]
     if any(p is None for p in parts):
         return None
     return merge_results(parts)
+
+
+def generate(lm, tasks: list[str], tm, limit: int | float | None = None, gen_kwargs: str | None = None,
+             seed: int = 0, offsets: Mapping[str, int] | None = None) -> None:
+    """The evaluator passes of `evaluate`, each ended once its model calls are made: no doc is scored and nothing
+    aggregated. The fast sweep engine's dry pass records a pack's calls this way; scoring its empty answers would
+    cost a judge call per doc on a judge-scored task."""
+    for offset, names in _offset_groups(tasks, offsets).items():
+        with _ends_after_generation(lm):
+            try:
+                _evaluate_once(lm, names, tm, limit, gen_kwargs, 0, seed, offset)
+            except _Generated:
+                pass
+
+
+class _Generated(Exception):
+    """An evaluator pass made its model calls (`generate`)."""
+
+
+@contextmanager
+def _ends_after_generation(lm) -> Iterator[None]:
+    """While active, `lm.clean()`, which lmms-eval's evaluator calls once every model call is made and before any
+    doc is scored, ends the pass (after doing its own work)."""
+    clean, own = lm.clean, vars(lm).get("clean")
+
+    def clean_then_end() -> None:
+        clean()
+        raise _Generated
+
+    lm.clean = clean_then_end
+    try:
+        yield
+    finally:
+        if own is None:
+            vars(lm).pop("clean", None)
+        else:
+            lm.clean = own
+
+
+def _offset_groups(tasks: list[str], offsets: Mapping[str, int] | None) -> dict[int, list[str]]:
+    """The tasks of one evaluator pass per offset (tasks with different offsets run as separate passes)."""
+    groups: dict[int, list[str]] = {}
+    for task in tasks:
+        groups.setdefault(int((offsets or {}).get(task, 0)), []).append(task)
+    return groups
 
 
 def _evaluate_once(lm, tasks: list[str], tm, limit, gen_kwargs, bootstrap_iters: int, seed: int,
@@ -174,7 +222,8 @@ def _evaluate_once(lm, tasks: list[str], tm, limit, gen_kwargs, bootstrap_iters:
     # deferred: keeps `vrh-lmms eval --help` free of lmms_eval
     from lmms_eval import evaluator
 
-    with distributed.doc_order():
+    restore_truncated_images()
+    with distributed.doc_order(), retry_unwrapped():
         return evaluator.simple_evaluate(
             model=lm, tasks=tasks, task_manager=tm, limit=limit, log_samples=True, gen_kwargs=gen_kwargs or None,
             bootstrap_iters=bootstrap_iters, random_seed=seed, numpy_random_seed=seed, torch_random_seed=seed,

@@ -65,6 +65,25 @@ def model_class(name: str) -> type:
     return cls
 
 
+def batch_limit(cls: type) -> int | None:
+    """The most docs one backend call takes, as the wrapper declares it (`vrh_max_batch_size`; our own backends'
+    `max_batch_size`); None: no limit."""
+    for name in ("vrh_max_batch_size", "max_batch_size"):
+        limit = getattr(cls, name, None)
+        if isinstance(limit, int) and not isinstance(limit, bool):
+            return limit
+    return None
+
+
+def check_batch_size(name: str, cls: type, batch_size: int) -> None:
+    """`--batch-size` within the wrapper's limit, before the load (lmms-eval's llava_hf and InternVL backends assert
+    it only once loaded)."""
+    limit = batch_limit(cls)
+    if limit is not None and batch_size > limit:
+        raise VRHError(f"--batch-size {batch_size}: {name} takes at most {limit} doc{'s' if limit > 1 else ''} per "
+                       f"call; use --batch-size {limit}")
+
+
 def parse_model_args(text: str | None) -> dict[str, Any]:
     """lmms-eval's own parser (`a=1,b=x`), with a malformed entry named."""
     # deferred: keeps `vrh-lmms demo --help` free of lmms_eval

@@ -10,10 +10,11 @@ the head set once per sweep instead of once per configuration:
 - the task dict (dataset load, `process_docs`, YAML) is built by the first evaluator pass and handed to the others
   (`task_dict_once`, which also asks git for lmms-eval's version once); each pass still configures the tasks and
   rebuilds its requests from the docs, so prompts and doc ids are the same;
-- the answers of a pack are generated before its evaluator passes (`generate_ahead`): a dry pass records the model
-  calls the docs make, which then run for all the pack's configurations, several calls' rows stacked in one
-  generate where their prompts are of equal length (no padding, so each answer is the one its own batch would
-  give; rows per generate: `rows_limit` in vrh_lmms.runs.sweep.run); each configuration's pass gets its answers back;
+- the answers of a pack are generated before its evaluator passes (`generate_ahead`): a dry pass, which scores
+  nothing, records the model calls the docs make, which then run for all the pack's configurations, several calls'
+  rows stacked in one generate where their prompts are of equal length (no padding, so each answer is the one its
+  own batch would give; rows per generate: `rows_limit` in vrh_lmms.runs.sweep.run); each configuration's pass gets
+  its answers back;
 - the docs the backend reads are decoded once (`rows_once`: the dataset's image column is decoded on every read),
   and so are the docs each pass's requests and scoring iterate over (`task_dict_once` hands out tasks whose splits
   keep their rows: `_Rows`, shared with the backend's);
@@ -22,25 +23,36 @@ the head set once per sweep instead of once per configuration:
   pass's `generate_until` with the same requests gets the processor's outputs and the chat templates in the order
   the first made them, without hashing pixels or rendering templates again (`InputsOnce.begin`, `request_key`);
 - the backend's `accelerator.unwrap_model`, asked on every `lm.model`, answers once (`unwrap_once`).
+
+Everything kept (decoded docs, the processor's outputs, the task's doc messages) is charged to one byte budget per
+sweep (`CacheBudget`, `VRH_SWEEP_CACHE`, default 4 GiB): what does not fit is not kept and is computed again where it
+is read, so the budget changes memory and time, never an answer. A pack's processor outputs and doc messages are
+given back to it when the pack ends; decoded docs stay for the sweep.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import os
+import re
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.harness import evaluator_seam
 
 ENGINES = ("fast", "lmms")
 DEFAULT_ENGINE = "fast"
-# largest total size of processor outputs kept for one pack; beyond it later calls run the processor again (each
-# doc's pixels are ~7 MB on a 7B VLM at 640x480, so a RefCOCO split does not fit; the demo's 100 scenes do)
-INPUTS_BUDGET_BYTES = 4 << 30
-# decoded docs kept per task split (their images decoded: ~1 MB each at 640x480); later docs are decoded per pass
-DOC_ROWS = 2048
+# the bytes the fast engine may keep for a sweep: decoded docs (an image's pixels: ~1 MB at 640x480, 19 MB at
+# 2500x2500), a pack's processor outputs (~7 MB a doc on a 7B VLM at 640x480) and doc messages. Beyond it what is
+# read is computed again: the demo's 100 scenes fit many times over, a RefCOCO split on a 7B VLM does not.
+CACHE_ENV = "VRH_SWEEP_CACHE"
+DEFAULT_CACHE_BYTES = 4 << 30
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
 def check_engine(name: str) -> str:
@@ -49,17 +61,71 @@ def check_engine(name: str) -> str:
     return name
 
 
+def cache_bytes(value: str | None = None) -> int:
+    """The fast engine's cache budget in bytes: `value` (else `$VRH_SWEEP_CACHE`, else 4 GiB), a number of bytes
+    with an optional binary unit (`512M`, `4G`, `1.5GiB`; `0` keeps nothing)."""
+    text = os.environ.get(CACHE_ENV) if value is None else value
+    if text is None or not text.strip():
+        return DEFAULT_CACHE_BYTES
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:i?B)?\s*", text, flags=re.IGNORECASE)
+    if match is None:
+        raise VRHError(f"{CACHE_ENV}={text!r}: expected a size in bytes such as 4G, 512M or 0")
+    return int(float(match[1]) * _UNITS[match[2].upper()])
+
+
+class CacheBudget:
+    """The bytes the fast engine's caches may still take (one budget per sweep, shared by all of them)."""
+
+    def __init__(self, limit: int = DEFAULT_CACHE_BYTES) -> None:
+        self.limit, self.used, self.refused = limit, 0, 0
+
+    def take(self, size: int) -> bool:
+        """Whether `size` more bytes fit; if so they are counted as used."""
+        if self.used + size > self.limit:
+            self.refused += 1
+            return False
+        self.used += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.used -= size
+
+
+def value_bytes(value: Any) -> int:
+    """Memory held by a decoded doc, a processor output or a doc's messages, as the caches charge it: images by
+    their decoded pixels, arrays and tensors by their buffers, text by its length; containers by their items."""
+    # deferred: keeps `vrh-lmms demo --help` free of PIL, numpy, torch
+    from vrh_lmms.model.packing import tensor_bytes
+
+    if isinstance(value, (str, bytes, bytearray)):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(value_bytes(k) + value_bytes(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(value_bytes(v) for v in value)
+    size = getattr(value, "size", None)
+    bands = getattr(value, "getbands", None)
+    if callable(bands) and isinstance(size, tuple) and len(size) == 2:  # a PIL image
+        mode = getattr(value, "mode", "")
+        per_band = 4 if mode in ("I", "F") else 2 if mode.startswith("I;16") else 1
+        return size[0] * size[1] * len(bands()) * per_band
+    if hasattr(value, "nbytes") and isinstance(getattr(value, "nbytes"), int):  # a numpy array
+        return value.nbytes
+    tensors = tensor_bytes(value)
+    if tensors:
+        return tensors
+    return sys.getsizeof(value)
+
+
 @contextmanager
-def task_dict_once() -> Iterator[None]:
+def task_dict_once(budget: CacheBudget | None = None) -> Iterator[None]:
     """While active, lmms-eval's evaluator builds a task dict for the same task names and manager only once.
 
     Every evaluator pass still configures the tasks (generation kwargs, few-shot seed) and rebuilds its requests
     from the docs, which is all a second `get_task_dict` would have changed. The tasks' splits keep their rows
     (`keep_rows`): every pass builds its requests from, and scores, the docs the first pass decoded."""
-    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
-    from lmms_eval import evaluator
-
-    original = evaluator.get_task_dict
+    module = evaluator_seam.evaluator()
+    original = module.get_task_dict
     built: dict[tuple, Any] = {}
 
     def once(task_name_list, task_manager=None, task_type="simple"):
@@ -69,38 +135,32 @@ def task_dict_once() -> Iterator[None]:
         key = (tuple(names), id(task_manager), task_type)
         if key not in built:
             built[key] = original(task_name_list, task_manager, task_type)
-            keep_rows(built[key])
+            keep_rows(built[key], budget)
         return built[key]
 
     # asked of git (subprocesses) on every pass; the same answer all sweep long
     asked = ("get_git_commit_hash", "get_git_branch_name", "get_lmms_eval_version_string")
-    originals = {name: getattr(evaluator, name) for name in asked}
-    evaluator.get_task_dict = once
-    for name, function in originals.items():
-        setattr(evaluator, name, functools.cache(function))
-    try:
+    with evaluator_seam.patched(module, get_task_dict=once,
+                                **{name: functools.cache(getattr(module, name)) for name in asked}):
         yield
-    finally:
-        evaluator.get_task_dict = original
-        for name, function in originals.items():
-            setattr(evaluator, name, function)
 
 
-def keep_rows(task_dict: dict, limit: int = DOC_ROWS) -> None:
+def keep_rows(task_dict: dict, budget: CacheBudget | None = None) -> None:
     """Every task in `task_dict` (groups included) reads its splits through `_Rows`: the first read of a doc decodes
     it (its images included), later reads and iterations hand back that row. lmms-eval's evaluator iterates the
     docs with their images to score every pass (`Task.doc_iterator`) and without them to build its requests
-    (`eval_docs_no_media`); both are kept."""
+    (`eval_docs_no_media`); both are kept, within `budget`."""
+    budget = CacheBudget() if budget is None else budget
     for task in task_dict.values():
         if isinstance(task, dict):
-            keep_rows(task, limit)
+            keep_rows(task, budget)
             continue
         for name in ("dataset", "dataset_no_image"):
             splits = getattr(task, name, None)
             if isinstance(splits, dict):
                 for split in list(splits):
                     if not isinstance(splits[split], _Rows):
-                        splits[split] = _Rows(splits[split], limit)
+                        splits[split] = _Rows(splits[split], budget)
 
 
 @contextmanager
@@ -110,19 +170,32 @@ def scoring_in_thread() -> Iterator[None]:
     at a time) the pool only adds its hand-offs: ~0.4 s of CPU over the demo's 22 passes. lmms-eval returns the
     scores in doc order either way, so scores, samples and results.json (which records the threads asked for) are
     the same."""
-    # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
-    from lmms_eval import evaluator
-
-    original = evaluator._thread_map_ordered
+    module = evaluator_seam.evaluator()
+    original = module._thread_map_ordered
 
     def in_thread(function, items, max_workers, on_complete=None):
         return original(function, items, 1, on_complete)
 
-    evaluator._thread_map_ordered = in_thread
-    try:
+    with evaluator_seam.patched(module, _thread_map_ordered=in_thread):
         yield
-    finally:
-        evaluator._thread_map_ordered = original
+
+
+@contextmanager
+def fast_session(lm: Any, own_tasks: bool, budget: CacheBudget | None = None) -> Iterator[None]:
+    """The fast engine's wrappers for one sweep, on `lm`: the task dict, the backend's docs and unwrapped model once,
+    and (for our own tasks, `own_tasks`) scoring in the calling thread; the caches share `budget`."""
+    with task_dict_once(budget), rows_once(lm, budget), unwrap_once(lm), \
+            scoring_in_thread() if own_tasks else contextlib.nullcontext():
+        yield
+
+
+def check_fast_engine(name: str) -> bool:
+    """Whether `name` is the fast engine, whose lmms-eval seam is checked here (call it once the cheap checks have
+    passed and before any model loads: it imports lmms-eval's evaluator)."""
+    if check_engine(name) != "fast":
+        return False
+    evaluator_seam.evaluator()
+    return True
 
 
 @contextmanager
@@ -161,10 +234,23 @@ class InputsOnce:
     replayed call is still checked against its record by everything but pixel bytes (texts, arguments, image sizes);
     the first that differs ends the replay, and it and the calls after it are computed as usual."""
 
-    def __init__(self, processor: Any, budget: int = INPUTS_BUDGET_BYTES) -> None:
+    def __init__(self, processor: Any, budget: CacheBudget | int | None = None) -> None:
+        budget = CacheBudget(budget) if isinstance(budget, int) else CacheBudget() if budget is None else budget
         self.__dict__.update(_processor=processor, _kept={}, _budget=budget, _used=0, hits=0, misses=0,
                              replayed=0, _scripts={}, _recording=None, _replay=None, _cursor=0,
                              _docs=None)
+
+    def _take(self, size: int) -> bool:
+        """Charge `size` bytes kept by this pack to the sweep's budget, if they fit."""
+        if not self._budget.take(size):
+            return False
+        self.__dict__["_used"] = self._used + size
+        return True
+
+    def release(self) -> None:
+        """The pack ended: what it kept goes, and its bytes go back to the budget."""
+        self._budget.give_back(self._used)
+        self.__dict__.update(_kept={}, _scripts={}, _used=0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._processor, name)
@@ -188,10 +274,8 @@ class InputsOnce:
             return self._kept[key]
         self.__dict__["misses"] += 1
         out = self._processor(*args, **kwargs)
-        size = tensor_bytes(out)
-        if self._used + size <= self._budget:
+        if self._take(tensor_bytes(out)):
             self._kept[key] = out
-            self.__dict__["_used"] = self._used + size
             self._record(shape, out)
         else:  # not kept: a later pass cannot be answered from this record
             self._record(shape, _ABSENT)
@@ -230,7 +314,7 @@ class InputsOnce:
             args = list(request.args)
             for j, arg in enumerate(args):
                 if callable(arg):
-                    args[j] = _doc_once(arg, docs, (i, j))
+                    args[j] = _doc_once(arg, docs, (i, j), self)
             clone = copy.copy(request)
             clone.arguments = tuple(args)
             out.append(clone)
@@ -268,13 +352,13 @@ class InputsOnce:
 _ABSENT = object()  # no recorded answer
 
 
-def _doc_once(function: Callable, docs: dict, slot: tuple[int, int]) -> Callable:
+def _doc_once(function: Callable, docs: dict, slot: tuple[int, int], memo: InputsOnce) -> Callable:
     def once(doc, *args, **kwargs):
         kept = docs.get(slot)
         if kept is not None and kept[0] is doc and not args and not kwargs:
             return kept[1]
         out = function(doc, *args, **kwargs)
-        if not args and not kwargs:
+        if not args and not kwargs and memo._take(value_bytes(out)):  # else asked again on the next pass
             docs[slot] = (doc, out)
         return out
 
@@ -306,10 +390,10 @@ def request_key(requests: Any) -> tuple | None:
 
 
 def generate_ahead(pack: Any, dry_pass: Callable[[], Any], rows_for: Callable[[int], int]) -> None:
-    """Make every answer of a pack before its evaluator passes: `dry_pass` (an evaluator pass whose results are
-    dropped) records the generate calls the docs make, which then run for all the pack's configurations, several
-    calls per generate (vrh_lmms.model.packing `PackedGenerate.collect`), in windows of bounded memory. The passes that
-    follow replay them."""
+    """Make every answer of a pack before its evaluator passes: `dry_pass` (an evaluator pass ended once its model
+    calls are made, before any doc is scored: `lmms.generate`) records the generate calls the docs make, which then
+    run for all the pack's configurations, several calls per generate (vrh_lmms.model.packing
+    `PackedGenerate.collect`), in windows of bounded memory. The passes that follow replay them."""
     pack.collect(rows_for)
     dry_pass()
     pack.generate_collected()
@@ -317,10 +401,11 @@ def generate_ahead(pack: Any, dry_pass: Callable[[], Any], rows_for: Callable[[i
 
 class _Rows:
     """One split of a task's dataset, as the backend and the evaluator read it (`rows[doc_id]`, `iter(rows)`): each
-    row decoded once (images included), at most `limit` rows kept; everything else is the dataset's own."""
+    row decoded once (images included) and kept while the budget allows (a row that does not fit is decoded on each
+    read, as the dataset itself does); everything else is the dataset's own."""
 
-    def __init__(self, split: Any, limit: int) -> None:
-        self.__dict__.update(_split=split, _kept={}, _limit=limit)
+    def __init__(self, split: Any, budget: CacheBudget) -> None:
+        self.__dict__.update(_split=split, _kept={}, _budget=budget)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._split, name)
@@ -335,20 +420,21 @@ class _Rows:
     def __getitem__(self, index: Any) -> Any:
         if not isinstance(index, int):
             return self._split[index]
-        if index not in self._kept:
-            if len(self._kept) >= self._limit:
-                return self._split[index]
-            self._kept[index] = self._split[index]
-        return self._kept[index]
+        if index in self._kept:
+            return self._kept[index]
+        row = self._split[index]
+        if self._budget.take(value_bytes(row)):
+            self._kept[index] = row
+        return row
 
 
 class _TaskRows(dict):
     """Stands in for a backend's `task_dict` (task -> its dataset's splits, which lmms-eval's evaluator fills on
     every pass): the backend's reads of a doc decode it once per sweep rather than once per configuration."""
 
-    def __init__(self, original: dict, limit: int) -> None:
+    def __init__(self, original: dict, budget: CacheBudget) -> None:
         super().__init__()
-        self._limit = limit
+        self._budget = budget
         self._wrapped: dict[int, tuple[Any, dict[str, _Rows]]] = {}
         for key, value in original.items():
             self[key] = value
@@ -359,19 +445,20 @@ class _TaskRows(dict):
             return
         kept = self._wrapped.get(id(splits))
         if kept is None or kept[0] is not splits:  # the same dataset object on every pass: one cache per split
-            rows = {name: s if isinstance(s, _Rows) else _Rows(s, self._limit) for name, s in splits.items()}
+            rows = {name: s if isinstance(s, _Rows) else _Rows(s, self._budget) for name, s in splits.items()}
             kept = self._wrapped[id(splits)] = (splits, rows)
         super().__setitem__(task, kept[1])
 
 
 @contextmanager
-def rows_once(lm: Any, limit: int = DOC_ROWS) -> Iterator[None]:
-    """While active, the docs the backend reads (`lm.task_dict[task][split][doc_id]`) are decoded once."""
+def rows_once(lm: Any, budget: CacheBudget | None = None) -> Iterator[None]:
+    """While active, the docs the backend reads (`lm.task_dict[task][split][doc_id]`) are decoded once (within
+    `budget`)."""
     original = getattr(lm, "task_dict", None)
     if not isinstance(original, dict) or isinstance(original, _TaskRows):
         yield
         return
-    lm.task_dict = _TaskRows(original, limit)
+    lm.task_dict = _TaskRows(original, CacheBudget() if budget is None else budget)
     try:
         yield
     finally:
@@ -379,14 +466,15 @@ def rows_once(lm: Any, limit: int = DOC_ROWS) -> Iterator[None]:
 
 
 @contextmanager
-def inputs_once(lm: Any) -> Iterator[InputsOnce | None]:
-    """While active, `lm.processor` (where the backend has one) keeps its outputs for reuse (`InputsOnce`), and each
-    `lm.generate_until` records or replays its processor calls and chat templates by its requests."""
+def inputs_once(lm: Any, budget: CacheBudget | None = None) -> Iterator[InputsOnce | None]:
+    """While active, `lm.processor` (where the backend has one) keeps its outputs for reuse (`InputsOnce`, within
+    `budget`, which gets them back at the end), and each `lm.generate_until` records or replays its processor calls
+    and chat templates by its requests."""
     processor = getattr(lm, "processor", None)
     if processor is None or not callable(processor) or isinstance(processor, InputsOnce):
         yield None
         return
-    memo = InputsOnce(processor)
+    memo = InputsOnce(processor, budget)
     had = "processor" in vars(lm)
     lm.processor = memo
     generate_until = getattr(lm, "generate_until", None)
@@ -406,6 +494,7 @@ def inputs_once(lm: Any) -> Iterator[InputsOnce | None]:
     try:
         yield memo
     finally:
+        memo.release()
         if wrap:
             vars(lm).pop("generate_until", None)
         if had:

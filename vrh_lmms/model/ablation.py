@@ -3,7 +3,8 @@
 (The uniform modes, `uniform` and `uniform_image`, instead make the heads' answer rows attend uniformly:
 vrh_lmms.model.interventions.uniform; `Ablator` applies them too, `RowAblator` refuses them.)
 
-The default method folds the ablation into o_proj's weights: zeroing input columns [h*d:(h+1)*d] equals zeroing
+The default method folds the ablation into o_proj's weights: zeroing head h's input columns (its per-head view,
+vrh_lmms.model.head_view) equals zeroing
 that head's output, and a mean replacement adds W[:, slice] @ mean to the bias. That costs nothing at run time and
 works with any engine that reads the weights. Where weights cannot be edited (quantized, offloaded, meta), a hook
 on the decoder's named per-head output site (`layers.L.head_out`, vrh_lmms.model.backbone) edits o_proj's input instead.
@@ -24,12 +25,13 @@ from torch import nn
 from vrh_lmms.base.atomic import save_safetensors
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.heads.plan import MODES, UNIFORM_MODES
 from vrh_lmms.base.heads.spec import HeadSet
 from vrh_lmms.model.backbone import HEAD_OUT, Decoder, Hook, Installed, locate_decoder, site_name
+from vrh_lmms.model.head_view import per_head
 
-# zero / mean fold into o_proj; the uniform modes replace answer-row attention (vrh_lmms.model.interventions.uniform)
-UNIFORM_MODES = ("uniform", "uniform_image")
-MODES = ("zero", "mean", *UNIFORM_MODES)
+# MODES: zero / mean fold into o_proj; UNIFORM_MODES replace answer-row attention (model.interventions.uniform);
+# their names are declared with the configurations that carry them (vrh_lmms.base.heads.plan)
 METHODS = ("auto", "fold", "hook")
 
 
@@ -89,8 +91,7 @@ def folded_bias(proj: nn.Module, layer: int, heads: Iterable[int], head_dim: int
     w = proj.weight
     shift = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device)
     for h in heads:
-        sl = slice(h * head_dim, (h + 1) * head_dim)
-        shift += w[:, sl].float() @ means[layer, h].to(device=w.device, dtype=torch.float32)
+        shift += per_head(w, head_dim)[:, h].float() @ means[layer, h].to(device=w.device, dtype=torch.float32)
     if proj.bias is None:
         return shift.to(w.dtype)
     return (proj.bias.float() + shift).to(proj.bias.dtype)
@@ -166,15 +167,14 @@ class Ablator:
         d = self.geometry.head_dim
         for layer, heads in by_layer.items():
             proj = self.decoder.out_projs[layer]
-            w = proj.weight
+            w = per_head(proj.weight, d)
             saved = _Saved(layer, {}, proj.bias.detach().clone() if proj.bias is not None else None,
                            proj.bias is not None)
             self._saved.append(saved)
             bias = folded_bias(proj, layer, heads, d, means) if mode == "mean" else None
             for h in heads:
-                sl = slice(h * d, (h + 1) * d)
-                saved.columns[h] = w[:, sl].detach().clone()
-                w[:, sl] = 0
+                saved.columns[h] = w[:, h].detach().clone()
+                w[:, h] = 0
             if bias is not None:
                 if proj.bias is None:
                     proj.bias = nn.Parameter(bias, requires_grad=False)
@@ -185,13 +185,13 @@ class Ablator:
         d = self.geometry.head_dim
         hooks = []
         for layer, heads in by_layer.items():
-            slices = [slice(h * d, (h + 1) * d) for h in heads]
             fill = [means[layer, h] for h in heads] if mode == "mean" else None
 
-            def edit(x, slices=slices, fill=fill):
+            def edit(x, heads=heads, fill=fill):
                 x = x.clone()
-                for i, sl in enumerate(slices):
-                    x[..., sl] = 0 if fill is None else fill[i].to(device=x.device, dtype=x.dtype)
+                view = per_head(x, d)
+                for i, h in enumerate(heads):
+                    view[..., h, :] = 0 if fill is None else fill[i].to(device=x.device, dtype=x.dtype)
                 return x
 
             hooks.append(Hook(site_name(layer, HEAD_OUT), edit))
@@ -204,7 +204,7 @@ class Ablator:
         for saved in reversed(self._saved):
             proj = self.decoder.out_projs[saved.layer]
             for h, cols in saved.columns.items():
-                proj.weight[:, h * d:(h + 1) * d] = cols
+                per_head(proj.weight, d)[:, h] = cols
             if saved.had_bias:
                 proj.bias.copy_(saved.bias)
             else:
@@ -294,12 +294,13 @@ class RowAblator:
         keep = torch.ones(len(self.configs), self.geometry.heads * d, dtype=dtype, device=device)
         fill = torch.zeros_like(keep)
         mean_heads: list[list[int]] = []
+        keep_heads, fill_heads = per_head(keep, d), per_head(fill, d)
         for c, cfg in enumerate(self.configs):
             heads = [h.head for h in cfg.heads if h.layer == layer]
             for h in heads:
-                keep[c, h * d:(h + 1) * d] = 0
+                keep_heads[c, h] = 0
                 if cfg.mode == "mean":
-                    fill[c, h * d:(h + 1) * d] = means[layer, h].to(device=device, dtype=dtype)
+                    fill_heads[c, h] = means[layer, h].to(device=device, dtype=dtype)
             mean_heads.append(heads if cfg.mode == "mean" else [])
         if not any(mean_heads):
             return _LayerRows(keep, None, None)

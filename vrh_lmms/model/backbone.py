@@ -36,6 +36,7 @@ from vrh_lmms.base.families import Family, family_for_config
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
 from vrh_lmms.base.tables import did_you_mean
 from vrh_lmms.model.generic import Survey, survey
+from vrh_lmms.model.head_view import per_head
 
 HEAD_OUT = "head_out"
 ATTN_ROWS = "attn_rows"
@@ -320,6 +321,6 @@ def dead_heads(decoder: Decoder) -> tuple[HeadRef, ...] | None:
                 or not weight.dtype.is_floating_point or weight.device.type == "meta"):
             return None
         with torch.no_grad():
-            written = weight.detach().reshape(weight.shape[0], g.heads, g.head_dim).abs().amax(dim=(0, 2))
+            written = per_head(weight.detach(), g.head_dim).abs().amax(dim=(0, 2))
         out.extend(HeadRef(layer, int(h)) for h in torch.nonzero(written == 0).flatten().tolist())
     return tuple(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import time
 
@@ -90,3 +91,32 @@ def choose_threads() -> int | None:
     threads = max(1, threads)
     torch.set_num_threads(threads)
     return threads
+
+
+SAME_INDEX = ("pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu (or the CUDA index "
+              "matching your driver)")
+
+
+def check_torch_builds() -> None:
+    """torch and torchvision must come from one build (one index, matching versions): a CPU torch beside PyPI's
+    torchvision (built for PyPI's torch) fails inside transformers' lazy imports with a 90-line traceback ending in
+    `Could not import module 'AttentionInterface'`; here it is one line, before any model loads."""
+    try:
+        # deferred: optional dependency (torchvision), imported here only to check its build against torch's
+        import torchvision  # noqa: F401
+    except ModuleNotFoundError as exc:
+        if exc.name == "torchvision":
+            return  # not installed: the models that need it say so themselves
+        raise VRHError(_mismatch(exc)) from None
+    except (RuntimeError, ImportError, OSError, AttributeError) as exc:
+        raise VRHError(_mismatch(exc)) from None
+
+
+def _mismatch(exc: BaseException) -> str:
+    try:
+        vision = importlib.metadata.version("torchvision")
+    except importlib.metadata.PackageNotFoundError:
+        vision = "?"
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return (f"torch {torch.__version__} and torchvision {vision} come from different builds (importing torchvision "
+            f"fails: {first}); install both from the same index: {SAME_INDEX}")

@@ -216,6 +216,16 @@ def _left_out(runs: list[LoadedRun], task: str) -> int | None:
     return max(firsts) if firsts else None
 
 
+def check_one_convention(where: str, runs: list[LoadedRun]) -> None:
+    """The runs of a group read their answers' boxes under one convention: a drop between two conventions measures
+    the reading, not the heads (a sweep resumed under another VRH_BOX_CONVENTION would otherwise report one)."""
+    used = {c: r for r in runs for c in r.table.conventions}
+    if len(used) > 1:
+        names = ", ".join(f"{c} ({r.meta.label}, {r.table.path})" for c, r in sorted(used.items()))
+        raise VRHError(f"{where}: the runs read boxes under {len(used)} box conventions: {names}; report runs of "
+                       f"one convention together (rerun the others under it)")
+
+
 def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settings) -> tuple[dict, list[str]]:
     """Statistics of every configuration of one model x task; returns (group block, warnings)."""
     warnings: list[str] = []
@@ -225,6 +235,7 @@ def analyze_group(model: str, task: str, runs: list[LoadedRun], settings: Settin
         files = ", ".join(str(r.table.path) for r in runs)
         raise VRHError(f"{where}: runs disagree on the record kind {sorted(kinds)} ({files})")
     kind = kinds.pop()
+    check_one_convention(where, runs)
     runs = sorted(runs, key=sort_key)
     subset_runs = [r for r in runs if subset_doc_ids(r) is not None]  # controls of --control-docs
     runs = [r for r in runs if subset_doc_ids(r) is None]

@@ -24,8 +24,10 @@ from vrh_lmms.report import plots
 from vrh_lmms.report.analysis import LoadedRun, Settings, analyze_group
 from vrh_lmms.report.claims import build_claims
 from vrh_lmms.report.comparisons import add_null_comparisons, add_summary, apply_corrections, transfer_rows
-from vrh_lmms.report.completeness import check_complete, pending_record, warning_line
+from vrh_lmms.report.completeness import check_complete, pending_record, unknown_note, unknown_sweeps, warning_line
 from vrh_lmms.report.discover import discover
+from vrh_lmms.report.doc_filters import doc_filters, group_scores
+from vrh_lmms.report.explorer import EXPLORER_NAME, write_explorer
 from vrh_lmms.report.heads_files import ScoringLookup, heads_label, overlap_block, read_heads_file
 from vrh_lmms.report.html import HTML_NAME, write_report_html
 from vrh_lmms.report.jsonable import jsonable
@@ -67,11 +69,13 @@ REPORT_LAYOUT: dict[str, owned.Check | None] = {
     "report.md": lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),
     "interventions.md": lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),  # report --steer/--patch
     HTML_NAME: lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),
+    EXPLORER_NAME: lambda p: p.is_file() and _REPORT_JSON(p.with_name("report.json")),
     "plots": owned.files_matching("*.png"),
     LOG_NAME: owned.log_file,
     ".report.json.*": owned.is_file,
     ".report.md.*": owned.is_file,
     f".{HTML_NAME}.*": owned.is_file,
+    f".{EXPLORER_NAME}.*": owned.is_file,
     ".interventions.md.*": owned.is_file,
 }
 
@@ -183,12 +187,14 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     out = Path(output)
     replaced = _check_output(out, settings.force)
     unfinished = check_complete(dirs, settings.allow_incomplete)
+    unknown = unknown_sweeps(dirs)
     heads = [read_heads_file(p) for p in settings.heads_files]
     map_dirs = [d for d in dirs if is_maps_folder(d)]  # attention-maps / locate folders: their own panel
     dirs = [d for d in dirs if d not in map_dirs]
     if not dirs:
         raise VRHError("give at least one sweep or lmms-eval output folder beside the attention-maps / locate ones")
     runs, warnings = load_runs(dirs, settings.score_field)
+    warnings = [unknown_note(shown_path(f)) for f in unknown] + warnings
     stats_settings = Settings(settings.alpha, settings.n_resamples, settings.seed, settings.score_field,
                               settings.intersection, settings.score_quantity)
     scoring = ScoringLookup(heads)
@@ -203,6 +209,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
             cfg["heads_label"] = heads_label(cfg, scoring(cfg["heads_file"]) if cfg["kind"] == "topk" else None)
         add_null_comparisons(group)
         add_summary(group)
+        group["doc_filters"] = doc_filters(group["summary"], group_scores(members))  # the explorer's filters
         groups.append(group)
         warnings += notes
     multiple = apply_corrections(groups)
@@ -215,7 +222,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "version": _version(),
         "arguments": _shown_arguments(settings.arguments),
         "inputs": [shown_path(d) for d in dirs],
-        "complete": not unfinished,
+        "complete": False if unfinished else None if unknown else True,
         "pending": pending_record(unfinished),
         "settings": {"alpha": settings.alpha, "n_resamples": settings.n_resamples, "seed": settings.seed,
                      "score_field": settings.score_field,
@@ -236,7 +243,8 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
                          "heads": int(h.scores.shape[1])} for h in heads],
         "multiple_testing": multiple,
         "warnings": warnings,
-        "files": {"json": "report.json", "markdown": "report.md", "html": HTML_NAME, "plots": []},
+        "files": {"json": "report.json", "markdown": "report.md", "html": HTML_NAME, "explorer": EXPLORER_NAME,
+                  "plots": []},
     }
     report = jsonable(report)
     for path in replaced:  # the earlier report's files (stale plots included), nothing else
@@ -251,4 +259,5 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
     _write_text(out / "report.md", "\n".join(first + [render(report, scorers_markdown(report["scorers"]))])
                 + maps_markdown(report["maps"]))
     write_report_html(out)
+    write_explorer(out, roots=[Path(d) for d in dirs + map_dirs])
     return report

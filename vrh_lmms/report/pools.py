@@ -29,10 +29,10 @@ def unavailable_configurations(dirs: list[str | Path]) -> list[dict[str, str]]:
         if not manifest.is_file():
             continue
         try:
-            data = json.loads(manifest.read_text())
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(manifest.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # an unreadable one is named by the completeness check
             continue
-        for cfg in data.get("configurations") or []:
+        for cfg in (data.get("configurations") if isinstance(data, dict) else None) or []:
             if isinstance(cfg, dict) and cfg.get("status") == "unavailable":
                 out.append({"folder": shown_path(d), "id": str(cfg.get("id")), "reason": str(cfg.get("reason", ""))})
     return out

@@ -43,7 +43,7 @@ from vrh_lmms.base.runfolder.runs import read_run_meta
 from vrh_lmms.base.runfolder.samples import read_samples
 from vrh_lmms.base.synth.cache import SynthSpec
 from vrh_lmms.base.synth.scenes import expression_for, generate_scene, nameable_objects
-from vrh_lmms.runs.sweep.checks import SYNTH_TASKS
+from vrh_lmms.runs.checks import SYNTH_TASKS
 
 CHOSEN_MODES = ("auto", "baseline", "ground-truth")
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff")

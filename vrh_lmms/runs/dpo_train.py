@@ -205,6 +205,7 @@ def vision_parameters(model) -> list[str]:
 
 
 def output_layout(output: Path) -> owned.Layout:
+    """A trained checkpoint's folder (dpo-train's and rank-train's): the files its listing names."""
     return owned.listing_layout(output)
 
 
@@ -212,8 +213,29 @@ def check_output(output: Path, model_dir: str, force: bool) -> None:
     owned.check_checkpoint_output(output, model_dir, output_layout(output), force=force, what="a dpo-train checkpoint")
 
 
+def publish_trained(staging: Path, output: Path, name: str, record: dict[str, Any], history: list, started: float,
+                    copied: list, force: bool, what: str, **versions: str) -> dict[str, Any]:
+    """A training run's last step (dpo-train's, rank-train's): its record file `name`, ending with what every such
+    record ends with (the trainer's log, wall time, versions, copied side files, when and how it ran), written into
+    the staged checkpoint, which then replaces `output`. Returns the record."""
+    # deferred: keeps `vrh-lmms dpo-train --help` free of torch, transformers
+    import torch
+    import transformers
+
+    record = {**record, "log_history": history, "wall_seconds": round(time.time() - started, 1),
+              "versions": {"vrh_lmms": __version__, **versions, "transformers": transformers.__version__,
+                           "torch": torch.__version__},
+              "copied_files": copied, "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "command": " ".join(sys.argv)}
+    (staging / name).write_text(json.dumps(record, indent=2) + "\n")
+    owned.publish_checkpoint(staging, output, output_layout(output), force=force, what=what)
+    return record
+
+
 @dataclass
 class TrainResult:
+    """What a training run (dpo-train, rank-train) hands back: its checkpoint folder and the record written there."""
+
     output: Path
     record: dict[str, Any]
 
@@ -272,16 +294,9 @@ def train(pairs: str | Path, model_dir: str, output: str | Path, options: TrainO
             "trainable": {"parameters": n_train, "of": n_params, "vision_tower_frozen": options.freeze_vision,
                           "frozen_parameters": len(frozen)},
             "epochs": epoch_summary(history, options.epochs),
-            "log_history": history,
-            "wall_seconds": round(time.time() - started, 1),
-            "versions": {"vrh_lmms": __version__, "trl": trl.__version__, "transformers": transformers.__version__,
-                         "torch": torch.__version__},
-            "copied_files": copied,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(sys.argv),
         }
-        (staging / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        owned.publish_checkpoint(staging, output, output_layout(output), force=force, what="a dpo-train checkpoint")
+        record = publish_trained(staging, output, RECORD_FILE, record, history, started, copied, force,
+                                 "a dpo-train checkpoint", trl=trl.__version__)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
 from vrh_lmms.runs.discovery.scoring import DEFAULT_CELL, parse_cells
 
@@ -57,3 +58,19 @@ def scorer_cells(text: str, primary: str) -> list[str]:
     names = SCORER_SETS.get(text.strip())
     cells = parse_cells("+".join(names) if names else text)
     return [c for c in cells if c != primary]
+
+
+def compare_cells(text: str | None, heads_file: str | None) -> list[str]:
+    """The distinct cells --compare-cells names, checked against the heads file's cells before any model loads."""
+    if not text:
+        return []
+    if not heads_file:
+        raise VRHError("--compare-cells needs --heads-file (it holds each cell's ranking)")
+    hf = load_heads_file(heads_file)
+    cells = scorer_cells(text, hf.scoring.get("cell") or "")
+    for cell in cells:
+        try:
+            hf.cell_name(cell)
+        except VRHError as exc:
+            raise VRHError(f"--compare-cells: {heads_file}: {exc}") from None
+    return cells

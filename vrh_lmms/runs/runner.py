@@ -60,6 +60,10 @@ class Manifest:
         data = json.loads(self.path.read_text())
         return data if isinstance(data, dict) else {}
 
+    def damage(self) -> str:
+        """Why the file at `path`, which the command's layout does not recognise, cannot be read as its manifest."""
+        return owned.json_problem(self.path) or "a JSON object without this command's fields"
+
     def identity(self) -> dict[str, Any] | None:
         """The identity recorded there (None where there is no manifest)."""
         data = self.read()
@@ -94,6 +98,7 @@ class Decision:
     out: Path
     resume: bool
     clear: bool
+    damaged: Path | None = None  # a manifest that cannot be read, removed with the run's files
 
 
 def inspect_folder(out: Path, layout: owned.Layout, manifest: Manifest, identity: Mapping[str, Any], force: bool, *,
@@ -107,7 +112,16 @@ def inspect_folder(out: Path, layout: owned.Layout, manifest: Manifest, identity
         raise VRHError(f"{option} {out} exists and is not a folder; choose another {option}")
     if not out.exists() or not any(out.iterdir()):
         return Decision(out, resume=False, clear=False)
-    owned.refuse_foreign(out, owned.foreign_entries(out, layout), option)
+    foreign = owned.foreign_entries(out, layout)
+    damaged = manifest.path in foreign and owned.is_file(manifest.path)
+    # a damaged manifest is the command's by its name (the rest of the folder must be ours): refused naming it,
+    # discarded by --force with the run's other files
+    owned.refuse_foreign(out, [p for p in foreign if not (damaged and p == manifest.path)], option)
+    if damaged:
+        if force:
+            return Decision(out, resume=False, clear=True, damaged=manifest.path)
+        raise VRHError(f"{out} holds a {what} whose {manifest.path.name} cannot be read ({manifest.damage()}), so "
+                       f"what it ran is unknown; choose another {option} or pass --force to discard it")
     old = manifest.identity()
     if old is None and resume_without_manifest:
         return Decision(out, resume=True, clear=False)
@@ -126,12 +140,17 @@ def inspect_folder(out: Path, layout: owned.Layout, manifest: Manifest, identity
 def claim_folder(decision: Decision, layout: owned.Layout) -> None:
     """Apply `inspect_folder`'s decision: remove our files of an unresumable run (nothing else), create the folder."""
     if decision.clear:
-        for path in owned.owned_entries(decision.out, layout):
+        for path in owned.owned_entries(decision.out, layout) + ([decision.damaged] if decision.damaged else []):
             owned.remove(path)
     decision.out.mkdir(parents=True, exist_ok=True)
 
 
 # ------------------------------------------------------------------------------------------------ the job
+# A unit published as an lmms-eval run folder (lmms.write_run: a sweep's or steering's configuration): complete
+# (results.json) or left by a killed run (partial files, or write_run's `.<id>.*` staging folder).
+CONFIG_ENTRY = owned.files_matching("results.json", "samples_*.jsonl")
+
+
 def has_results(path: Path) -> bool:
     """A unit published as a run folder (lmms.write_run) is finished when its results.json exists."""
     return (path / "results.json").is_file()

@@ -139,6 +139,12 @@ LLAVA_NEXT = Convention(
     source="LLaVA-1.5 REC data (fractions, 2-3 decimals); LLaVA-1.5 reads them on the padded square "
            "(pad_to_square=True), LLaVA-NeXT's anyres does not pad (default False)")
 
+LLAVA = Convention(
+    "llava", "[x1, y1, x2, y2] as fractions of the image padded to a centred square", REC_PROMPT, "unit",
+    params={"pad_to_square": True},
+    source="LLaVA-1.5 REC training data (llava_v1_5_mix665k: fractions, 2-3 decimals, of the image padded to a "
+           "square, image_aspect_ratio=pad)")
+
 PALIGEMMA = Convention(
     "paligemma", "'detect <expr>' -> <locY1><locX1><locY2><locX2> label, bins 0-1023, y first",
     "detect {expression}", "loc1023", box_extractors=(ex.loc_boxes,),

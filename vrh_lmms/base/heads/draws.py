@@ -42,12 +42,17 @@ def layer_matched_heads(top: list[HeadRef], geometry: Geometry, seed: int | np.r
         pool = [h for h in range(geometry.heads) if HeadRef(layer, h) not in chosen | exclude]
         if count > len(pool):
             others = geometry.heads - sum(1 for h in range(geometry.heads) if HeadRef(layer, h) in chosen)
-            dead = f" ({others - len(pool)} of its {others} others write nothing)" if exclude and others > len(pool) \
-                else ""
-            raise ControlUnavailable(
-                f"layer-matched control impossible in layer {layer}: the top set holds {count} of its "
-                f"{geometry.heads} heads, and only {len(pool)} other {'live ' if exclude else ''}"
-                f"head{'' if len(pool) == 1 else 's'} {'is' if len(pool) == 1 else 'are'} left{dead}")
+            live = "live " if exclude else ""
+            if not pool:  # "only 0 other live heads are left" read as a slip
+                left = f"no other {live}head is left" + (f" (all {others} of its others write nothing)"
+                                                         if exclude and others else "")
+            else:
+                dead = f" ({others - len(pool)} of its {others} others write nothing)" if exclude and \
+                    others > len(pool) else ""
+                left = (f"only {len(pool)} other {live}head{'' if len(pool) == 1 else 's'} "
+                        f"{'is' if len(pool) == 1 else 'are'} left{dead}")
+            raise ControlUnavailable(f"layer-matched control impossible in layer {layer}: the top set holds {count} "
+                                     f"of its {geometry.heads} heads, and {left}")
         out.extend(HeadRef(layer, int(h)) for h in rng.choice(pool, size=count, replace=False))
     return sorted(out)
 

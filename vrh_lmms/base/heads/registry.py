@@ -5,7 +5,8 @@ The registry is one JSON file: `$VRH_HEADS_REGISTRY`, else `~/.cache/vrh-lmms/he
 its resolved local path (a folder) or its hub id, plus the sha256 of its config.json where one is on disk, so a
 folder whose weights were replaced by another model's is not matched by path alone. Later registrations of the same
 checkpoint and task replace earlier ones; a run records which file it used (`vrh.ablation.heads_file`, with
-`source: "registry"`).
+`source: "registry"`). A registration reads and rewrites the file under its own lock (`<registry>.lock`, filelock), so
+discoveries that finish at the same moment all keep their entries.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.pretrained import demo_folder
 
 ENV = "VRH_HEADS_REGISTRY"
+LOCK_TIMEOUT = 60.0  # seconds a registration waits for another one (each holds the lock for milliseconds)
 SCHEMA = "vrh-heads-registry/1"
 SHIPPED_HEADS = "heads.json"  # the demo model's own heads file, in its folder
 SHIPPED_TASK = "vrh_demo_discovery"  # the task they were found on
@@ -62,15 +64,22 @@ def _read(to_write: bool = False) -> list[dict[str, Any]]:
 
 def register(pretrained: str, tasks: list[str], heads_file: str | Path) -> Path:
     """Record that `heads_file` holds the heads discovery found for this checkpoint on these tasks."""
+    # deferred: keeps the registry's readers (`heads=top20` in model args) free of filelock
+    from filelock import FileLock, Timeout
+
     key = checkpoint_key(pretrained)
     task = ",".join(tasks)
-    entries = [e for e in _read(to_write=True)
-               if not (e.get("checkpoint") == key["checkpoint"] and e.get("task") == task)]
-    entries.append({**key, "task": task, "heads_file": str(Path(heads_file).resolve()),
-                    "registered": time.strftime("%Y-%m-%dT%H:%M:%S")})
     path = registry_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    return atomic.write_text(path, json.dumps({"schema": SCHEMA, "entries": entries}, indent=1))
+    try:
+        with FileLock(f"{path}.lock", timeout=LOCK_TIMEOUT, thread_local=False):
+            entries = [e for e in _read(to_write=True)
+                       if not (e.get("checkpoint") == key["checkpoint"] and e.get("task") == task)]
+            entries.append({**key, "task": task, "heads_file": str(Path(heads_file).resolve()),
+                            "registered": time.strftime("%Y-%m-%dT%H:%M:%S")})
+            return atomic.write_text(path, json.dumps({"schema": SCHEMA, "entries": entries}, indent=1))
+    except Timeout:
+        raise VRHError(f"heads registry {path} stayed locked for {LOCK_TIMEOUT:.0f} s ({path}.lock)") from None
 
 
 def shipped(key: dict[str, str | None]) -> list[dict[str, Any]]:

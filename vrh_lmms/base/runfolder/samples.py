@@ -48,6 +48,7 @@ class SampleTable:
     kind: str  # "grounding", "pointing", "vqa" or "score" (no vrh_record)
     raw_lines: list[dict] | None = None
     identity: dict[str, list[Any]] = field(default_factory=dict)
+    conventions: tuple[str, ...] = ()  # the box conventions its answers were read in (vrh_record.convention)
 
     def index(self) -> dict[str, int]:
         return {doc: i for i, doc in enumerate(self.doc_ids)}
@@ -58,7 +59,8 @@ class SampleTable:
             return None if values is None else [values[i] for i in rows]
 
         return SampleTable(self.path, pick(self.doc_ids), self.scores[rows], pick(self.statuses), pick(self.image_ids),
-                           self.kind, pick(self.raw_lines), {k: pick(v) for k, v in self.identity.items()})
+                           self.kind, pick(self.raw_lines), {k: pick(v) for k, v in self.identity.items()},
+                           self.conventions)
 
 
 def _lookup(line: dict, dotted: str) -> Any:
@@ -74,6 +76,8 @@ _MISSING = object()
 
 
 def _as_score(value: Any, where: str) -> float:
+    if isinstance(value, dict) and "score" in value:  # lmms-eval's clustered-SE item: {"score": x, <cluster_key>: id}
+        value = value["score"]
     if isinstance(value, bool):
         return float(value)
     if isinstance(value, (int, float)) and math.isfinite(float(value)):
@@ -89,6 +93,7 @@ class _Row:
     status: str | None
     image_id: str | None
     identity: tuple[Any, ...] = ()
+    convention: str | None = None
 
 
 def _identity(line: dict, record: dict | None) -> tuple[Any, ...]:
@@ -136,7 +141,9 @@ def _parse_line(line: Any, where: str, score_field: str | None) -> _Row:
         raise VRHError(f"{where}: field vrh_record.status is {status!r}; expected one of {', '.join(STATUSES[kind])}")
     image = record.get("image_id")
     image_id = None if image is None else str(image)
-    return _Row(str(line["doc_id"]), score, kind, status, image_id, _identity(line, record))
+    convention = record.get("convention")
+    return _Row(str(line["doc_id"]), score, kind, status, image_id, _identity(line, record),
+                None if convention is None else str(convention))
 
 
 def read_samples(path: Path, score_field: str | None = None, keep_lines: bool = False) -> SampleTable:
@@ -182,4 +189,5 @@ def read_samples(path: Path, score_field: str | None = None, keep_lines: bool = 
         kind=rows[0].kind or "score",
         raw_lines=lines if keep_lines else None,
         identity={name: [r.identity[i] for r in rows] for i, (name, _) in enumerate(IDENTITY_FIELDS)},
+        conventions=tuple(sorted({r.convention for r in rows if r.convention is not None})),
     )

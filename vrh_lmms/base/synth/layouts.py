@@ -128,3 +128,41 @@ def write_refer_layout(root: str | Path, splits: dict[str, tuple[int, int]], see
     with open(data_dir / f"refs({split_by}).p", "wb") as f:
         pickle.dump(refs, f, protocol=2)  # the protocol of the official REFER files
     return data_dir
+
+
+# ------------------------------------------------------------------------------- what `vrh-lmms synth` may replace
+def _synthetic_parquet(path: Path) -> bool:
+    """A hub-layout parquet `vrh-lmms synth` wrote: every file_name is a synthetic scene's."""
+    try:
+        # deferred: keeps `vrh-lmms synth --help` free of pyarrow
+        import pyarrow.parquet as pq
+
+        names = pq.read_table(path, columns=["file_name"]).column("file_name").to_pylist()
+    except Exception:  # not a parquet file, or no file_name column
+        return False
+    return bool(names) and all(str(n).startswith("synth_") for n in names)
+
+
+def _synthetic_instances(path: Path) -> bool:
+    try:
+        images = json.loads(path.read_text())["images"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return bool(images) and all(str(i.get("file_name", "")).startswith("synth_") for i in images)
+
+
+def check_targets(out_dir: str | Path, layout: str, splits: dict[str, tuple[int, int]], dataset: str = "refcoco",
+                  split_by: str = "unc", force: bool = False) -> None:
+    """Never overwrite a dataset file `vrh-lmms synth` did not write; its own files only with --force."""
+    # deferred: keeps `vrh-lmms synth --help` free of filelock
+    from vrh_lmms.base import owned
+
+    out = Path(out_dir)
+    if layout == "hub":
+        targets = [(out / f"{split}.parquet", _synthetic_parquet) for split in splits]
+    else:
+        data = out / dataset
+        targets = [(data / "instances.json", _synthetic_instances),
+                   (data / f"refs({split_by}).p", lambda p: _synthetic_instances(data / "instances.json"))]
+    for path, ours in targets:
+        owned.prepare_file(path, ours, force=force, what="synthetic data", option="OUT_DIR")

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 
 from vrh_lmms.base import console
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import parse_int_list
 from vrh_lmms.base.synth.demo_spec import DemoSpec
-from vrh_lmms.cli.commands.demo_applications import run_applications
-from vrh_lmms.pipelines.demo.pipeline import DemoSettings, run_demo
-from vrh_lmms.pipelines.demo.stages import demo_model_args
-from vrh_lmms.runs.sweep.plan import parse_int_list
+from vrh_lmms.pipelines.demo.applications import run_applications
+from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transfer", nargs="?", const="shipped", default=None, metavar="MODEL",
                         help="also a second VLM on the same text backbone (without MODEL: the shipped one, where the "
                              "version ships one): its own discovery and sweep, and each model's top-k heads ablated "
-                             "in the other (the report's transfer table)")
+                             "in the other (the report's transfer table; default: none, one model)")
     parser.add_argument("--applications", action="store_true",
                         help="also put the heads to work: the locator (vrh-lmms locate) on the evaluation scenes and "
                              "the ranker (vrh-lmms rank) on multi-image queries; applications/applications.md")
@@ -54,12 +55,24 @@ def run(args: argparse.Namespace) -> int:
                             ks=parse_int_list(args.k, "--k") if args.k else (), random_seeds=args.random_seeds,
                             interventions=args.interventions, transfer_model=args.transfer,
                             recall=args.recall)
+    # deferred: keeps `vrh-lmms demo --help` free of scipy, matplotlib, statsmodels
+    from vrh_lmms.pipelines.demo.pipeline import run_demo
+
     summary = run_demo(args.output, settings, force=args.force, model_path=args.pretrained)
     if args.applications:
-
         model = Path(summary["model"])
         spec = DemoSpec.load(model)
         run_applications(Path(args.output), demo_model_args(model, spec), spec, summary["settings"]["ks"],
                          args.random_seeds, args.n_eval, args.n_queries, console.step, model=model,
-                         n_train=args.n_train)
+                         n_train=args.n_train, run_command=run_command)
     return 0
+
+
+def run_command(name: str, argv: list[str]) -> None:
+    """Run one vrh-lmms command in this process, as the command line would (demo --applications runs four)."""
+    module = importlib.import_module(f"vrh_lmms.cli.commands.{name}")
+    parser = argparse.ArgumentParser(prog=f"vrh-lmms {name}")
+    module.configure(parser)
+    status = module.run(parser.parse_args(argv))
+    if status:
+        raise VRHError(f"demo --applications: vrh-lmms {name} stopped with status {status}")

@@ -7,7 +7,6 @@ import argparse
 from vrh_lmms.base import console
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.cli.commands.options import add_model_options
-from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
 from vrh_lmms.runs.discovery.scoring import DEFAULT_CELL, PRESETS, all_cells, parse_cells
 from vrh_lmms.runs.protocol import DISCOVER_PRESETS, resolve
 
@@ -19,8 +18,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "(vrh_synth_text_needle; docs/evidence.md)")
     parser.add_argument("--limit", type=float, default=None, help="docs per task (default 200; -1 for all)")
     parser.add_argument("--preset", default=None, choices=sorted(DISCOVER_PRESETS),
-                        help="the paper's protocol (vrh_lmms.runs.protocol): paper = 200 docs, key tokens 'any', "
-                             "out,sum,mean. Explicit flags win")
+                        help="the paper's protocol (docs/paper.md): paper = 200 docs, key tokens 'any', "
+                             "out,sum,mean. Explicit flags win (default: none, each flag's own default)")
     parser.add_argument("--scoring", default=None,
                         help=f"primary cell Q,Phi,Omega (default {DEFAULT_CELL}); Q in "
                              "in|out|out_coords|out_random1|in+out, Phi in argmax|sum, Omega in mean|freq; or "
@@ -38,8 +37,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--null-query", action="store_true",
                         help="subtract each head's score on a content-free query (the expression replaced by N/A)")
     parser.add_argument("--no-means", action="store_true", help="skip per-head means (needed for ablation=mean)")
-    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--gen-kwargs", default=None,
+                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
+    parser.add_argument("--seed", type=int, default=0, help="evaluator seed (lmms-eval's --seed)")
     parser.add_argument("--output", required=True, help="heads file to write (e.g. heads.json)")
     parser.add_argument("--force", action="store_true",
                         help="replace a heads file (and its sidecars, or finished parts of another discovery) written "
@@ -47,6 +47,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: keeps `vrh-lmms discover --help` free of torch, transformers, lmms_eval
+    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
+
     opts = resolve(DISCOVER_PRESETS, args.preset,
                    {"limit": args.limit, "key_tokens": args.key_tokens, "scoring": args.scoring})
     limit = None if opts["limit"] < 0 else (int(opts["limit"]) if float(opts["limit"]).is_integer() else opts["limit"])

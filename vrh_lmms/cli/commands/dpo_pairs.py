@@ -40,7 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "baseline: only pairs with a correct baseline answer; ground-truth: always ground truth")
     parser.add_argument("--image-root", type=Path, default=None,
                         help="folder of the dataset's images (samples files carry none; synthetic tasks need none: "
-                             "their scenes are regenerated)")
+                             "their scenes are regenerated; default: none)")
     parser.add_argument("--image-pattern", default="{image_id}.jpg",
                         help="file name under --image-root; fields {image_id}, {doc_id}, {task} (default "
                              "'{image_id}.jpg')")

@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--beta", type=float, default=None, help="DPO beta (default: TRL's, 0.1)")
     parser.add_argument("--batch-size", type=int, default=1, help="pairs per optimiser step (default 1)")
     parser.add_argument("--seed", type=int, default=0, help="training seed: data order (default 0)")
-    parser.add_argument("--max-pairs", type=int, default=None, help="train on the first N pairs only")
+    parser.add_argument("--max-pairs", type=int, default=None, help="train on the first N pairs only (default: all)")
     parser.add_argument("--image-position", choices=IMAGE_POSITIONS, default="before_prompt",
                         help="where the image goes in the prompt; after_prompt for models evaluated with "
                              "image_position=after_prompt (the demo model). Default: before_prompt, as the pairs are")

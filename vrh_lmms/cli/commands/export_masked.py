@@ -15,7 +15,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pretrained", required=True, help="checkpoint folder or hub id")
     parser.add_argument("--heads", required=True,
                         help="head spec: L12H3;L14H0, top<K>, random<K>, like:top<K> (top/like need --heads-file)")
-    parser.add_argument("--heads-file", help="heads file from `vrh-lmms discover` (for top<K> / like:top<K>)")
+    parser.add_argument("--heads-file", help="heads file from `vrh-lmms discover` (for top<K> / like:top<K>; "
+                                                 "default: none)")
     parser.add_argument("--heads-cell", help="design-space cell of the heads file to rank by (default: primary)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random<K> / like:top<K> (default 0)")
     parser.add_argument("--ablation", choices=("zero", "mean"), default="zero",

@@ -13,9 +13,10 @@ from vrh_lmms.base.heads.spec import resolve_spec
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("heads_file", help="a heads file (vrh-heads/1 JSON)")
     parser.add_argument("--top", type=int, default=20, help="how many top heads to show (default 20)")
-    parser.add_argument("--spec", help="resolve this head spec (e.g. top20, random20, like:top20) against the file")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--cell", help="rank by another scoring cell stored in the file")
+    parser.add_argument("--spec", help="resolve this head spec (e.g. top20, random20, like:top20) against the file "
+                                           "(default: none, show the file)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of a drawn --spec (random<K>, like:top<K>)")
+    parser.add_argument("--cell", help="rank by another scoring cell stored in the file (default: its primary cell)")
 
 
 def run(args: argparse.Namespace) -> int:

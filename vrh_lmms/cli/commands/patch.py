@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console
+from vrh_lmms.base.heads.plan import parse_int_list
 from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness import distributed
 from vrh_lmms.report.interventions import write_patching_report
 from vrh_lmms.runs.interventions.patch_run import DIRECTIONS, PatchSpec, run_patching
-from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -34,8 +34,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--patch-batch", type=int, default=8,
                         help="patched copies of a run per forward (default 8; memory grows with it)")
     add_control_options(parser, "also control head sets per k")
-    parser.add_argument("--limit", type=float, default=None, help="docs per task evaluated to form pairs")
-    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--limit", type=float, default=None,
+                        help="docs per task evaluated to form pairs (default: all)")
+    parser.add_argument("--gen-kwargs", default=None,
+                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--output", required=True, help="patching folder (resumed if it holds the same run)")

@@ -7,6 +7,7 @@ import argparse
 
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import parse_int_list
 from vrh_lmms.pipelines.replicate.plan import (
     DEMO_N_EVAL,
     PAPER_KS,
@@ -16,7 +17,6 @@ from vrh_lmms.pipelines.replicate.plan import (
     demo_spec,
 )
 from vrh_lmms.pipelines.replicate.run import run_replicate
-from vrh_lmms.runs.sweep.plan import parse_int_list
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -24,7 +24,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the shipped demo model on its synthetic scenes (no other model option needed)")
     parser.add_argument("--model", default="vrh_qwen25", help="registered vrh_* model (default vrh_qwen25)")
     parser.add_argument("--model_args", "--model-args", dest="model_args", default=None,
-                        help="lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct")
+                        help="lmms-eval model args, e.g. pretrained=Qwen/Qwen2.5-VL-7B-Instruct (default: none; "
+                             "--demo needs none)")
     parser.add_argument("--detection-task", default="vrh_refcoco_val",
                         help="task whose first --n-detect docs find the heads (default vrh_refcoco_val)")
     parser.add_argument("--grounding-tasks", default=None,
@@ -40,7 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--random-seeds", type=int, default=10, help="draws per control and k (default 10)")
     parser.add_argument("--partner", default=None,
                         help="model args of a second model on the same backbone (transfer, Fig 7); with --demo a "
-                             "checkpoint folder such as docs/experiments/checkpoints/p21_s1")
+                             "checkpoint folder such as docs/experiments/checkpoints/p21_s1 (default: none, no "
+                             "transfer stage)")
     parser.add_argument("--compare-cells", default="paper",
                         help="scoring cells whose top-k the grounding sweep also masks (Figs 2/3/8b, Table A8): "
                              "paper (default: all of fig2, fig3, fig8b, a8), one of those, a '+'-separated list of "
@@ -49,7 +51,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the sweeps' control draws on one seeded image subset of each task's docs (whole "
                              "images until N docs; sweep --control-docs); top-k and baseline on every doc. Default: "
                              "every doc. The printed plan shows the control generations with and without it")
-    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=1, help="docs per generate call")
     parser.add_argument("--calibrate-docs", type=int, default=4,
                         help="docs timed before the run to estimate its time in the printed plan (default 4; 0: "
                              "print the generations only)")

@@ -21,7 +21,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="k values for the overlap matrix (default: the top-k values in the report, else 20)")
     parser.add_argument("--score-field", default=None, metavar="NAME",
                         help="numeric per-sample field to score instead of vrh_record.correct "
-                             "(plain lmms-eval tasks; dotted for nesting, e.g. vrh_record.iou)")
+                             "(plain lmms-eval tasks; dotted for nesting, e.g. vrh_record.iou; default: none, "
+                             "vrh_record.correct)")
     parser.add_argument("--score-quantity", default=None, choices=("binary", "bounded", "unbounded"),
                         help="what the score is, which chooses its interval: binary (0/1 outcomes, Wilson), bounded "
                              "(in [0, 1], t clipped to [0, 1]) or unbounded (t). Default: binary for "
@@ -34,9 +35,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="when the runs of a model x task score different docs, restrict every run to the docs "
                              "all of them share (default: stop with an error naming the runs and counts)")
     parser.add_argument("--steer", default=None, metavar="DIR",
-                        help="a `vrh-lmms steer` folder: adds the steering table (docs/interventions.md)")
+                        help="a `vrh-lmms steer` folder: adds the steering table (docs/interventions.md; default: "
+                             "none)")
     parser.add_argument("--patch", default=None, metavar="DIR",
-                        help="a `vrh-lmms patch` folder: adds the patching map and head-set recoveries")
+                        help="a `vrh-lmms patch` folder: adds the patching map and head-set recoveries (default: "
+                             "none)")
     parser.add_argument("--allow-incomplete", action="store_true",
                         help="report sweep folders that did not finish (pending configurations) or mix another "
                              "sweep's results; the report then says so in its first line and in report.json "
@@ -74,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     files = [(out / "report.html", "the report as one page (open in a browser)"),
              (out / "report.md", "the same in markdown"),
-             (out / "report.json", "every number of the report")]
+             (out / "report.json", "every number of the report"),
+             (out / "explorer.html", "the heads, docs, boxes and drops to explore (open in a browser)")]
     if report["files"]["plots"]:
         files.append((out / "plots", f"{len(report['files']['plots'])} plots"))
     if args.steer or args.patch:

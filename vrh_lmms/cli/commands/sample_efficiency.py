@@ -3,22 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from vrh_lmms.base import atomic, owned
+from vrh_lmms.base import owned
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.base.heads.heads_file import load_heads_file
-from vrh_lmms.runs.discovery.efficiency import (
-    DEFAULT_NS,
-    choose_k,
-    efficiency_markdown,
-    efficiency_plot,
-    load_samples,
-    sample_efficiency,
-)
-from vrh_lmms.runs.sweep.plan import parse_int_list
+from vrh_lmms.base.heads.plan import parse_int_list
+from vrh_lmms.runs.discovery.efficiency import DEFAULT_NS, FILES, choose_k, write_efficiency
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -29,33 +20,23 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "it is smaller)")
     parser.add_argument("--ns", default=",".join(map(str, DEFAULT_NS)), help="sample counts n to try")
     parser.add_argument("--resamples", type=int, default=200, help="bootstrap resamples per n (default 200)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the subsample draws")
     parser.add_argument("--output", required=True, help="folder for efficiency.md, efficiency.json, efficiency.png")
     parser.add_argument("--force", action="store_true", help="replace efficiency results written here before")
 
 
 def run(args: argparse.Namespace) -> int:
     hf = load_heads_file(args.heads_file)
-    cell = args.cell or hf.scoring.get("cell") or "out,sum,mean"
-    k = choose_k(args.k, hf.geometry.total_heads)
+    choose_k(args.k, hf.geometry.total_heads)  # a bad --k is refused before the folder is looked at
     out = Path(args.output)
-    targets = [out / "efficiency.md", out / "efficiency.json", out / "efficiency.png"]
+    targets = [out / name for name in FILES]
     if any(t.exists() for t in targets):
         ours = owned.json_with("cell", "k", "rows")(targets[1])
         owned.refuse_foreign(out, [] if ours else [t for t in targets if t.exists()])
         if not args.force:
             raise VRHError(f"{out} already holds efficiency results; choose another --output or pass --force to "
                            f"replace them")
-    samples = load_samples(args.heads_file)
-    freq_k = int(hf.scoring.get("freq_top_k") or 20)
-    rows, full = sample_efficiency(samples, cell, k, parse_int_list(args.ns, "--ns"), args.resamples, args.seed,
-                                   freq_top_k=freq_k)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(targets[0], efficiency_markdown(rows, k, cell))
-    atomic.write_text(targets[1], json.dumps({"cell": cell, "k": k, "n_total": rows[-1].n,
-                                              "resamples": args.resamples,
-                                              "full_top_k": sorted(head_name(l, h) for l, h in full),
-                                              "rows": [r.__dict__ for r in rows]}, indent=1))
-    efficiency_plot(rows, k, cell, targets[2])
+    write_efficiency(args.heads_file, out, cell=args.cell, k=args.k, ns=parse_int_list(args.ns, "--ns"),
+                     resamples=args.resamples, seed=args.seed)
     print(targets[0].read_text())
     return 0

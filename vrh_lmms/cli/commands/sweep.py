@@ -5,24 +5,25 @@ from __future__ import annotations
 import argparse
 
 from vrh_lmms.base import console, gc_startup
-from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.heads_file import load_heads_file
+from vrh_lmms.base.heads.plan import parse_int_list, plan_configurations
 from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
 from vrh_lmms.harness.sweep_engine import ENGINES
-from vrh_lmms.runs.protocol import SWEEP_PRESETS, resolve, scorer_cells
-from vrh_lmms.runs.sweep.plan import parse_int_list, parse_pack, plan_configurations
+from vrh_lmms.runs.protocol import SWEEP_PRESETS, compare_cells, resolve
+from vrh_lmms.runs.sweep.packs import parse_pack
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_model_options(parser)
     parser.add_argument("--tasks", required=True, help="comma-separated tasks, e.g. vrh_refcoco_val,vrh_vqa")
-    parser.add_argument("--heads-file", help="heads file from `vrh-lmms discover` (needed for top-k)")
+    parser.add_argument("--heads-file", help="heads file from `vrh-lmms discover` (needed for top-k; default: none, "
+                                                 "baseline and random draws only)")
     parser.add_argument("--k", default=None, help="head counts to ablate (default 1,5,10,20,40)")
     parser.add_argument("--preset", default=None, choices=sorted(SWEEP_PRESETS),
-                        help="the paper's protocol (vrh_lmms.runs.protocol; docs/paper.md): paper = k 1,3,5,10,20, "
+                        help="the paper's protocol (docs/paper.md): paper = k 1,3,5,10,20, "
                              "random controls over all heads and outside the top-k, discovery docs left out; "
-                             "paper_a9 = the same at k 5,10,20,50 (Table A9). Explicit flags win")
+                             "paper_a9 = the same at k 5,10,20,50 (Table A9). Explicit flags win (default: none, "
+                             "each flag's own default)")
     parser.add_argument("--random-seeds", type=int, default=19,
                         help="random draws per k (default 19: the fewest whose empirical p can reach 0.05)")
     add_draw_options(parser)
@@ -32,8 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "the paper's DPO experiment)")
     parser.add_argument("--ablation", default="zero",
                         help="comma-separated modes: zero, mean, uniform, uniform_image (default zero)")
-    parser.add_argument("--limit", type=float, default=None, help="docs per task (for quick runs)")
-    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--limit", type=float, default=None, help="docs per task, for quick runs (default: all)")
+    parser.add_argument("--batch-size", type=int, default=1, help="docs per generate call")
     parser.add_argument("--pack", default="auto",
                         help="configurations evaluated side by side in one batch (default auto: up to 100 batch "
                              "rows on CPU, 32 on CUDA; 1 = one configuration at a time). Same files either way")
@@ -41,7 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="fast (default): each task and each pack's model inputs built once for all "
                              "configurations; lmms: everything rebuilt per configuration, as a plain lmms-eval run "
                              "does (the reference). Same files either way (docs/sweeps.md)")
-    parser.add_argument("--gen-kwargs", default=None, help="lmms-eval generation kwargs override")
+    parser.add_argument("--gen-kwargs", default=None,
+                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--allow-cross-model", action="store_true",
                         help="use a heads file made on another geometry (transfer experiments)")
@@ -64,22 +66,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "is refused)")
 
 
-def _compare_cells(text: str | None, heads_file: str | None) -> list[str]:
-    """The distinct cells --compare-cells names, checked against the heads file's cells before any model loads."""
-    if not text:
-        return []
-    if not heads_file:
-        raise VRHError("--compare-cells needs --heads-file (it holds each cell's ranking)")
-    hf = load_heads_file(heads_file)
-    cells = scorer_cells(text, hf.scoring.get("cell") or "")
-    for cell in cells:
-        try:
-            hf.cell_name(cell)
-        except VRHError as exc:
-            raise VRHError(f"--compare-cells: {heads_file}: {exc}") from None
-    return cells
-
-
 def run(args: argparse.Namespace) -> int:
     with gc_startup.paused():  # no cyclic collection while start-up imports; run_sweep settles it after the model loads
         return _run(args)
@@ -94,7 +80,7 @@ def _run(args: argparse.Namespace) -> int:
                                   modes=[m.strip() for m in args.ablation.split(",") if m.strip()],
                                   **plan_flags(args), controls=opts["controls"],
                                   control_tolerance=args.control_tolerance,
-                                  cells=_compare_cells(args.compare_cells, args.heads_file),
+                                  cells=compare_cells(args.compare_cells, args.heads_file),
                                   random_skip_layer0=args.random_skip_layer0, pool=opts["control_pool"])
     spec = SweepSpec(model=args.model, model_args=args.model_args, tasks=[t for t in args.tasks.split(",") if t],
                      heads_file=args.heads_file, configurations=configs, limit=limit, batch_size=args.batch_size,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.synth.cache import SynthSpec
-from vrh_lmms.base.synth.layouts import write_hub_layout, write_refer_layout
+from vrh_lmms.base.synth.layouts import check_targets, write_hub_layout, write_refer_layout
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -25,46 +25,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="scene stream seed (default 0)")
     parser.add_argument("--start", type=int, default=0, help="first scene id (default 0)")
     parser.add_argument("--scene", metavar="JSON", help="SceneConfig overrides as JSON text or a .json file, "
-                                                         "e.g. '{\"image_size\": 224, \"max_objects\": 4}'")
+                                                         "e.g. '{\"image_size\": 224, \"max_objects\": 4}' "
+                                                         "(default: none, the scene defaults)")
     parser.add_argument("--dataset", default="refcoco", help="refer layout: dataset folder name (default refcoco)")
     parser.add_argument("--split-by", default="unc", help="refer layout: refs(<split_by>).p (default unc)")
     parser.add_argument("--force", action="store_true", help="replace synthetic data written here before")
-
-
-def _synthetic_parquet(path: Path) -> bool:
-    """A hub-layout parquet this command wrote: every file_name is a synthetic scene's."""
-    try:
-        # deferred: keeps `vrh-lmms synth --help` free of pyarrow
-        import pyarrow.parquet as pq
-
-        names = pq.read_table(path, columns=["file_name"]).column("file_name").to_pylist()
-    except Exception:  # not a parquet file, or no file_name column
-        return False
-    return bool(names) and all(str(n).startswith("synth_") for n in names)
-
-
-def _synthetic_instances(path: Path) -> bool:
-    try:
-        images = json.loads(path.read_text())["images"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return bool(images) and all(str(i.get("file_name", "")).startswith("synth_") for i in images)
-
-
-def check_targets(args: argparse.Namespace, splits: dict[str, tuple[int, int]]) -> None:
-    """Never overwrite a dataset file this command did not write; its own files only with --force."""
-    # deferred: keeps `vrh-lmms synth --help` free of filelock
-    from vrh_lmms.base import owned
-
-    out = Path(args.out_dir)
-    if args.layout == "hub":
-        targets = [(out / f"{split}.parquet", _synthetic_parquet) for split in splits]
-    else:
-        data = out / args.dataset
-        targets = [(data / "instances.json", _synthetic_instances),
-                   (data / f"refs({args.split_by}).p", lambda p: _synthetic_instances(data / "instances.json"))]
-    for path, ours in targets:
-        owned.prepare_file(path, ours, force=args.force, what="synthetic data", option="OUT_DIR")
 
 
 def parse_splits(items: list[str] | None, start: int) -> dict[str, tuple[int, int]]:
@@ -94,7 +59,7 @@ def scene_config(raw: str | None):
 def run(args: argparse.Namespace) -> int:
     splits = parse_splits(args.split, args.start)
     cfg = scene_config(args.scene)
-    check_targets(args, splits)
+    check_targets(args.out_dir, args.layout, splits, dataset=args.dataset, split_by=args.split_by, force=args.force)
     if args.layout == "hub":
         paths = write_hub_layout(args.out_dir, splits, seed=args.seed, cfg=cfg)
         for split, path in paths.items():

@@ -9,6 +9,7 @@ backends have no HF processor: `RemoteInternVLProcessor.from_backend` describes 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -120,6 +121,35 @@ def _magma_extras(processor: Any, batch: Any, index: int) -> dict[str, Any]:
             "anyres_strategy": str(getattr(ip, "anyres_strategy", "crop"))}
 
 
+def _llava_extras(processor: Any, ip: Any) -> dict[str, Any]:
+    """LLaVA-1.5: CLIPImageProcessor's centre crop, or LlavaImageProcessor's pad-to-square (then the resize size)."""
+    crop_on = bool(getattr(ip, "do_center_crop", False))
+    square = _get(ip.crop_size, "height") if crop_on else None
+    square = int(square or _get(ip.size, "height") or _get(ip.size, "shortest_edge"))
+    return {"crop_size": square, "base_side": square // int(processor.patch_size),
+            "shortest_edge": _get(ip.size, "shortest_edge"), "do_pad": bool(getattr(ip, "do_pad", False)),
+            "do_center_crop": crop_on}
+
+
+def _onevision_extras(processor: Any, ip: Any) -> dict[str, Any]:
+    """LLaVA-OneVision: tile size, features per tile side, pinpoints, pooling cap."""
+    return {"tile_size": int(_get(ip.size, "height")), "base_side": math.isqrt(int(processor.num_image_tokens)),
+            "grid_pinpoints": [list(p) for p in ip.image_grid_pinpoints],
+            "vision_aspect_ratio": str(processor.vision_aspect_ratio)}
+
+
+def _gemma3_extras(processor: Any, ip: Any) -> dict[str, Any]:
+    """Gemma 3: the soft image tokens (not `processor.image_token_id`, which is <start_of_image>), tokens per image
+    and the pan-and-scan settings the processor passes on every call (its class defaults)."""
+    call = dict(getattr(processor, "images_kwargs", None) or {})
+    keys = ("pan_and_scan_min_crop_size", "pan_and_scan_max_num_crops", "pan_and_scan_min_ratio_to_activate")
+    return {"image_token_id": int(processor.tokenizer.image_token_id),
+            "tokens_per_image": int(processor.image_seq_length), **{k: call.get(k) for k in keys}}
+
+
+_CROP_LAYOUTS = {"llava": _llava_extras, "llava_onevision": _onevision_extras, "gemma3": _gemma3_extras}
+
+
 def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backend: Any = None) -> dict[str, Any]:
     """Extras for `image_token_map` for sample `index` of a processor output `batch` (one image per sample).
 
@@ -157,6 +187,22 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
                    dynamic_hd=int(getattr(ip, "dynamic_hd", 36)))
     elif name == "magma":
         out.update(_magma_extras(processor, batch, index))
+    elif name in _CROP_LAYOUTS:
+        out.update(_CROP_LAYOUTS[name](processor, ip))
+    elif name == "llama4":  # <|patch|> placeholders (processor.image_token is the global view's <|image|>)
+        out.update(image_token_id=int(processor.tokenizer.convert_tokens_to_ids(processor.img_patch_token)),
+                   tile_size=int(_get(ip.size, "height")), max_patches=int(ip.max_patches),
+                   resize_to_max_canvas=bool(ip.resize_to_max_canvas),
+                   tokens_per_tile=(int(_get(ip.size, "height")) // int(processor.patch_size)) ** 2
+                   // int(processor.downsample_ratio))
+    elif name == "molmo2":  # <im_patch> placeholders; crop geometry from the image processor
+        out.update(image_token_id=int(processor.tokenizer.convert_tokens_to_ids("<im_patch>")),
+                   crop_size=int(_get(ip.size, "height")), patch_size=int(ip.patch_size),
+                   max_crops=int(ip.max_crops), overlap_margins=[int(v) for v in ip.overlap_margins],
+                   pooling_size=[int(v) for v in ip.pooling_size])
+    elif name == "mistral3":  # Pixtral: the resized (height, width) of the sample's image, px per token
+        out.update(image_size_hw=[int(v) for v in _row(batch, "image_sizes", index)],
+                   token_px=int(processor.patch_size) * int(processor.spatial_merge_size))
     elif name == "deepseek_vl2":
         out.update(image_size=int(processor.image_size), patch_size=int(processor.patch_size),
                    downsample_ratio=int(processor.downsample_ratio),

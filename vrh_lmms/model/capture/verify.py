@@ -25,7 +25,8 @@ from vrh_lmms.model.capture.layouts import ImageTokenMap, box_key_mask, image_to
 
 @contextmanager
 def zeroed_vision_attention(model: nn.Module) -> Iterator[int]:
-    """Replace the output of every non-decoder attention module with zeros; yields how many were hooked."""
+    """Replace the output of every non-decoder attention module but a pooling one with zeros; yields how many were
+    hooked."""
     dec = locate_decoder(model)
     layers = _get_path(model, dec.layers_path)
     inside = {id(m) for m in layers.modules()}
@@ -36,8 +37,9 @@ def zeroed_vision_attention(model: nn.Module) -> Iterator[int]:
             return (torch.zeros_like(output[0]), *output[1:])
         return torch.zeros_like(output)
 
-    for module in model.modules():
-        if type(module).__name__.endswith("Attention") and id(module) not in inside:
+    for name, module in model.named_modules():
+        # attention pooling (Molmo 2's adapter) mixes only the patches of one window: it stays, or nothing is seen
+        if type(module).__name__.endswith("Attention") and id(module) not in inside and "pool" not in name:
             handles.append(module.register_forward_hook(zero))
     try:
         yield len(handles)

@@ -39,6 +39,7 @@ from torch import nn
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import HeadRef
 from vrh_lmms.model.backbone import HEAD_OUT, Decoder, Hook, site_name
+from vrh_lmms.model.head_view import per_head
 
 DIRECTIONS = ("denoise", "noise")  # clean -> corrupted (does the head restore A?) or corrupted -> clean
 MEASURES = {"denoise": "recovery", "noise": "destroyed"}  # what a direction's effect is called (module docstring)
@@ -166,7 +167,7 @@ def patched_batch_logits(model: nn.Module, decoder: Decoder, tf: TeacherForced,
     for j, heads in enumerate(groups):
         for h in heads:
             g.check(h, where="patched head")
-            columns[h.layer, j, h.head * d:(h.head + 1) * d] = True
+            per_head(columns, d)[h.layer, j, h.head] = True
     rows = tf.rows
 
     def hook_for(layer):

@@ -6,7 +6,6 @@ M-RoPE sections, a 14 px patch vision tower merged 2x2, and GLM's prompt frame (
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import (
@@ -17,7 +16,7 @@ from transformers import (
     Glm4vVideoProcessor,
 )
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily, chat_template
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 # In the order of the real vocabulary (151329..151344): image/video placeholders follow the begin/end markers.
@@ -45,18 +44,7 @@ PLAIN = ("<think>", "</think>", "<|begin_of_box|>", "<|end_of_box|>")
 STOP = ("<|endoftext|>", "<|user|>", "<|observation|>")
 
 # The official GLM-4.1V-9B-Thinking template (zai-org/GLM-4.1V-9B-Thinking), reproduced character for character.
-CHAT_TEMPLATE = (
-    "[gMASK]<sop>\n{%- for msg in messages %}\n    {%- if msg.role == 'system' %}\n<|system|>\n{{ msg.content }}\n"
-    "    {%- elif msg.role == 'user' %}\n<|user|>{{ '\\n' }}\n\n        {%- if msg.content is string %}\n"
-    "{{ msg.content }}\n        {%- else %}\n            {%- for item in msg.content %}\n"
-    "                {%- if item.type == 'video' or 'video' in item %}\n<|begin_of_video|><|video|><|end_of_video|>\n"
-    "                {%- elif item.type == 'image' or 'image' in item %}\n<|begin_of_image|><|image|><|end_of_image|>\n"
-    "                {%- elif item.type == 'text' %}\n{{ item.text }}\n                {%- endif %}\n"
-    "            {%- endfor %}\n        {%- endif %}\n    {%- elif msg.role == 'assistant' %}\n"
-    "        {%- if msg.metadata %}\n<|assistant|>{{ msg.metadata }}\n{{ msg.content }}\n        {%- else %}\n"
-    "<|assistant|>\n{{ msg.content }}\n        {%- endif %}\n    {%- endif %}\n{%- endfor %}\n"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("glm4v")
 
 DEFAULT_VISION = {"depth": 2, "hidden_size": 32, "num_heads": 2, "image_size": 112, "patch_size": 14,
                   "spatial_merge_size": 2, "temporal_patch_size": 2}
@@ -111,12 +99,8 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
-    """Write a complete tiny GLM-4.1V checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
-    return init_and_save(out_dir, seed, Glm4vForConditionalGeneration, config, processor, tokenizer,
-                         stop_tokens=STOP, pad_token="<|endoftext|>")
+# the factory: a complete tiny GLM-4.1V checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("GLM-4.1V", Glm4vForConditionalGeneration,
+                     make_tokenizer, make_config, lambda tokenizer, vision, **kw: make_processor(tokenizer, **kw),
+                     stop_tokens=STOP, pad_token="<|endoftext|>")
+build = FAMILY.build

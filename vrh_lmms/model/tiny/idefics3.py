@@ -9,13 +9,13 @@ environment lacks, so the tiny family uses Idefics3's own processor.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import Idefics3Config, Idefics3ForConditionalGeneration, Idefics3ImageProcessor, Idefics3Processor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import TinyFamily, chat_template
 from vrh_lmms.model.tiny.llava_next import SPECIALS as LLAMA3_SPECIALS
+from vrh_lmms.model.tiny.llava_next import llama3_text
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 ROW_COL = tuple(f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6))
@@ -26,13 +26,7 @@ STOP = ("<|end_of_text|>", "<|eot_id|>", "<end_of_utterance>")
 NEWLINE = "\n"
 
 # The official Idefics3-8B-Llama3 template (SmolVLM's differs only in its first token, <|im_start|>).
-CHAT_TEMPLATE = (
-    "<|begin_of_text|>{% for message in messages %}{{message['role'].capitalize()}}"
-    "{% if message['content'][0]['type'] == 'image' %}{{':'}}{% else %}{{': '}}{% endif %}"
-    "{% for line in message['content'] %}{% if line['type'] == 'text' %}{{line['text']}}"
-    "{% elif line['type'] == 'image' %}{{ '<image>' }}{% endif %}{% endfor %}<end_of_utterance>\n{% endfor %}"
-    "{% if add_generation_prompt %}{{ 'Assistant:' }}{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("idefics3")
 
 TILE = 112  # vision image size = split tile (364 in Idefics3-8B, 512 in SmolVLM-256M)
 SCALE = 2  # pixel-shuffle factor (2 in Idefics3, 4 in SmolVLM-256M)
@@ -73,24 +67,17 @@ def make_processor(tokenizer, vision: dict[str, Any] | None = None, *, max_side:
 
 def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
                 initializer_range: float = 0.02):
-    text_cfg = {**DEFAULT_TEXT, **(text or {})}
+    text_cfg = llama3_text(tokenizer, text, initializer_range, STOP, "<|reserved_special_token_0|>")
     ids = tokenizer.convert_tokens_to_ids
-    text_cfg.update(model_type="llama", vocab_size=len(tokenizer), max_position_embeddings=8192,
-                    rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-                    bos_token_id=ids("<|begin_of_text|>"), eos_token_id=[ids(t) for t in STOP],
-                    pad_token_id=ids("<|reserved_special_token_0|>"), initializer_range=initializer_range)
     vision_cfg = {**DEFAULT_VISION, **(vision or {}), "initializer_range": initializer_range}
     # The top-level (deprecated) pad id defaults to 128002, outside a tiny vocabulary: set it explicitly.
     return Idefics3Config(text_config=text_cfg, vision_config=vision_cfg, image_token_id=ids("<image>"),
                           scale_factor=SCALE, pad_token_id=text_cfg["pad_token_id"], tie_word_embeddings=False)
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = ()) -> Path:
-    """Write a complete tiny Idefics3 checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, vision)
-    return init_and_save(out_dir, seed, Idefics3ForConditionalGeneration, config, processor, tokenizer,
-                         stop_tokens=STOP, pad_token="<|reserved_special_token_0|>")
+# the factory: a complete tiny Idefics3 checkpoint (config, weights, tokenizer, processor, template)
+# answers that depend on the image and on the heads (vrh_lmms.model.tiny.sensitive)
+FAMILY = TinyFamily("Idefics3", Idefics3ForConditionalGeneration,
+                    make_tokenizer, make_config, make_processor, stop_tokens=STOP,
+                    pad_token="<|reserved_special_token_0|>", sensitive=True, never_generate=("<image>",))
+build = FAMILY.build

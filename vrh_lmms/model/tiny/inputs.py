@@ -15,6 +15,14 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2_5Omni
 
 from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 
+# processors that read a flat image list as the images of one sample: they get one list per sample
+NESTED_IMAGES = frozenset({"Gemma3Processor"})
+
+
+def per_sample_images(processor, images: list) -> list:
+    """One image per prompt, in the form the processor reads that way."""
+    return [[image] for image in images] if type(processor).__name__ in NESTED_IMAGES else images
+
 
 def scene_messages(expression: str, image) -> list[dict]:
     return [{"role": "user", "content": [{"type": "image", "image": image},
@@ -43,8 +51,16 @@ def processor_inputs(processor, n: int = 2, seed: int = 0, image_sizes: list[int
         convs.append(scene_messages(expr, scene.image))
         images.append(scene.image)
     prompts = [render_prompt(processor, c) for c in convs]
-    batch = processor(text=prompts, images=images, return_tensors="pt", padding=True, padding_side=padding_side)
+    batch = processor(text=prompts, images=per_sample_images(processor, images), return_tensors="pt", padding=True, padding_side=padding_side)
     batch.pop("labels", None)  # PaliGemma's processor derives training labels; inference inputs never want them
+    return as_float32(batch)
+
+
+def as_float32(batch):
+    """Floating inputs in float32, the tiny checkpoints' dtype (Llama 4's processor normalises in bfloat16)."""
+    for key, value in batch.items():
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.dtype != torch.float32:
+            batch[key] = value.float()
     return batch
 
 

@@ -7,7 +7,6 @@ GQA Qwen2 text backbone with q/k/v biases.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import (
@@ -18,7 +17,7 @@ from transformers import (
     InternVLVideoProcessor,
 )
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily, chat_template
 from vrh_lmms.model.tiny.qwen2_5_vl import SPECIALS as QWEN25_SPECIALS
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -28,14 +27,7 @@ SPECIALS = (*QWEN25_SPECIALS, "<img>", "</img>", "<IMG_CONTEXT>", "<quad>", "</q
 
 # The official InternVL3-hf template: `<IMG_CONTEXT>` is the placeholder the processor expands into
 # `<img>` + image_seq_length * tiles `<IMG_CONTEXT>` + `</img>`.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n'}}"
-    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
-    "{% for content in message['content'] %}{% if content['type'] == 'image' %}{{ '<IMG_CONTEXT>\n' }}"
-    "{% elif content['type'] == 'video' %}{{ '<video>\n' }}{% elif content['type'] == 'text' %}"
-    "{{ content['text'] }}{% endif %}{% endfor %}{% endif %}{{'<|im_end|>\n'}}{% endfor %}"
-    "{% if add_generation_prompt %}{{'<|im_start|>assistant\n' }}{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("internvl")
 
 TILE = 112  # processor tile size = vision image size (448 in the real model)
 DEFAULT_VISION = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
@@ -94,11 +86,7 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
-    """Write a complete tiny InternVL3-hf checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, vision=vision, **(processor_kwargs or {}))
-    return init_and_save(out_dir, seed, InternVLForConditionalGeneration, config, processor, tokenizer)
+# the factory: a complete tiny InternVL3-hf checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("InternVL3-hf", InternVLForConditionalGeneration, make_tokenizer, make_config,
+                     lambda tokenizer, vision, **kw: make_processor(tokenizer, vision=vision, **kw))
+build = FAMILY.build

@@ -7,12 +7,11 @@ row of the unpadded tile grid, and a GQA Llama-3 text backbone whose tokenizer p
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import LlavaNextConfig, LlavaNextForConditionalGeneration, LlavaNextImageProcessor, LlavaNextProcessor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily, chat_template
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 SPECIALS = (
@@ -34,14 +33,7 @@ SPECIALS = (
 STOP = ("<|end_of_text|>", "<|eot_id|>")
 
 # The official llama3-llava-next-8b-hf template: images first, then text, one `<|eot_id|>` per text part.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'}}"
-    "{# Render all images first #}{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
-    "{{ '<image>' }}{% endfor %}{# Render all text next #}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
-    "{{ '\n' + content['text'] + '<|eot_id|>' }}{% endfor %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("llava_next")
 
 TILE = 112  # vision image size and AnyRes tile (336 in the real model); pinpoints are the real ones scaled by 1/3
 PINPOINTS = [[TILE, 2 * TILE], [2 * TILE, TILE], [2 * TILE, 2 * TILE], [3 * TILE, TILE], [TILE, 3 * TILE]]
@@ -75,14 +67,23 @@ def make_processor(tokenizer):
                               chat_template=CHAT_TEMPLATE)
 
 
-def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
-                initializer_range: float = 0.02):
+def llama3_text(tokenizer, text: dict[str, Any] | None, initializer_range: float, stop: tuple[str, ...],
+                pad: str) -> dict[str, Any]:
+    """The Llama-3 text config of the families built on it (LLaVA-NeXT here, Idefics3): the tiny geometry with
+    `text` overrides, Llama-3's rope and special tokens, the family's stop tokens and pad token."""
     text_cfg = {**DEFAULT_TEXT, **(text or {})}
     ids = tokenizer.convert_tokens_to_ids
     text_cfg.update(model_type="llama", vocab_size=len(tokenizer), max_position_embeddings=8192,
                     rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
-                    bos_token_id=ids("<|begin_of_text|>"), eos_token_id=[ids(t) for t in STOP],
-                    pad_token_id=ids("<pad>"), initializer_range=initializer_range)
+                    bos_token_id=ids("<|begin_of_text|>"), eos_token_id=[ids(t) for t in stop],
+                    pad_token_id=ids(pad), initializer_range=initializer_range)
+    return text_cfg
+
+
+def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str, Any] | None = None,
+                initializer_range: float = 0.02):
+    text_cfg = llama3_text(tokenizer, text, initializer_range, STOP, "<pad>")
+    ids = tokenizer.convert_tokens_to_ids
     vision_cfg = {**DEFAULT_VISION, **(vision or {}), "initializer_range": initializer_range}
     side = vision_cfg["image_size"] // vision_cfg["patch_size"]
     return LlavaNextConfig(
@@ -97,12 +98,8 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = ()) -> Path:
-    """Write a complete tiny LLaVA-NeXT (Llama-3) checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer)
-    return init_and_save(out_dir, seed, LlavaNextForConditionalGeneration, config, processor, tokenizer,
-                         stop_tokens=STOP, pad_token="<pad>")
+# the factory: a complete tiny LLaVA-NeXT (Llama-3) checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("LLaVA-NeXT (Llama-3)", LlavaNextForConditionalGeneration,
+                     make_tokenizer, make_config, lambda tokenizer, vision: make_processor(tokenizer),
+                     stop_tokens=STOP, pad_token="<pad>")
+build = FAMILY.build

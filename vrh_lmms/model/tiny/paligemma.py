@@ -9,12 +9,11 @@ PaliGemma2 "pt" checkpoints ship no chat template, so none is written.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import PaliGemmaConfig, PaliGemmaForConditionalGeneration, PaliGemmaProcessor, SiglipImageProcessor
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 SPECIALS = ("<pad>", "<eos>", "<bos>", "<mask>", "<start_of_turn>", "<end_of_turn>", "<image>")
@@ -82,11 +81,7 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = ()) -> Path:
-    """Write a complete tiny PaliGemma2 checkpoint (config, weights, tokenizer, processor)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, vision)
-    return init_and_save(out_dir, seed, PaliGemmaForConditionalGeneration, config, processor, tokenizer)
+# the factory: a complete tiny PaliGemma2 checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("PaliGemma2", PaliGemmaForConditionalGeneration,
+                     make_tokenizer, make_config, make_processor)
+build = FAMILY.build

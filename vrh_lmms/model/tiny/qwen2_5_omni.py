@@ -22,7 +22,7 @@ from transformers import (
     WhisperFeatureExtractor,
 )
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, chat_template, init_and_save
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 # Qwen2.5-Omni's special tokens, in the order of its tokenizer (151643 ...): the thinker config's default ids
@@ -45,29 +45,7 @@ SPECIALS = (
 )
 
 # Qwen2.5-Omni's chat template (audio, image and video content parts; system prompt added when missing).
-CHAT_TEMPLATE = (
-    "{% set audio_count = namespace(value=0) %}{% set image_count = namespace(value=0) %}"
-    "{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}"
-    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_bos|><|IMAGE|><|vision_eos|>"
-    "{% elif content['type'] == 'audio' or 'audio' in content or 'audio_url' in content %}"
-    "{% set audio_count.value = audio_count.value + 1 %}"
-    "{% if add_audio_id %}Audio {{ audio_count.value }}: {% endif %}"
-    "<|audio_bos|><|AUDIO|><|audio_eos|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}"
-    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_bos|><|VIDEO|><|vision_eos|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("qwen2_5_omni")
 
 # Words of the backend's default system prompt and of the audio needle task, so prompts tokenize without <unk>.
 EXTRA_WORDS = tuple(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import (
@@ -13,7 +12,7 @@ from transformers import (
     Qwen2VLVideoProcessor,
 )
 
-from vrh_lmms.model.tiny.common import init_and_save
+from vrh_lmms.model.tiny.common import TinyFamily, chat_template
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
 SPECIALS = (
@@ -34,24 +33,7 @@ SPECIALS = (
 )
 
 # The official Qwen2-VL / Qwen2.5-VL template, reproduced so prompts render exactly as with real checkpoints.
-CHAT_TEMPLATE = (
-    "{% set image_count = namespace(value=0) %}{% set video_count = namespace(value=0) %}"
-    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
-    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
-    "<|im_start|>{{ message['role'] }}\n"
-    "{% if message['content'] is string %}{{ message['content'] }}<|im_end|>\n"
-    "{% else %}{% for content in message['content'] %}"
-    "{% if content['type'] == 'image' or 'image' in content or 'image_url' in content %}"
-    "{% set image_count.value = image_count.value + 1 %}"
-    "{% if add_vision_id %}Picture {{ image_count.value }}: {% endif %}"
-    "<|vision_start|><|image_pad|><|vision_end|>"
-    "{% elif content['type'] == 'video' or 'video' in content %}"
-    "{% set video_count.value = video_count.value + 1 %}"
-    "{% if add_vision_id %}Video {{ video_count.value }}: {% endif %}"
-    "<|vision_start|><|video_pad|><|vision_end|>"
-    "{% elif 'text' in content %}{{ content['text'] }}{% endif %}{% endfor %}<|im_end|>\n"
-    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+CHAT_TEMPLATE = chat_template("qwen2_5_vl")
 
 # Text backbone geometry of the default test model: GQA (4 query heads share 2 kv heads), 2 layers.
 DEFAULT_TEXT = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
@@ -115,11 +97,7 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
-    """Write a complete tiny Qwen2.5-VL checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
-    return init_and_save(out_dir, seed, Qwen2_5_VLForConditionalGeneration, config, processor, tokenizer)
+# the factory: a complete tiny Qwen2.5-VL checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("Qwen2.5-VL", Qwen2_5_VLForConditionalGeneration,
+                     make_tokenizer, make_config, lambda tokenizer, vision, **kw: make_processor(tokenizer, **kw))
+build = FAMILY.build

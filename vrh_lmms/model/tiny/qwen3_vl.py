@@ -6,7 +6,6 @@ position embeddings and DeepStack mergers that inject vision features into the f
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from transformers import (
@@ -17,7 +16,7 @@ from transformers import (
     Qwen3VLVideoProcessor,
 )
 
-from vrh_lmms.model.tiny.common import DEFAULT_TEXT, init_and_save
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, TinyFamily, chat_template
 from vrh_lmms.model.tiny.qwen2_5_vl import SPECIALS as QWEN25_SPECIALS
 from vrh_lmms.model.tiny.vocab import build_tokenizer
 
@@ -27,130 +26,7 @@ SPECIALS = (*QWEN25_SPECIALS, "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|
 PLAIN = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>")
 
 # The official Qwen3-VL Instruct template (tools, tool responses with images, assistant tool calls), reproduced.
-CHAT_TEMPLATE = """{%- if tools %}
-    {{- '<|im_start|>system\\n' }}
-    {%- if messages[0].role == 'system' %}
-        {%- if messages[0].content is string %}
-            {{- messages[0].content }}
-        {%- else %}
-            {%- for content in messages[0].content %}
-                {%- if 'text' in content %}
-                    {{- content.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
-        {{- '\\n\\n' }}
-    {%- endif %}
-    {{- "# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with
-    function signatures within <tools></tools> XML tags:\\n<tools>" }}
-    {%- for tool in tools %}
-        {{- "\\n" }}
-        {{- tool | tojson }}
-    {%- endfor %}
-    {{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within
-    <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\"name\\": <function-name>, \\"arguments\\":
-    <args-json-object>}\\n</tool_call><|im_end|>\\n" }}
-{%- else %}
-    {%- if messages[0].role == 'system' %}
-        {{- '<|im_start|>system\\n' }}
-        {%- if messages[0].content is string %}
-            {{- messages[0].content }}
-        {%- else %}
-            {%- for content in messages[0].content %}
-                {%- if 'text' in content %}
-                    {{- content.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
-        {{- '<|im_end|>\\n' }}
-    {%- endif %}
-{%- endif %}
-{%- set image_count = namespace(value=0) %}
-{%- set video_count = namespace(value=0) %}
-{%- for message in messages %}
-    {%- if message.role == "user" %}
-        {{- '<|im_start|>' + message.role + '\\n' }}
-        {%- if message.content is string %}
-            {{- message.content }}
-        {%- else %}
-            {%- for content in message.content %}
-                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
-                    {%- set image_count.value = image_count.value + 1 %}
-                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
-                    <|vision_start|><|image_pad|><|vision_end|>
-                {%- elif content.type == 'video' or 'video' in content %}
-                    {%- set video_count.value = video_count.value + 1 %}
-                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
-                    <|vision_start|><|video_pad|><|vision_end|>
-                {%- elif 'text' in content %}
-                    {{- content.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
-        {{- '<|im_end|>\\n' }}
-    {%- elif message.role == "assistant" %}
-        {{- '<|im_start|>' + message.role + '\\n' }}
-        {%- if message.content is string %}
-            {{- message.content }}
-        {%- else %}
-            {%- for content_item in message.content %}
-                {%- if 'text' in content_item %}
-                    {{- content_item.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
-        {%- if message.tool_calls %}
-            {%- for tool_call in message.tool_calls %}
-                {%- if (loop.first and message.content) or (not loop.first) %}
-                    {{- '\\n' }}
-                {%- endif %}
-                {%- if tool_call.function %}
-                    {%- set tool_call = tool_call.function %}
-                {%- endif %}
-                {{- '<tool_call>\\n{"name": "' }}
-                {{- tool_call.name }}
-                {{- '", "arguments": ' }}
-                {%- if tool_call.arguments is string %}
-                    {{- tool_call.arguments }}
-                {%- else %}
-                    {{- tool_call.arguments | tojson }}
-                {%- endif %}
-                {{- '}\\n</tool_call>' }}
-            {%- endfor %}
-        {%- endif %}
-        {{- '<|im_end|>\\n' }}
-    {%- elif message.role == "tool" %}
-        {%- if loop.first or (messages[loop.index0 - 1].role != "tool") %}
-            {{- '<|im_start|>user' }}
-        {%- endif %}
-        {{- '\\n<tool_response>\\n' }}
-        {%- if message.content is string %}
-            {{- message.content }}
-        {%- else %}
-            {%- for content in message.content %}
-                {%- if content.type == 'image' or 'image' in content or 'image_url' in content %}
-                    {%- set image_count.value = image_count.value + 1 %}
-                    {%- if add_vision_id %}Picture {{ image_count.value }}: {% endif -%}
-                    <|vision_start|><|image_pad|><|vision_end|>
-                {%- elif content.type == 'video' or 'video' in content %}
-                    {%- set video_count.value = video_count.value + 1 %}
-                    {%- if add_vision_id %}Video {{ video_count.value }}: {% endif -%}
-                    <|vision_start|><|video_pad|><|vision_end|>
-                {%- elif 'text' in content %}
-                    {{- content.text }}
-                {%- endif %}
-            {%- endfor %}
-        {%- endif %}
-        {{- '\\n</tool_response>' }}
-        {%- if loop.last or (messages[loop.index0 + 1].role != "tool") %}
-            {{- '<|im_end|>\\n' }}
-        {%- endif %}
-    {%- endif %}
-{%- endfor %}
-{%- if add_generation_prompt %}
-    {{- '<|im_start|>assistant\\n' }}
-{%- endif %}
-"""
+CHAT_TEMPLATE = chat_template("qwen3_vl")
 
 DEFAULT_VISION = {"depth": 3, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
                   "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64,
@@ -210,11 +86,7 @@ def make_config(tokenizer, text: dict[str, Any] | None = None, vision: dict[str,
     )
 
 
-def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = None,
-          vision: dict[str, Any] | None = None, initializer_range: float = 0.02,
-          extra_words: tuple[str, ...] = (), processor_kwargs: dict[str, Any] | None = None) -> Path:
-    """Write a complete tiny Qwen3-VL checkpoint (config, weights, tokenizer, processor, template)."""
-    tokenizer = make_tokenizer(extra_words)
-    config = make_config(tokenizer, text, vision, initializer_range)
-    processor = make_processor(tokenizer, **(processor_kwargs or {}))
-    return init_and_save(out_dir, seed, Qwen3VLForConditionalGeneration, config, processor, tokenizer)
+# the factory: a complete tiny Qwen3-VL checkpoint (config, weights, tokenizer, processor, template)
+FAMILY = TinyFamily("Qwen3-VL", Qwen3VLForConditionalGeneration,
+                     make_tokenizer, make_config, lambda tokenizer, vision, **kw: make_processor(tokenizer, **kw))
+build = FAMILY.build

@@ -48,6 +48,7 @@ def build_tokenizer(
     lowercase: bool = True,
     model_max_length: int = 32768,
     add_bos_token: bool = False,
+    padding_side: str = "right",
 ) -> PreTrainedTokenizerFast:
     """Build a word-level fast tokenizer whose ids start with the special tokens in the given order.
 
@@ -55,7 +56,8 @@ def build_tokenizer(
     registered as extra special tokens so ``tok.image_token`` and ``tok.image_token_id`` work.
     `plain_tokens` come right after the special tokens: whole-word added tokens that decoding keeps (PaliGemma's
     ``<locNNNN>``, GLM's ``<|begin_of_box|>``), because box parsers read them from the decoded text.
-    `add_bos_token` prepends the BOS token on every encode, as Llama-3 tokenizers do.
+    `add_bos_token` prepends the BOS token on every encode, as Llama-3 tokenizers do. `padding_side` is saved with
+    the tokenizer (setting the attribute afterwards is not).
     """
     vocab: dict[str, int] = {}
 
@@ -97,6 +99,7 @@ def build_tokenizer(
         eos_token=eos_token,
         pad_token=pad_token,
         model_max_length=model_max_length,
+        padding_side=padding_side,
         extra_special_tokens=extra_special or None,
         **({"add_bos_token": True} if add_bos_token else {}),
     )
@@ -121,3 +124,13 @@ def _check_ids_stable(tok: PreTrainedTokenizerFast, vocab: Mapping[str, int]) ->
         got = tok.convert_tokens_to_ids(token)
         if got != idx:
             raise RuntimeError(f"tokenizer renumbered {token!r}: {idx} -> {got}")
+
+
+def chatml_tokenizer(special_tokens: Sequence[str], chat_template: str, extra_words: Iterable[str] = (),
+                     image_token: str = "<image>", video_token: str = "<video>") -> PreTrainedTokenizerFast:
+    """A Qwen-style ChatML tokenizer (`<|endoftext|>` pads, `<|im_end|>` ends a turn, "\\n" a token, left padding)
+    naming its image and video placeholders; `special_tokens` must hold those four."""
+    return build_tokenizer(special_tokens, plain_tokens=("\n",), extra_words=extra_words,
+                           named_specials={"image_token": image_token, "video_token": video_token},
+                           eos_token="<|im_end|>", pad_token="<|endoftext|>", chat_template=chat_template,
+                           padding_side="left")

@@ -1,4 +1,5 @@
-"""The end of `vrh-lmms demo` on the console: the verdict, one row per k and the files written, in a screenful.
+"""The end of `vrh-lmms demo` on the console: the finding, one row per k, the demo model's design targets and the files
+written, in a screenful.
 
 demo_summary.md and the report hold everything else; `--verbose` prints demo_summary.md here as well.
 """
@@ -13,8 +14,9 @@ from rich.text import Text
 
 from vrh_lmms.base import console
 from vrh_lmms.base.heads import kinds
+from vrh_lmms.pipelines.demo.kcurve import control_series
 from vrh_lmms.pipelines.demo.recall import recall_line
-from vrh_lmms.pipelines.demo.stages import demo_controls
+from vrh_lmms.pipelines.demo.stages import TARGETS_NOTE, demo_controls
 from vrh_lmms.report.fmt import pct, pct_ci, pct_opt_ci
 
 
@@ -39,7 +41,7 @@ def k_table(summary: dict[str, Any]):
     table = Table(box=None, padding=(0, 1), header_style="bold")
     controls = [kinds.kind(name) for name in demo_controls(targets_only=True)]
     for name, justify in (("k", "left"), ("top-k drop [95% CI]", "right"),
-                          *((f"{c.dashed} ± SE", "right") for c in controls), ("targets", "left")):
+                          *((f"{c.dashed} ± SE", "right") for c in controls), ("design targets", "left")):
         table.add_column(name, justify=justify, no_wrap=True)
     for r in summary["acceptance"]["rows"]:
         lo, hi = r["topk_drop_ci"]
@@ -61,11 +63,15 @@ def transfer_table(rows: list[dict[str, Any]]):
     return table
 
 
-def files(out: Path, recall: bool = False) -> list[tuple[Path, str]]:
-    rows = [(out / "report" / "report.html", "the report as one page: verdict, tables, plots (open in a browser)"),
+def files(out: Path, recall: bool = False, rows: list[dict[str, Any]] | None = None) -> list[tuple[Path, str]]:
+    """The files the demo wrote, each with what it holds; `rows` (the acceptance rows) name the k-curve's series:
+    only those it draws (a control live heads could not supply at any k has no line)."""
+    series = ["top-k", *(label for _, label in control_series(rows or [], kinds.DEFAULT_POOL))]
+    rows = [(out / "report" / "report.html", "the report as one page: finding, tables, plots (open in a browser)"),
             (out / "report" / "report.md", "the report in markdown (report.json: its numbers)"),
-            (out / "demo_summary.md", "the demo's verdict per k and its criteria"),
-            (out / "kcurve.png", "drops against k: top-k vs random-k vs layer-matched")]
+            (out / "report" / "explorer.html", "explore the heads' attention, each doc's boxes, the drops (browser)"),
+            (out / "demo_summary.md", "the demo's finding, its table per k and the model's design targets"),
+            (out / "kcurve.png", f"drops against k: {' vs '.join(series)}")]
     if recall:
         rows.append((out / "recall.png", "recall heads: each set's top-k masked on the needle and grounding tasks"))
     return rows + console.log_row()
@@ -74,19 +80,22 @@ def files(out: Path, recall: bool = False) -> list[tuple[Path, str]]:
 def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     """Print the demo's closing summary (the whole demo_summary.md first with --verbose or outside a CLI run)."""
     acc = summary["acceptance"]
-    verdict = markdown.splitlines()[0]
+    finding = markdown.splitlines()[0]  # what was measured; the design targets are a note on the model below
+    targets = next((line for line in markdown.splitlines() if line.startswith(TARGETS_NOTE)), None)
     parts: list[Any] = []
     if console.verbose():
         parts.append(Text(markdown.replace("\n![k-curve](kcurve.png)\n", "")))
-    parts += [Text(""), Text(verdict.replace("**", ""), style="bold"),
+    parts += [Text(""), Text(finding.replace("**", ""), style="bold"),
               Text(f"Baseline Acc@0.5 {acc['baseline_acc']:.1%} on {acc['n_eval']} held-out scenes; drops in "
                    f"points, controls as mean ± SE over their draws."),
               k_table(summary)]
+    if targets:
+        parts.append(Text(targets))
     parts += [Text(line) for line in markdown.splitlines() if line.startswith(("Steering (", "Patching ("))]
     if summary.get("transfer"):
         parts += [Text(""), transfer_table(summary["transfer"])]
     if summary.get("recall"):
         parts += [Text(""), Text(recall_line(summary["recall"]))]
     parts += [Text(""), *console.files_table(f"Written in {out} ({summary['seconds']:.0f} s)",
-                                             files(out, bool(summary.get("recall"))))]
+                                             files(out, bool(summary.get("recall")), acc["rows"]))]
     console.print_summary(*parts)

@@ -16,6 +16,17 @@ from vrh_lmms.base.heads import kinds
 from vrh_lmms.report.plots import DPI, legend_outside
 
 
+def control_series(rows: list[dict], pool: str = "") -> list[tuple[str, str]]:
+    """(kind, legend label) of each control series the k-curve draws: the control kinds the rows hold
+    (`<kind>_drops`), in their order, with draws at some k; `pool` (the run's pool) leads the label of the kinds
+    without a pool of their own (uniform over all heads has its own)."""
+    lead = f"{pool} " if pool else ""
+    shown = [kinds.BY_NAME[key[:-len("_drops")]] for key in (rows[0] if rows else {})
+             if key.endswith("_drops") and key[:-len("_drops")] in kinds.BY_NAME]
+    return [(k.name, k.legend if k.pool else lead + k.legend) for k in shown
+            if any(r.get(f"{k.name}_drops") for r in rows)]
+
+
 def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
     """Top-k, oracle-k and control drops against k (means with min-max bands); `pool` (the run's pool) names what the
     control draws without a pool of their own came from in the legend."""
@@ -26,21 +37,15 @@ def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
     ax.plot(ks, [r["top_drop"] for r in rows], "o-", color="C3", label="top-k (scorer)")
     if rows and "oracle_drop" in rows[0]:
         ax.plot(ks, [r["oracle_drop"] for r in rows], "s--", color="C1", label="oracle-k (single-head effect)")
-    lead = f"{pool} " if pool else ""
-    # the control kinds the rows hold (`<kind>_drops`), in their order, with the report's colours and names; a kind
-    # with a pool of its own (uniform over all heads) is not the `pool` draws
-    shown = [kinds.BY_NAME[key[:-len("_drops")]] for key in (rows[0] if rows else {})
-             if key.endswith("_drops") and key[:-len("_drops")] in kinds.BY_NAME]
-    for kind, colour, label in ((k.name, k.colour, k.legend if k.pool else lead + k.legend) for k in shown):
+    for kind, label in control_series(rows, pool):
+        colour = kinds.BY_NAME[kind].colour
         kept = [r for r in rows if r.get(f"{kind}_drops")]
-        if not kept:
-            continue
         d = np.array([r[f"{kind}_drops"] for r in kept])
         x = [r["k"] for r in kept]
         ax.plot(x, d.mean(1), "^-", color=colour, label=f"{label} (mean of {d.shape[1]})")
         ax.fill_between(x, d.min(1), d.max(1), color=colour, alpha=0.15)
     total = result["layers"] * result["heads"]
-    ax.axvline(0.10 * total, color="grey", lw=0.8, ls=":")
+    ax.axvline(0.10 * total, color="grey", lw=0.8, ls=":", label=f"10% of the heads (k = {0.10 * total:g})")
     ax.set_xlabel(f"k (heads ablated, of {total})")
     ax.set_ylabel("accuracy drop (points)")
     ax.set_title(title, fontsize=9)

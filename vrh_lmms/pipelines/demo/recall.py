@@ -24,12 +24,12 @@ import numpy as np
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md, md_code
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.paths import assets_path, shown_path
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, scoped_env, sweep_heads
 from vrh_lmms.report.compare_plots import score_maps_plot
 from vrh_lmms.report.fmt import pct
 from vrh_lmms.report.head_compare import compare, load_inputs
-from vrh_lmms.runs.sweep.plan import plan_configurations
 
 RECALL_DIR = "recall"
 BACKBONE = "demo_backbone"  # under vrh_lmms/assets/

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vrh_lmms.base.heads import kinds
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL  # noqa: F401  (callers import them)
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
 TASK = "vrh_synth_grounding"
@@ -37,6 +37,7 @@ class DemoSettings:
     batch_size: int = 25
     max_new_tokens: int = 16
     n_resamples: int = 5000
+    n_map_docs: int = 8  # evaluation scenes whose per-head attention the explorer shows (vrh_lmms.runs.maps.doc_views)
     # optional step: steering and activation patching (vrh_lmms.runs.interventions) on scenes with every object named
     interventions: bool = False
     n_intervention_scenes: int = 16
@@ -104,6 +105,10 @@ def demo_plan(ks: Sequence[int], random_seeds: int) -> list:
     """The demo sweep's configurations: baseline, top-k, live random-k and layer-matched draws, and uniform random-k
     draws over all heads beside them."""
     return plan_configurations(ks, random_seeds, True, ["zero"], uniform_random=True)
+
+
+# How demo_summary.md's note on the demo model's design targets begins (the console prints that line under its table).
+TARGETS_NOTE = "Design targets of the demo model"
 
 
 def demo_controls(targets_only: bool = False) -> tuple[str, ...]:

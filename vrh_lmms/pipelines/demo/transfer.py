@@ -16,13 +16,13 @@ from typing import Any
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
 from vrh_lmms.base.families import get_family
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.paths import assets_path
 from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
 from vrh_lmms.harness.preload import check_pretrained, config_geometry, load_config
 from vrh_lmms.pipelines.demo.stages import DemoSettings, demo_model_args, discover_heads, sweep_heads
 from vrh_lmms.report.fmt import pct_opt_ci
 from vrh_lmms.report.head_compare import compare, load_inputs
-from vrh_lmms.runs.sweep.plan import plan_configurations
 
 TRANSFER_DIR = "transfer"  # the second-VLM step's folder in a demo run
 SECOND_MODEL = "demo_model_b"  # the shipped second VLM, under vrh_lmms/assets/

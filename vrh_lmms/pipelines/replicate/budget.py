@@ -13,12 +13,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.harness import doc_subset, lmms
 from vrh_lmms.pipelines.replicate.plan import ReplicateSpec
 from vrh_lmms.runs.discovery.scoring import parse_cells
 from vrh_lmms.runs.protocol import DISCOVER_PRESETS, SWEEP_PRESETS, scorer_cells
 from vrh_lmms.runs.sweep.control_docs import draw
-from vrh_lmms.runs.sweep.plan import plan_configurations
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,6 @@ One model load serves every stage of a model.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -136,27 +135,9 @@ def stage_vqa(ctx: Context) -> dict[str, Any]:
 
 def stage_efficiency(ctx: Context) -> dict[str, Any]:
     # deferred: keeps `vrh-lmms replicate --help` free of torch
-    from vrh_lmms.runs.discovery.efficiency import (
-        DEFAULT_NS,
-        choose_k,
-        efficiency_markdown,
-        efficiency_plot,
-        load_samples,
-        sample_efficiency,
-    )
+    from vrh_lmms.runs.discovery.efficiency import write_efficiency
 
-    hf = load_heads_file(ctx.heads)
-    cell = hf.scoring.get("cell") or "out,sum,mean"
-    k = choose_k(None, hf.geometry.total_heads)
-    samples = load_samples(ctx.heads)
-    ns = [n for n in DEFAULT_NS if n < len(samples)] + [len(samples)]
-    rows, _ = sample_efficiency(samples, cell, k, ns, 200, 0, freq_top_k=int(hf.scoring.get("freq_top_k") or 20))
-    out = ctx.out / "efficiency"
-    out.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(out / "efficiency.md", efficiency_markdown(rows, k, cell))
-    atomic.write_text(out / "efficiency.json", json.dumps({"cell": cell, "k": k, "rows": [r.__dict__ for r in rows]},
-                                                          indent=1))
-    efficiency_plot(rows, k, cell, out / "efficiency.png")
+    rows, k, _ = write_efficiency(ctx.heads, ctx.out / "efficiency", detailed=False)
     return {"files": ["efficiency/efficiency.md", "efficiency/efficiency.png"], "k": k,
             "rows": [r.__dict__ for r in rows]}
 
@@ -317,6 +298,10 @@ def run_replicate(spec: ReplicateSpec, output: str | Path, force: bool = False, 
     """Run every stage not yet finished, after printing the plan (vrh_lmms.pipelines.replicate.budget); returns the
     summary (replicate.md)."""
     spec.check()
+    # deferred: keeps `vrh-lmms replicate --help` free of lmms_eval
+    from vrh_lmms.harness import preload
+
+    preload.check_batch_size(spec.model, preload.model_class(spec.model), spec.batch_size)
     out = Path(output)
     manifest: dict[str, Any] = {"schema": SCHEMA, "stages": {}}
     runner = Runner(replicate_job(spec, out, manifest), force)

@@ -7,14 +7,18 @@ measure the overlap |top-k(n) & top-k(all)| / k. The paper reports that 5-10 sam
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.heads.geometry import head_name
+from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.runs.discovery.run import sidecars
 from vrh_lmms.runs.discovery.scoring import LOCALIZATION, RETRIEVAL, aggregate, parse_cell, per_sample_matrix, rank
 
@@ -128,3 +132,30 @@ def load_samples(heads_file: str | Path) -> list[dict[str, np.ndarray]]:
         arrays = {n: data[n] for n in names}
     n = len(next(iter(arrays.values())))
     return [{name: arrays[name][i] for name in names} for i in range(n)]
+
+
+FILES = ("efficiency.md", "efficiency.json", "efficiency.png")
+
+
+def write_efficiency(heads_file: str | Path, out: Path, *, cell: str | None = None, k: int | None = None,
+                     ns: Sequence[int] | None = None, resamples: int = 200, seed: int = 0,
+                     detailed: bool = True) -> tuple[list[EfficiencyRow], int, str]:
+    """efficiency.md, .json and .png in `out` for a heads file's samples (`vrh-lmms sample-efficiency` and
+    replicate's stage): the heads file's primary cell and k by default, and every sample count of DEFAULT_NS below
+    the number of samples, then all of them. `detailed` adds the sample total, the resamples and the full top-k to
+    the JSON (the command's file). Returns the rows, k and cell."""
+    hf = load_heads_file(heads_file)
+    cell = cell or hf.scoring.get("cell") or "out,sum,mean"
+    k = choose_k(k, hf.geometry.total_heads)
+    samples = load_samples(heads_file)
+    ns = [n for n in DEFAULT_NS if n < len(samples)] + [len(samples)] if ns is None else list(ns)
+    rows, full = sample_efficiency(samples, cell, k, ns, resamples, seed,
+                                   freq_top_k=int(hf.scoring.get("freq_top_k") or 20))
+    out.mkdir(parents=True, exist_ok=True)
+    md_path, json_path, png_path = (out / name for name in FILES)
+    atomic.write_text(md_path, efficiency_markdown(rows, k, cell))
+    record = {"cell": cell, "k": k, "n_total": rows[-1].n, "resamples": resamples,
+              "full_top_k": sorted(head_name(l, h) for l, h in full)} if detailed else {"cell": cell, "k": k}
+    atomic.write_text(json_path, json.dumps({**record, "rows": [r.__dict__ for r in rows]}, indent=1))
+    efficiency_plot(rows, k, cell, png_path)
+    return rows, k, cell

@@ -26,10 +26,11 @@ from vrh_lmms.base.heads import registry
 from vrh_lmms.base.heads.geometry import HeadRef, head_name
 from vrh_lmms.base.heads.heads_file import HeadsFile, save_heads_file
 from vrh_lmms.base.runfile import run_file_path
-from vrh_lmms.harness import distributed, lmms, preload
+from vrh_lmms.harness import distributed, lmms
 from vrh_lmms.model.ablation import means_path_for, save_means
+from vrh_lmms.model.head_view import per_head
 from vrh_lmms.runs.discovery.controls import corrected_stats, heads_file_extras
-from vrh_lmms.runs.discovery.evidence import check_docs, get_kind
+from vrh_lmms.runs.discovery.evidence import get_kind
 from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor, parse_key
 from vrh_lmms.runs.discovery.scoring import (
     LOCALIZATION,
@@ -43,7 +44,10 @@ from vrh_lmms.runs.discovery.scoring import (
     score_all,
 )
 from vrh_lmms.runs.discovery.store import PartStore
+from vrh_lmms.runs.preflight import Checks, every_doc
+from vrh_lmms.runs.preflight import preflight as run_checks
 from vrh_lmms.runs.runner import Job, Manifest, Runner
+from vrh_lmms.tasks.common.task_sources import chosen_sources, source_record
 
 IDENTITY = "identity.json"
 # Version of what a part holds: 2 added the out_random1 / in+out query sets and the Localization Heads statistics,
@@ -75,6 +79,8 @@ class DiscoverySpec:
                "gen_kwargs": self.gen_kwargs, "seed": self.seed, "stats": STATS_VERSION}
         out |= {"key_tokens": self.key_tokens} if self.key_tokens != "overlap" else {}
         out |= {"data": data} if (data := data_env()) else {}  # answers on other data are never replayed
+        out |= {"sources": {t: source_record(s) for t, s in chosen.items()}} if (chosen := chosen_sources(self.tasks)) \
+            else {}  # the data used, as resolved (local files, another hub id), where not the default
         return out | ({"null_query": True} if self.null_query else {})
 
 
@@ -126,9 +132,10 @@ def parts_job(spec: DiscoverySpec) -> Job:
                replace_unfinished=True, units_key=None)
 
 
-def _check_outputs(spec: DiscoverySpec, force: bool, lm=None) -> Runner:
+def _check_outputs(spec: DiscoverySpec, force: bool) -> Job:
     """Refuse what must be refused, change nothing: files vrh-lmms did not write (always), a finished heads file
-    (unless force), finished parts of a different discovery (unless force)."""
+    (unless force); returns the parts folder's job, whose runner refuses finished parts of a different discovery
+    (unless force)."""
     out = Path(spec.output)
     paths = sidecars(out)
     for key, check in SIDECAR_CHECKS.items():
@@ -141,9 +148,7 @@ def _check_outputs(spec: DiscoverySpec, force: bool, lm=None) -> Runner:
     owned.prepare_file(out, HEADS_FILE, force=True, what="a heads file")  # refuses only a file we did not write
     if out.exists() and not force:
         raise VRHError(f"{out} exists; choose another --output or pass --force to replace it")
-    runner = Runner(parts_job(spec), force, lm=lm)
-    runner.inspect()
-    return runner
+    return parts_job(spec)
 
 
 def _claim(spec: DiscoverySpec, runner: Runner, force: bool) -> dict[str, Path]:
@@ -158,40 +163,37 @@ def _claim(spec: DiscoverySpec, runner: Runner, force: bool) -> dict[str, Path]:
 
 
 def preflight(spec: DiscoverySpec, force: bool, lm=None):
-    """Every check that needs no forward pass, before the model loads; returns the task manager and what to do
-    with earlier outputs. Writes nothing."""
-    if not spec.tasks:
-        raise VRHError("--tasks names no task")
-    lmms.check_task_names(list(spec.tasks))
-    if spec.limit is not None and spec.limit <= 0:
-        raise VRHError(f"--limit must be positive (or -1 for all docs), got {spec.limit}")
-    if spec.freq_top_k is not None and spec.freq_top_k < 1:
-        raise VRHError(f"--freq-top-k must be at least 1, got {spec.freq_top_k}")
-    # deferred: keeps `vrh-lmms discover --help` free of transformers
-    from vrh_lmms.model.capture.layouts import RULES
+    """The corridor's checks (vrh_lmms.runs.preflight) of discovery, before the model loads: its settings, the
+    tasks, the model args, the output folder and its sidecars, every doc's evidence, the checkpoint's config.json;
+    returns the task manager and the runner of the parts folder. Writes nothing."""
 
-    if spec.key_tokens not in RULES:
-        raise VRHError(f"--key-tokens {spec.key_tokens!r}: use one of {', '.join(RULES)}")
-    plan = None
-    if lm is None:
-        plan = preload.plan_args(spec.model, spec.model_args)
-        intact = "discovery scores the intact model, so no model arg may choose heads to ablate"
-        preload.refuse_head_args(plan.args, "discover", {k: intact for k in preload.HEAD_ARGS})
+    def settings() -> None:
+        if spec.limit is not None and spec.limit <= 0:
+            raise VRHError(f"--limit must be positive (or -1 for all docs), got {spec.limit}")
+        if spec.freq_top_k is not None and spec.freq_top_k < 1:
+            raise VRHError(f"--freq-top-k must be at least 1, got {spec.freq_top_k}")
+        # deferred: keeps `vrh-lmms discover --help` free of transformers
+        from vrh_lmms.model.capture.layouts import RULES
+
+        if spec.key_tokens not in RULES:
+            raise VRHError(f"--key-tokens {spec.key_tokens!r}: use one of {', '.join(RULES)}")
+
+    def batch_size_one(plan) -> None:
         if str(plan.args.get("batch_size", 1)) != "1":
             raise VRHError(f"model arg batch_size={plan.args['batch_size']}: discovery runs with batch_size 1")
-    runner = _check_outputs(spec, force, lm)
-    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
-    lmms.check_tasks(tm, spec.tasks)
-    check_docs(tm, list(spec.tasks), spec.limit)  # every doc's evidence, before the folder or the weights
-    if plan is not None:
-        preload.plan_geometry(plan)  # the backend class and the checkpoint's config.json, still without weights
-    return tm, runner
+
+    intact = "discovery scores the intact model, so no model arg may choose heads to ablate"
+    ready = run_checks(Checks("discover", spec.model, spec.model_args, list(spec.tasks), head_args=intact,
+                              settings=settings, with_model_plan=batch_size_one,
+                              job=lambda ready: _check_outputs(spec, force), docs=every_doc(spec.limit)),
+                       force, lm=lm)
+    return ready.task_manager, ready.runner
 
 
-
-def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | None:
+def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None, register: bool = True) -> Path | None:
     """Returns the heads file path (None on non-zero ranks). On several ranks every rank checks, rank 0 alone
-    claims the folder and merges the parts every rank wrote (vrh_lmms.harness.distributed)."""
+    claims the folder and merges the parts every rank wrote (vrh_lmms.harness.distributed). `register`: record the
+    heads file in the heads registry (the Python API's temporary outputs are not)."""
     cells = parse_cells("+".join(spec.cells)) if spec.cells else all_cells()
     primary = parse_cells(spec.primary)[0]
     if primary not in cells:
@@ -225,7 +227,10 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None) -> Path | N
     distributed.barrier()  # every rank's parts are written
     if not distributed.is_main() or results is None:
         return None
-    return _finish(spec, lm, results, store, paths, cells, primary)
+    out = _finish(spec, lm, results, store, paths, cells, primary)
+    if register:
+        _register(str(lm.vrh_pretrained), spec.tasks, spec.output)
+    return out
 
 
 def _evaluated_keys(results: dict[str, Any], store) -> list[str]:
@@ -317,15 +322,13 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     if spec.collect_means and all(p.head_sums is not None for p in parts):
         sums = np.sum([p.head_sums.astype(np.float64) for p in parts], axis=0)
         tokens = sum(p.tokens for p in parts)
-        means = torch.from_numpy((sums / max(tokens, 1)).astype(np.float32)).reshape(
-            geometry.layers, geometry.heads, geometry.head_dim)
+        means = per_head(torch.from_numpy((sums / max(tokens, 1)).astype(np.float32)), geometry.head_dim)
         save_means(means, paths["means"], geometry, tokens)
     if paths["eval"].exists():
         owned.remove(paths["eval"])  # checked to be ours before the run
     lmms.write_run(paths["eval"], results, lm.vrh_record(config={"id": "discovery", "kind": "baseline", "k": 0,
                                                                   "seed": None}))
     save_heads_file(hf, spec.output, force=True)
-    _register(str(lm.vrh_pretrained), spec.tasks, spec.output)
     return Path(spec.output)
 
 

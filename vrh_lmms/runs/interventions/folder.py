@@ -10,14 +10,12 @@ not write is always refused.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from vrh_lmms.base import owned
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.heads_file import load_heads_file
-from vrh_lmms.runs.runner import Job, Runner
-from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of
+from vrh_lmms.runs.preflight import Checks, Ready, every_doc
+from vrh_lmms.runs.preflight import preflight as run_checks
+from vrh_lmms.runs.runner import Job
 
 
 def beside(manifest: str, check: owned.Check) -> owned.Check:
@@ -30,44 +28,18 @@ def temporaries(*names: str) -> dict[str, owned.Check]:
     return {f".{name}.*": owned.is_file for name in names}
 
 
-@dataclass
-class Ready:
-    heads_file: Any  # HeadsFile
-    task_manager: Any
-    runner: Runner  # the output folder, inspected (vrh_lmms.runs.runner)
-    unavailable: dict[str, str] = field(default_factory=dict)  # head sets that cannot be drawn from their pool
-
-
 def preflight(spec, command: str, job: Job, configurations: Sequence, force: bool, lm=None) -> Ready:
-    """Every check that needs no forward pass, cheapest first, before the model loads; writes nothing. `spec`
-    has model, model_args, tasks, heads_file, limit, allow_cross_model; `configurations` (id, k, seed, spec, pool)
-    are the head sets the run will resolve."""
-    # deferred: keeps `vrh-lmms report` free of torch
-    from vrh_lmms.harness import lmms, preload
-    from vrh_lmms.runs.discovery.evidence import check_docs
+    """The corridor's checks (vrh_lmms.runs.preflight) of steering and patching, before the model loads; writes
+    nothing. `spec` has model, model_args, tasks, heads_file, limit, allow_cross_model; `configurations` (id, k,
+    seed, spec, pool) are the head sets the run will resolve (Ready.headsets hands them forward)."""
 
-    if not spec.tasks:
-        raise VRHError("--tasks names no task")
-    lmms.check_task_names(list(spec.tasks))
-    if spec.limit is not None and spec.limit <= 0:
-        raise VRHError(f"--limit must be positive, got {spec.limit}")
-    plan = None
-    if lm is None:
-        plan = preload.plan_args(spec.model, spec.model_args)
-        intact = f"{command} runs on the intact model (it chooses its own head sets), so no model arg may set heads"
-        preload.refuse_head_args(plan.args, command, {k: intact for k in preload.HEAD_ARGS})
-    if not spec.heads_file:
-        raise VRHError(f"{command} needs --heads-file")
-    hf = load_heads_file(spec.heads_file)
-    dead = dead_heads_of(lm, hf)
-    # k against the heads file, image_mass for image-matched sets
-    unavailable = check_headsets(configurations, hf.geometry, hf, dead, spec.allow_cross_model)
-    runner = Runner(job, force, lm=lm)
-    runner.inspect()
-    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
-    lmms.check_tasks(tm, spec.tasks)
-    check_docs(tm, list(spec.tasks), spec.limit)  # every doc's box, before the folder is claimed or weights load
-    geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
-    if geometry is not None:  # the checkpoint's config.json (or the loaded model)
-        unavailable = check_headsets(configurations, geometry, hf, dead, spec.allow_cross_model)
-    return Ready(hf, tm, runner, unavailable)
+    def settings() -> None:
+        if spec.limit is not None and spec.limit <= 0:
+            raise VRHError(f"--limit must be positive, got {spec.limit}")
+
+    intact = f"{command} runs on the intact model (it chooses its own head sets), so no model arg may set heads"
+    return run_checks(Checks(command, spec.model, spec.model_args, list(spec.tasks), spec.heads_file,
+                             needs_heads_file=True, head_args=intact, batch_size=getattr(spec, "batch_size", 1),
+                             configurations=configurations,
+                             allow_cross_model=spec.allow_cross_model, settings=settings, job=lambda ready: job,
+                             docs=every_doc(spec.limit, read=False)), force, lm=lm)

@@ -17,7 +17,7 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
 from vrh_lmms.base.runfile import RUN_FILE
 from vrh_lmms.runs.interventions.folder import beside, temporaries
-from vrh_lmms.runs.sweep.checks import CONFIG_ENTRY
+from vrh_lmms.runs.runner import CONFIG_ENTRY
 
 STEER_MANIFEST = "steer.json"
 _STEER_MANIFEST_FILE = owned.json_with("identity", "configurations")

@@ -38,11 +38,13 @@ from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.geometry import head_name
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
+from vrh_lmms.base.heads.plan import HeadSets, plan_configurations
 from vrh_lmms.base.heads.spec import ControlUnavailable
 from vrh_lmms.base.stats import cluster_ci
 from vrh_lmms.harness import distributed, lmms
 from vrh_lmms.harness.preload import parse_model_args
 from vrh_lmms.model.interventions.patching import DIRECTIONS, MEASURES, PairResult, patch_pair
+from vrh_lmms.runs.checks import chosen_data, dead_head_names, dead_heads_of, sha256_of
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.runs.discovery.queries import answer_length
 from vrh_lmms.runs.dpo import format_ground_truth_box
@@ -53,8 +55,6 @@ from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest, is_published_file
-from vrh_lmms.runs.sweep.checks import dead_head_names, dead_heads_of, sha256_of
-from vrh_lmms.runs.sweep.plan import plan_configurations, planned_headset
 
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
 
@@ -90,7 +90,7 @@ class PatchSpec:
                 "direction": self.direction, "ks": sorted(self.ks), "random_seeds": self.random_seeds,
                 "layer_matched": self.layer_matched, "controls": list(self.controls),
                 "control_tolerance": self.control_tolerance, "pairs": self.pairs,
-                "answers": self.answers, "control_pool": self.control_pool}
+                "answers": self.answers, "control_pool": self.control_pool} | chosen_data(self.tasks)
 
 
 class InputStore:
@@ -165,13 +165,16 @@ def set_configurations(spec: PatchSpec) -> list:
             if c.kind != "baseline"]
 
 
-def head_sets(spec: PatchSpec, hf, geometry, dead: tuple = ()) -> tuple[dict[str, dict], dict[str, str]]:
+def head_sets(spec: PatchSpec, hf, geometry, dead: tuple = (), headsets: HeadSets | None = None
+              ) -> tuple[dict[str, dict], dict[str, str]]:
     """Named head sets (sweep configuration ids) patched together, controls drawn from the pool each carries with
-    the model's `dead` heads; and the sets that cannot be drawn there, with the reason."""
+    the model's `dead` heads; and the sets that cannot be drawn there, with the reason. `headsets`: the ones the
+    checks resolved (vrh_lmms.runs.preflight), handed forward."""
+    headsets = headsets or HeadSets(hf, spec.allow_cross_model)
     out, unavailable = {}, {}
     for c in set_configurations(spec):
         try:
-            hs = planned_headset(c, geometry, hf, dead, spec.allow_cross_model)
+            hs = headsets.get(c, geometry, dead)
         except ControlUnavailable as exc:
             unavailable[c.id] = str(exc)
             continue
@@ -239,7 +242,7 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
                                                                        "seed": None}))
     results = distributed.broadcast(results and {"samples": results.get("samples")})  # rank 0's gathered samples
     geometry = lm.vrh_decoder.geometry
-    sets, unavailable = head_sets(spec, hf, geometry, dead_heads_of(lm))
+    sets, unavailable = head_sets(spec, hf, geometry, dead_heads_of(lm), ready.headsets)
     model, decoder = lm.model, lm.vrh_decoder
     device = next(model.parameters()).device
     stops = stop_token_ids(lm, model)

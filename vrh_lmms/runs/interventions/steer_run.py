@@ -31,10 +31,12 @@ from vrh_lmms.base import console
 from vrh_lmms.base.boxes.geometry import iou
 from vrh_lmms.base.console import LOG_NAME
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import Configuration, carried_pool, check_headsets
 from vrh_lmms.harness import distributed, lmms
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import box_key_mask, image_token_map, lm_input_ids
 from vrh_lmms.model.interventions.steering import SteerPlan, steer_attention
+from vrh_lmms.runs.checks import chosen_data, dead_heads_of, sha256_of
 from vrh_lmms.runs.discovery.collector import backend_processor
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
 from vrh_lmms.runs.discovery.queries import expression_rows, token_pieces
@@ -48,8 +50,6 @@ from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering f
 from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
 from vrh_lmms.runs.runner import Job, Manifest
-from vrh_lmms.runs.sweep.checks import check_headsets, dead_heads_of, sha256_of
-from vrh_lmms.runs.sweep.plan import Configuration, carried_pool, planned_headset
 
 MOVED_IOU = 0.5
 
@@ -97,7 +97,7 @@ class SteerSpec:
         return {"model": self.model, "model_args": self.model_args, "tasks": self.tasks,
                 "heads_file_sha256": sha256_of(self.heads_file), "limit": self.limit, "gen_kwargs": self.gen_kwargs,
                 "seed": self.seed, "distractor_seed": self.distractor_seed, "rule": self.rule,
-                "control_pool": self.control_pool}
+                "control_pool": self.control_pool} | chosen_data(self.tasks)
 
 
 class Steerer:
@@ -247,7 +247,8 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
             raise VRHError(f"steering runs on the intact model, but model_args ablate {lm.vrh_headset.spec}")
         geometry = lm.vrh_decoder.geometry
         dead = dead_heads_of(lm)
-        runner.unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
+        runner.unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model,
+                                            ready.headsets)
         runner.write_manifest()
         by_id = {c.id: c for c in spec.configurations}
         tracker = BatchDocTracker(lm.task_dict)
@@ -259,7 +260,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
         def steer_one(uid: str) -> bool:
             """Evaluate one configuration; rank 0 publishes its folder (False on the other ranks)."""
             cfg = by_id[uid]
-            headset = planned_headset(cfg, geometry, hf, dead, spec.allow_cross_model)
+            headset = ready.headsets.get(cfg, geometry, dead)  # resolved by the checks, not drawn again
             steerer.heads, steerer.bias = list(headset.heads), cfg.bias
             bar.set_description(cfg.id)
             results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed)

@@ -2,7 +2,7 @@
 cluster-aware intervals (vrh_lmms.base.stats: docs of one image are one cluster).
 
 Head sets per k: the top-k of the heads file, random-k draws (one per seed) and layer-matched draws (one per seed)
-from the control pool, as a sweep plans them (vrh_lmms.runs.sweep.plan; live heads by default; a layer that cannot fill
+from the control pool, as a sweep plans them (vrh_lmms.base.heads.plan; live heads by default; a layer that cannot fill
 a layer-matched draw makes it unavailable, reported, never padded). Per k the figures are:
 - the model's answer and the top-k locator: accuracy with the design-effect-adjusted Wilson interval
   (`stats.accuracy`, binary), and their paired difference (located - answer) with the Tango interval the report
@@ -24,13 +24,13 @@ import numpy as np
 from vrh_lmms.base.boxes.geometry import iou
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.heads.plan import plan_configurations, planned_headset
 from vrh_lmms.base.heads.spec import ControlUnavailable
 from vrh_lmms.base.stats import accuracy, paired_drop
 from vrh_lmms.runs.maps.collect import DocMaps
 from vrh_lmms.runs.maps.grid import cell_grid
 from vrh_lmms.runs.maps.locator import LocatorSettings, locate_box
 from vrh_lmms.runs.maps.views import head_set_map
-from vrh_lmms.runs.sweep.plan import plan_configurations, planned_headset
 
 
 def _plan(k: int, seeds: int, pool: str = kinds.DEFAULT_POOL) -> list:

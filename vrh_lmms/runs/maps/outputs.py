@@ -1,5 +1,6 @@
 """`vrh-lmms attention-maps` outputs: one PNG per doc (all heads / top-k VRHs / all but the VRHs, GT, predicted
-and located boxes) and attention_maps.json with every grid, written atomically."""
+and located boxes), every head's map and the doc's thumbnail for the explorer (doc_views/), and attention_maps.json
+with every grid, written atomically."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 from vrh_lmms.base import atomic
 from vrh_lmms.base.heads.geometry import HeadRef
 from vrh_lmms.base.owned import json_with
+from vrh_lmms.runs.maps import doc_views
 from vrh_lmms.runs.maps.collect import DocMaps
 from vrh_lmms.runs.maps.grid import cell_grid
 from vrh_lmms.runs.maps.locator import LocatorSettings, locate_box
@@ -21,7 +23,8 @@ from vrh_lmms.runs.runner import result_layout
 RESULT = "attention_maps.json"
 SCHEMA = "vrh-attention-maps/1"
 # what `vrh-lmms attention-maps` writes into its folder (vrh_lmms.runs.runner.result_layout)
-LAYOUT = result_layout(json_with("docs", schema_prefix="vrh-attention-maps/"), RESULT, "map_*.png")
+LAYOUT = result_layout(json_with("docs", schema_prefix="vrh-attention-maps/"), RESULT, "map_*.png",
+                       doc_views.FOLDER)
 
 
 def png_name(doc: DocMaps) -> str:
@@ -59,6 +62,9 @@ def write_maps(docs: Sequence[DocMaps], top: Sequence[HeadRef], settings: Locato
                     located=block["located_box"])
         block["png"] = png_name(doc)
         entries.append(block)
+    # every head's map of each doc and its thumbnail, for the explorer of a report these maps go into
+    doc_views.write_doc_thumbnails(docs, output)
+    doc_views.write_head_maps(docs, output, {"model": header.get("model"), "rows": header.get("rows")})
     data = {"schema": SCHEMA, **header, "k": k, "heads": [str(h) for h in top], "locator": settings.to_dict(),
             "views": {v: VIEW_TITLES[v].format(k=k) for v in VIEWS}, "docs": entries}
     path = output / RESULT

@@ -17,10 +17,7 @@ below 200000 are refused, since the ranker (from 100000), the grounding evaluati
 
 from __future__ import annotations
 
-import datetime as _dt
-import json
 import shutil
-import sys
 import tempfile
 import time
 import warnings
@@ -30,7 +27,6 @@ from typing import Any
 
 import torch
 
-from vrh_lmms import __version__
 from vrh_lmms.base import atomic, owned
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import family_for_config
@@ -39,7 +35,8 @@ from vrh_lmms.base.heads.spec import check_heads_file_fits, resolve_spec
 from vrh_lmms.base.synth.demo_spec import EVAL_SCENE_SEED, PROMPT, SPEC_FILE, DemoSpec
 from vrh_lmms.model.backbone import dead_heads, locate_decoder
 from vrh_lmms.model.export import copy_side_files, load_config, load_model, source_files_dir
-from vrh_lmms.runs.dpo_train import vision_parameters
+from vrh_lmms.model.head_view import per_head
+from vrh_lmms.runs.dpo_train import TrainResult, output_layout, publish_trained, vision_parameters
 from vrh_lmms.runs.rank.capture import checked_spans, multi_image_inputs
 from vrh_lmms.runs.rank.data import synth_set
 from vrh_lmms.runs.rank.loss import DEFAULT_TEMPERATURE, candidate_masses, head_rows, listwise_loss
@@ -213,7 +210,7 @@ def keep_dead_heads_dead(model, dead) -> list:
         mask = torch.ones_like(weight)
         for h in dead:
             if h.layer == layer:
-                mask[:, h.head * d:(h.head + 1) * d] = 0
+                per_head(mask, d)[:, h.head] = 0
         handles.append(weight.register_hook(lambda g, m=mask: g * m))
     return handles
 
@@ -226,18 +223,8 @@ def choose_heads(options: RankTrainOptions, heads_file, geometry, dead) -> tuple
     return resolve_spec(spec, geometry, heads_file=heads_file, seed=options.seed, dead=tuple(dead)).heads
 
 
-def output_layout(output: Path) -> owned.Layout:
-    return owned.listing_layout(output)
-
-
 def check_output(output: Path, model_dir: str, force: bool) -> None:
     owned.check_checkpoint_output(output, model_dir, output_layout(output), force=force, what="a rank-train checkpoint")
-
-
-@dataclass
-class TrainResult:
-    output: Path
-    record: dict[str, Any]
 
 
 def train(model_dir: str, heads_file_path: str, output: str | Path, options: RankTrainOptions, *,
@@ -310,16 +297,9 @@ def train(model_dir: str, heads_file_path: str, output: str | Path, options: Ran
                      "scene_ids": [min(scene_ids), max(scene_ids)]},
             "steps": [{k: h[k] for k in ("step", "loss", "rank_loss", "lm_loss", "gold_share", "gold_top")
                        if k in h} for h in steps],
-            "log_history": history,
-            "wall_seconds": round(time.time() - started, 1),
-            "versions": {"vrh_lmms": __version__, "transformers": transformers.__version__,
-                         "torch": torch.__version__},
-            "copied_files": copied,
-            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "command": " ".join(sys.argv),
         }
-        (staging / RECORD_FILE).write_text(json.dumps(record, indent=2) + "\n")
-        owned.publish_checkpoint(staging, output, output_layout(output), force=force, what="a rank-train checkpoint")
+        record = publish_trained(staging, output, RECORD_FILE, record, history, started, copied, force,
+                                 "a rank-train checkpoint")
     except BaseException:
         for h in hooks:
             h.remove()

@@ -1,9 +1,10 @@
 """Everything a sweep can check before its model loads, and what it may do with an existing output folder.
 
-`preflight` runs, in this order and without writing anything: the task names (a text search of the task YAMLs,
-under a second), the model name and model args, the checkpoint path, the heads file and its means, every
-configuration's k against the heads file, the output folder, the tasks (lmms-eval's TaskManager), and the geometry
-declared by the checkpoint's config.json against the heads file and every k. Only then is the folder claimed
+`preflight` declares the sweep's checks to the corridor (vrh_lmms.runs.preflight), which runs them in this order
+without writing anything: the task names (a text search of the task YAMLs, under a second), the model name and model
+args, the checkpoint path, the heads file and its means, every configuration's k against the heads file, the output
+folder, the tasks (lmms-eval's TaskManager), and the geometry declared by the checkpoint's config.json against the
+heads file and every k. Only then is the folder claimed
 (vrh_lmms.runs.runner) and the model loaded, so a typo costs seconds, not a model load or a baseline run.
 
 Output folder rules (`sweep_job`, applied by vrh_lmms.runs.runner): a folder holding anything vrh-lmms did not
@@ -14,28 +15,22 @@ nothing (a run that failed early) never blocks: its leftovers are replaced.
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import owned
 from vrh_lmms.base.console import LOG_NAME
-from vrh_lmms.base.data_env import data_env
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
-from vrh_lmms.base.heads.geometry import parse_head
-from vrh_lmms.base.heads.heads_file import load_heads_file
-from vrh_lmms.base.heads.spec import ControlUnavailable, check_heads_file_fits
 from vrh_lmms.base.runfile import RUN_FILE
-from vrh_lmms.runs.runner import Job, Manifest, Runner
+from vrh_lmms.runs.checks import data_identity, sha256_of
+from vrh_lmms.runs.preflight import Checks, Ready
+from vrh_lmms.runs.preflight import preflight as run_checks
+from vrh_lmms.runs.runner import CONFIG_ENTRY, Job, Manifest
 from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
-from vrh_lmms.runs.sweep.plan import planned_headset
-from vrh_lmms.tasks.common.grounding_data import SYNTH_CONFIG_ENV, synth_spec
 
 MANIFEST = "sweep.json"
 CONFIGS = "configs"
-SYNTH_TASKS = ("vrh_synth_grounding", "vrh_synth_grounding_refer")
 # How to do what a model arg would do in a sweep (each configuration sets its own heads).
 INSTEAD = {
     "heads": "each configuration sets its own heads; choose them with --k, --random-seeds, --layer-matched "
@@ -48,9 +43,6 @@ INSTEAD = {
     "heads_cell": "the sweep ranks heads by the heads file's primary cell",
 }
 
-# A configuration folder: complete (results.json) or left by a killed run (partial files, or write_run's
-# `.<id>.*` staging folder).
-CONFIG_ENTRY = owned.files_matching("results.json", "samples_*.jsonl")
 SWEEP_LAYOUT: dict[str, owned.Check | None] = {
     MANIFEST: owned.json_with("identity", "configurations"),
     f".{MANIFEST}.*": owned.is_file,  # its atomic write's temporary (`.sweep.json.tmp` before)
@@ -59,22 +51,6 @@ SWEEP_LAYOUT: dict[str, owned.Check | None] = {
     f".{RUN_FILE}.*": owned.is_file,
     LOG_NAME: owned.log_file,
 }
-
-
-def sha256_of(path: str | None) -> str | None:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest() if path else None
-
-
-def data_identity(tasks: list[str]) -> dict[str, Any]:
-    """The synthetic scenes a sweep's synthetic tasks evaluate (VRH_SYNTH_CONFIG or defaults): part of what must
-    match to resume, and what `vrh-lmms dpo-pairs` regenerates the images from."""
-    if not any(t in SYNTH_TASKS for t in tasks):
-        return {}
-
-    try:
-        return {"synth": asdict(synth_spec({}, SYNTH_CONFIG_ENV))}
-    except ValueError as exc:
-        raise VRHError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------------------------ the folder
@@ -87,56 +63,6 @@ def sweep_job(out: Path, identity: dict[str, Any]) -> Job:
 
 
 # ------------------------------------------------------------------------------------------------ preflight
-@dataclass
-class Preflight:
-    identity: dict[str, Any]
-    heads_file: Any  # HeadsFile | None
-    means: Any  # torch.Tensor | None
-    task_manager: Any
-    runner: Runner  # the sweep's folder, inspected (vrh_lmms.runs.runner)
-    unavailable: dict[str, str] = field(default_factory=dict)  # configuration id -> why it cannot be drawn
-    offsets: dict[str, int] = field(default_factory=dict)  # task -> leading docs left out (discovery's)
-
-
-def recorded_dead_heads(heads_file) -> tuple:
-    """The dead heads a heads file recorded at discovery (the model's own are read again once it loads)."""
-    names = (heads_file.extra.get("dead_heads") or {}).get("heads") if heads_file is not None else None
-    return tuple(parse_head(n) for n in names) if isinstance(names, list) else ()
-
-
-def dead_heads_of(lm, heads_file=None) -> tuple:
-    """The heads that write nothing: the loaded model's own (read from its weights at load), else, before it
-    loads, what the heads file recorded; () where neither knows."""
-    if lm is None:
-        return recorded_dead_heads(heads_file)
-    return tuple(getattr(lm, "vrh_dead_heads", None) or ())
-
-
-def dead_head_names(lm) -> list[str] | None:
-    """The loaded model's dead heads as names for the files a run writes; None where the weights were unreadable."""
-    dead = getattr(lm, "vrh_dead_heads", None)
-    return None if dead is None else [str(h) for h in dead]
-
-
-def check_headsets(configurations, geometry, heads_file, dead: tuple = (), allow_cross_model: bool = False
-                   ) -> dict[str, str]:
-    """Resolve every configuration's head set (`planned_headset`, from the pool it carries) against
-    `geometry` and the model's `dead` heads (k too large, a heads file of another model), so no configuration fails
-    after others have run. Returns the configurations whose control cannot be drawn from its pool (a layer without
-    enough live heads), with the reason: they are reported as unavailable, never padded with dead heads."""
-    if heads_file is not None:
-        check_heads_file_fits(heads_file, geometry, allow_cross_model=allow_cross_model)
-    unavailable: dict[str, str] = {}
-    for cfg in configurations:
-        try:
-            planned_headset(cfg, geometry, heads_file, dead, allow_cross_model)
-        except ControlUnavailable as exc:
-            unavailable[cfg.id] = str(exc)
-        except VRHError as exc:
-            raise VRHError(f"configuration {cfg.id} (--k {cfg.k}): {exc}") from None
-    return unavailable
-
-
 def check_modes(spec, model) -> None:
     """What an ablation mode needs of the loaded model, before the first evaluation: `uniform_image` averages over
     the image tokens, so the model must name its image token id."""
@@ -147,50 +73,45 @@ def check_modes(spec, model) -> None:
         image_token_ids(model)
 
 
-def preflight(spec, out: Path, force: bool, lm=None) -> Preflight:
-    """Every check that needs no forward pass, cheapest first (the task index and the backend import take
-    seconds each); writes nothing."""
+def preflight(spec, out: Path, force: bool, lm=None) -> Ready:
+    """The corridor's checks (vrh_lmms.runs.preflight) of a sweep, cheapest first (the task index and the backend
+    import take seconds each); writes nothing. Ready.found holds the means (mean ablation) and the discovery docs
+    left out (`offsets`); Ready.headsets every configuration's head set, handed forward to the run."""
     # deferred: keeps `vrh-lmms report` free of torch
-    from vrh_lmms.harness import lmms, preload
     from vrh_lmms.model.ablation import load_means, means_path_for
+    from vrh_lmms.runs.doc_check import check_run_docs
 
-    if spec.batch_size < 1:
-        raise VRHError(f"--batch-size must be at least 1, got {spec.batch_size}")
-    if spec.limit is not None and spec.limit <= 0:
-        raise VRHError(f"--limit must be positive, got {spec.limit}")
-    if not spec.tasks:
-        raise VRHError("--tasks names no task")
-    lmms.check_task_names(list(spec.tasks))
-    plan = None
-    if lm is None:
-        plan = preload.plan_args(spec.model, spec.model_args)
-        preload.refuse_head_args(plan.args, "sweep", INSTEAD)
-    hf = load_heads_file(spec.heads_file) if spec.heads_file else None
-    needs_file = [c.id for c in spec.configurations if kinds.kind(c.kind).needs_file]
-    if needs_file and hf is None:
-        raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
-    means = None
-    if any(c.mode == "mean" for c in spec.configurations):
-        if hf is None:
-            raise VRHError("--ablation mean needs --heads-file (its means file is written beside it)")
-        means = load_means(means_path_for(spec.heads_file))
-    offsets = discovery_offsets(spec, hf)
-    dead = dead_heads_of(lm, hf)
-    unavailable: dict[str, str] = {}
-    if hf is not None:  # k against the heads file (the model's own geometry follows)
-        unavailable = check_headsets(spec.configurations, hf.geometry, hf, dead, spec.allow_cross_model)
-    extra_data = data_env(skip=("VRH_SYNTH_CONFIG",))  # the synthetic scenes are in data_identity already
-    identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
-        | ({"data": extra_data} if extra_data else {}) \
-        | ({"excluded_docs": offsets} if offsets else {})
-    runner = Runner(sweep_job(out, identity), force)
-    runner.inspect()
-    tm = lmms.task_manager(spec.model, tasks=list(spec.tasks))
-    lmms.check_tasks(tm, spec.tasks)
-    geometry = lm.vrh_decoder.geometry if lm is not None else preload.plan_geometry(plan).geometry
-    if geometry is not None:  # the checkpoint's config.json: a heads file of another model, k beyond its heads
-        unavailable = check_headsets(spec.configurations, geometry, hf, dead, spec.allow_cross_model)
-    return Preflight(identity, hf, means, tm, runner, unavailable, offsets)
+    def settings() -> None:
+        if spec.batch_size < 1:
+            raise VRHError(f"--batch-size must be at least 1, got {spec.batch_size}")
+        if spec.limit is not None and spec.limit <= 0:
+            raise VRHError(f"--limit must be positive, got {spec.limit}")
+
+    def with_heads_file(ready: Ready) -> None:
+        hf = ready.heads_file
+        needs_file = [c.id for c in spec.configurations if kinds.kind(c.kind).needs_file]
+        if needs_file and hf is None:
+            raise VRHError(f"configurations {', '.join(needs_file[:3])} need --heads-file")
+        ready.found["means"] = None
+        if any(c.mode == "mean" for c in spec.configurations):
+            if hf is None:
+                raise VRHError("--ablation mean needs --heads-file (its means file is written beside it)")
+            ready.found["means"] = load_means(means_path_for(spec.heads_file))
+        ready.found["offsets"] = discovery_offsets(spec, hf)
+
+    def job(ready: Ready) -> Job:
+        offsets = ready.found["offsets"]
+        identity = spec.identity(sha256_of(spec.heads_file)) | data_identity(list(spec.tasks)) \
+            | ({"excluded_docs": offsets} if offsets else {})
+        return sweep_job(out, identity)
+
+    def docs(ready: Ready) -> None:  # every doc, before the folder or the weights
+        check_run_docs(ready.task_manager, ready.tasks, spec.limit, offsets=ready.found["offsets"])
+
+    return run_checks(Checks("sweep", spec.model, spec.model_args, list(spec.tasks), spec.heads_file,
+                             head_args=INSTEAD, batch_size=spec.batch_size, configurations=spec.configurations,
+                             allow_cross_model=spec.allow_cross_model, settings=settings,
+                             with_heads_file=with_heads_file, job=job, docs=docs), force, lm=lm)
 
 
 def discovery_offsets(spec, hf) -> dict[str, int]:

@@ -20,7 +20,7 @@ import numpy as np
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
-from vrh_lmms.runs.sweep.plan import Configuration
+from vrh_lmms.base.heads.plan import Configuration
 
 
 def is_control(cfg: Configuration) -> bool:

@@ -25,19 +25,14 @@ from typing import Any
 
 from vrh_lmms.base import console, gc_startup
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.plan import Configuration, carried_pool, check_headsets, from_dict
 from vrh_lmms.base.heads.spec import HeadSet
 from vrh_lmms.harness import sweep_engine as engine
+from vrh_lmms.runs.checks import dead_head_names, dead_heads_of
 from vrh_lmms.runs.runner import Job
 from vrh_lmms.runs.sweep import checks, control_docs
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
-from vrh_lmms.runs.sweep.plan import (
-    Configuration,
-    carried_pool,
-    from_dict,
-    pack_groups,
-    planned_headset,
-    unpackable_reason,
-)
+from vrh_lmms.runs.sweep.packs import pack_groups, unpackable_reason
 
 MANIFEST = checks.MANIFEST
 # automatic --pack: how many batch rows (batch size x configurations) one generate call may carry. CPU: per
@@ -110,113 +105,172 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     """Run every configuration not yet done. `lm` may be passed in to reuse a loaded model. On several ranks every
     rank checks and evaluates, rank 0 alone changes the folder (vrh_lmms.harness.distributed)."""
     # deferred: keeps `vrh-lmms demo --help` free of lmms_eval, torch
-    from vrh_lmms.harness import distributed, doc_subset, lmms
+    from vrh_lmms.harness import distributed
 
     out = Path(output)
     fast = engine.check_engine(spec.engine) == "fast"
+    budget = engine.CacheBudget(engine.cache_bytes()) if fast else None  # VRH_SWEEP_CACHE, checked before the load
     control_docs.check_control_docs(spec.control_docs)
     distributed.ensure_group()
     ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
-    hf, means, tm = ready.heads_file, ready.means, ready.task_manager
-    offsets = ready.offsets
-    excluded = exclusion_record(offsets, spec.heads_file) if offsets else None
-    subset = None
-    if spec.control_docs is not None:
-        subset = control_docs.draw(doc_subset.doc_images(tm, spec.tasks, spec.limit, offsets), spec.control_docs,
-                                   spec.seed)
-        spec = replace(spec, extra={**spec.extra, "control_docs": subset.record()})
-    configs_dir = out / "configs"
-    started = time.time()
-    runner = ready.runner
-    runner.lm, runner.unavailable = lm, dict(ready.unavailable)
-    if distributed.is_main():
-        earlier = earlier_configurations(spec, runner.recorded(), configs_dir)
-        spec = replace(spec, configurations=spec.configurations + earlier)
-    describe_configurations(runner.job, spec)
-    pack: int | None = spec.pack
-    dead_names: list[str] | None = None
-    runner.job.fields = lambda: manifest_fields(spec, started, pack, dead_names, excluded)
-    runner.claim()  # nothing is written before every check has passed
-    if not runner.pending:
-        return out
-    lm = runner.model(lambda: lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size))
-    gc_startup.settle()  # start-up's objects (modules, model, tasks) frozen: later collections skip them
-    geometry = lm.vrh_decoder.geometry
-    dead = checks.dead_heads_of(lm)
-    # the loaded model's own geometry and dead heads, before the first evaluation
-    unavailable = runner.unavailable = checks.check_headsets(spec.configurations, geometry, hf, dead,
-                                                             spec.allow_cross_model)
-    pending = set(runner.pending)
-    todo = [c for c in spec.configurations if c.id in pending]
-    checks.check_modes(spec, lm.model)
-    packable = [c for c in todo if unpackable_reason(c) is None]
-    pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
-    dead_names = checks.dead_head_names(lm)
-    rank = distributed.rank()
-    runner.write_manifest()
-    if unavailable and rank == 0:
-        first = next(iter(unavailable))
-        more = f" and {len(unavailable) - 1} more" if len(unavailable) > 1 else ""
-        console.note(f"vrh-lmms: note: {first}{more} unavailable: {unavailable[first]}")
-    alone = [c for c in todo if unpackable_reason(c) is not None]
-    if pack > 1 and alone and rank == 0:
-        ids = ", ".join(c.id for c in alone[:4]) + (f" and {len(alone) - 4} more" if len(alone) > 4 else "")
-        console.note(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}")
-    bar = _progress(len(todo), enabled=progress and rank == 0)
-
-    def headset_of(cfg: Configuration):
-        return planned_headset(cfg, geometry, hf, dead, spec.allow_cross_model)
-
-    def subset_of(cfg: Configuration) -> dict[str, list[int]] | None:
-        return subset.tasks if subset is not None and control_docs.is_control(cfg) else None
-
-    def evaluate_and_write(cfg: Configuration) -> None:
-        bar.set_description(cfg.id)
-        results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
-                                offsets=offsets)
-        doc_subset.count_subset(results, subset_of(cfg))
-        if rank == 0 and results is not None:
-            record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed}
-                                   | ({"cell": cfg.cell} if cfg.cell else {}))
-            if excluded is not None:
-                record["excluded_docs"] = excluded
-            if subset_of(cfg) is not None:
-                record["doc_subset"] = subset.record()
-            lmms.write_run(configs_dir / cfg.id, results, record)
-            runner.finish(cfg.id)
-        distributed.barrier()  # a rank that died ends the job here, before any later configuration starts
-        bar.update(1)
-
-    try:
-        with engine.task_dict_once() if fast else contextlib.nullcontext(), \
-                engine.rows_once(lm) if fast else contextlib.nullcontext(), \
-                engine.unwrap_once(lm) if fast else contextlib.nullcontext(), \
-                engine.scoring_in_thread() if fast and lmms.own_tasks(tm, spec.tasks) else contextlib.nullcontext():
-            # controls on the doc subset run in packs of their own, so a pack's generations cover one doc set
-            on_subset = [c for c in todo if subset_of(c) is not None]
-            groups = pack_groups([c for c in todo if subset_of(c) is None], pack) + pack_groups(on_subset, pack)
-            for group in groups:
-                headsets = [headset_of(cfg) for cfg in group]
-                if len(group) == 1:
-                    lm.vrh_apply(headsets[0], mode=group[0].mode if headsets[0].heads else "zero", means=means)
-                    with doc_subset.restrict_docs(subset_of(group[0])):
-                        evaluate_and_write(group[0])
-                    continue
-                served = lm.vrh_pack(headsets, [cfg.mode for cfg in group], means=means)
-                with engine.inputs_once(lm) if fast else contextlib.nullcontext(), \
-                        doc_subset.restrict_docs(subset_of(group[0])):
-                    if fast:  # every answer of the pack first, several docs' rows per generate
-                        engine.generate_ahead(served, lambda: lmms.evaluate(
-                            lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
-                            offsets=offsets), rows_limit(lm))
-                    for i, cfg in enumerate(group):
-                        lm.vrh_serve(i)
-                        evaluate_and_write(cfg)
-                lm.vrh_unpack()
-    finally:
-        bar.close()
-        lm.vrh_apply(HeadSet((), "none", "baseline", 0))
+    sweep = _Sweep(spec, out, ready, fast=engine.check_fast_engine(spec.engine), budget=budget)  # its seam too
+    sweep.draw_control_docs()
+    if sweep.claim(lm):  # the folder, the manifest; False when every configuration is done (no model loads)
+        sweep.load()  # the model once, its geometry and dead heads against every head set, the pack size
+        sweep.announce()  # what is unavailable or runs unpacked
+        sweep.evaluate(progress)  # pack by pack, each configuration's folder published as it ends
     return out
+
+
+@dataclass
+class _Sweep:
+    """A sweep whose checks have passed (run_sweep's steps, in order): the state its steps hand on."""
+
+    spec: SweepSpec
+    out: Path
+    ready: Any  # vrh_lmms.runs.preflight.Ready: heads file, task manager, runner, head sets, means, offsets
+    fast: bool
+    budget: Any = None  # sweep_engine.CacheBudget: the fast engine's caches share it (VRH_SWEEP_CACHE)
+    subset: Any = None  # control_docs.Subset: the docs the controls run on
+    started: float = 0.0
+    pack: int | None = None
+    dead_names: list[str] | None = None
+    lm: Any = None
+    geometry: Any = None
+    dead: tuple = ()
+    todo: list[Configuration] = field(default_factory=list)
+
+    @property
+    def excluded(self) -> dict[str, Any] | None:
+        offsets = self.ready.found["offsets"]
+        return exclusion_record(offsets, self.spec.heads_file) if offsets else None
+
+    def draw_control_docs(self) -> None:
+        # deferred: keeps `vrh-lmms demo --help` free of lmms_eval
+        from vrh_lmms.harness import doc_subset
+
+        spec = self.spec
+        if spec.control_docs is not None:
+            self.subset = control_docs.draw(doc_subset.doc_images(self.ready.task_manager, spec.tasks, spec.limit,
+                                                                  self.ready.found["offsets"]),
+                                            spec.control_docs, spec.seed)
+            self.spec = replace(spec, extra={**spec.extra, "control_docs": self.subset.record()})
+
+    def claim(self, lm) -> bool:
+        """Take the folder (its manifest lists every configuration, earlier runs' finished ones too); whether any
+        configuration is pending."""
+        # deferred: keeps `vrh-lmms demo --help` free of torch
+        from vrh_lmms.harness import distributed
+
+        self.started = time.time()
+        runner = self.ready.runner
+        runner.lm, runner.unavailable = lm, dict(self.ready.unavailable)
+        if distributed.is_main():
+            earlier = earlier_configurations(self.spec, runner.recorded(), self.out / "configs")
+            self.spec = replace(self.spec, configurations=self.spec.configurations + earlier)
+        describe_configurations(runner.job, self.spec)
+        self.pack = self.spec.pack
+        runner.job.fields = lambda: manifest_fields(self.spec, self.started, self.pack, self.dead_names,
+                                                    self.excluded)
+        runner.claim()  # nothing is written before every check has passed
+        return bool(runner.pending)
+
+    def load(self) -> None:
+        # deferred: keeps `vrh-lmms demo --help` free of lmms_eval, torch
+        from vrh_lmms.harness import lmms
+
+        spec, runner = self.spec, self.ready.runner
+        lm = self.lm = runner.model(lambda: lmms.build_model(spec.model, spec.model_args, batch_size=spec.batch_size))
+        gc_startup.settle()  # start-up's objects (modules, model, tasks) frozen: later collections skip them
+        self.geometry, self.dead = lm.vrh_decoder.geometry, dead_heads_of(lm)
+        # the loaded model's own geometry and dead heads, before the first evaluation
+        runner.unavailable = check_headsets(spec.configurations, self.geometry, self.ready.heads_file, self.dead,
+                                            spec.allow_cross_model, self.ready.headsets)
+        pending = set(runner.pending)
+        self.todo = [c for c in spec.configurations if c.id in pending]
+        checks.check_modes(spec, lm.model)
+        packable = [c for c in self.todo if unpackable_reason(c) is None]
+        self.pack = choose_pack(spec.pack, lm, len(packable), spec.batch_size)
+        self.dead_names = dead_head_names(lm)
+        runner.write_manifest()
+
+    def announce(self) -> None:
+        # deferred: keeps `vrh-lmms demo --help` free of torch
+        from vrh_lmms.harness import distributed
+
+        unavailable = self.ready.runner.unavailable
+        if distributed.rank() != 0:
+            return
+        if unavailable:
+            first = next(iter(unavailable))
+            more = f" and {len(unavailable) - 1} more" if len(unavailable) > 1 else ""
+            console.note(f"vrh-lmms: note: {first}{more} unavailable: {unavailable[first]}")
+        alone = [c for c in self.todo if unpackable_reason(c) is not None]
+        if self.pack > 1 and alone:
+            ids = ", ".join(c.id for c in alone[:4]) + (f" and {len(alone) - 4} more" if len(alone) > 4 else "")
+            console.note(f"vrh-lmms: note: {ids} run unpacked: {unpackable_reason(alone[0])}")
+
+    def subset_of(self, cfg: Configuration) -> dict[str, list[int]] | None:
+        return self.subset.tasks if self.subset is not None and control_docs.is_control(cfg) else None
+
+    def evaluate(self, progress: bool) -> None:
+        # deferred: keeps `vrh-lmms demo --help` free of lmms_eval, torch
+        from vrh_lmms.harness import distributed, doc_subset, lmms
+
+        spec, lm, runner, ready = self.spec, self.lm, self.ready.runner, self.ready
+        tm, means, offsets, excluded = ready.task_manager, ready.found["means"], ready.found["offsets"], self.excluded
+        rank = distributed.rank()
+        bar = _progress(len(self.todo), enabled=progress and rank == 0)
+        subset_of = self.subset_of
+
+        def headset_of(cfg: Configuration):  # resolved by the checks (ready.headsets), not drawn again
+            return ready.headsets.get(cfg, self.geometry, self.dead)
+
+        def evaluate_and_write(cfg: Configuration) -> None:
+            bar.set_description(cfg.id)
+            results = lmms.evaluate(lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs,
+                                    seed=spec.seed, offsets=offsets)
+            doc_subset.count_subset(results, subset_of(cfg))
+            if rank == 0 and results is not None:
+                record = lm.vrh_record(config={"id": cfg.id, "kind": cfg.kind, "k": cfg.k, "seed": cfg.seed}
+                                       | ({"cell": cfg.cell} if cfg.cell else {}))
+                if excluded is not None:
+                    record["excluded_docs"] = excluded
+                if subset_of(cfg) is not None:
+                    record["doc_subset"] = self.subset.record()
+                lmms.write_run(self.out / "configs" / cfg.id, results, record)
+                runner.finish(cfg.id)
+            distributed.barrier()  # a rank that died ends the job here, before any later configuration starts
+            bar.update(1)
+
+        fast, pack, todo = self.fast, self.pack, self.todo
+        try:
+            with engine.fast_session(lm, lmms.own_tasks(tm, spec.tasks), self.budget) if fast \
+                    else contextlib.nullcontext():
+                # controls on the doc subset run in packs of their own, so a pack's generations cover one doc set
+                on_subset = [c for c in todo if subset_of(c) is not None]
+                groups = pack_groups([c for c in todo if subset_of(c) is None], pack) + pack_groups(on_subset, pack)
+                for group in groups:
+                    headsets = [headset_of(cfg) for cfg in group]
+                    if len(group) == 1:
+                        lm.vrh_apply(headsets[0], mode=group[0].mode if headsets[0].heads else "zero", means=means)
+                        with doc_subset.restrict_docs(subset_of(group[0])):
+                            evaluate_and_write(group[0])
+                        continue
+                    served = lm.vrh_pack(headsets, [cfg.mode for cfg in group], means=means)
+                    with engine.inputs_once(lm, self.budget) if fast else contextlib.nullcontext(), \
+                            doc_subset.restrict_docs(subset_of(group[0])):
+                        if fast:  # every answer of the pack first, several docs' rows per generate
+                            engine.generate_ahead(served, lambda: lmms.generate(
+                                lm, spec.tasks, tm, limit=spec.limit, gen_kwargs=spec.gen_kwargs, seed=spec.seed,
+                                offsets=offsets), rows_limit(lm))
+                        for i, cfg in enumerate(group):
+                            lm.vrh_serve(i)
+                            evaluate_and_write(cfg)
+                    lm.vrh_unpack()
+        finally:
+            bar.close()
+            lm.vrh_apply(HeadSet((), "none", "baseline", 0))
 
 
 def earlier_configurations(spec: SweepSpec, recorded: dict[str, Any] | None, configs_dir: Path) -> list[Configuration]:

@@ -1,4 +1,5 @@
-"""Which configurations a sweep evaluates, and their stable ids (docs/contracts.md)."""
+"""Which head-set configurations a run evaluates (a sweep, steering, patching, the locator), how each resolves to
+its head set, and their stable ids (docs/contracts.md)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from dataclasses import asdict, dataclass, fields, replace
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.kinds import DEFAULT_POOL
-from vrh_lmms.base.heads.spec import HeadSet, resolve_spec
+from vrh_lmms.base.heads.spec import ControlUnavailable, HeadSet, check_heads_file_fits, resolve_spec
+
+# How a configuration's heads are ablated: zero or mean fold into o_proj (vrh_lmms.model.ablation); the uniform modes
+# replace the heads' answer-row attention (vrh_lmms.model.interventions.uniform).
+UNIFORM_MODES = ("uniform", "uniform_image")
+MODES = ("zero", "mean", *UNIFORM_MODES)
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,50 @@ def planned_headset(cfg, geometry, heads_file=None, dead: tuple = (), allow_cros
     scoring cell) on a model of `geometry` whose `dead` heads write nothing."""
     return resolve_spec(cfg.spec, geometry, heads_file=heads_file, seed=cfg.seed if cfg.seed is not None else 0,
                         allow_cross_model=allow_cross_model, dead=dead, pool=cfg.pool, cell=getattr(cfg, "cell", None))
+
+
+class HeadSets:
+    """Each configuration's head set, resolved once per model shape and handed forward: a run's checks resolve every
+    configuration against the heads file's geometry, the checkpoint's config.json and the loaded model (so none
+    fails after others have run), and the run uses the same `HeadSet` where the shape and the dead heads are the
+    same, instead of drawing it again (the same seeds draw the same heads either way)."""
+
+    def __init__(self, heads_file=None, allow_cross_model: bool = False) -> None:
+        self.heads_file, self.allow_cross_model = heads_file, allow_cross_model
+        self._resolved: dict[tuple, HeadSet] = {}
+
+    def get(self, cfg, geometry, dead: tuple = ()) -> HeadSet:
+        key = (cfg, geometry, tuple(dead))
+        if key not in self._resolved:
+            self._resolved[key] = planned_headset(cfg, geometry, self.heads_file, dead, self.allow_cross_model)
+        return self._resolved[key]
+
+    def __len__(self) -> int:
+        """How many resolutions were made (one per configuration when the shape never changed)."""
+        return len(self._resolved)
+
+
+def check_headsets(configurations, geometry, heads_file, dead: tuple = (), allow_cross_model: bool = False,
+                   headsets: HeadSets | None = None) -> dict[str, str]:
+    """Resolve every configuration's head set (`planned_headset`, from the pool it carries) against
+    `geometry` and the model's `dead` heads (k too large, a heads file of another model), so no configuration fails
+    after others have run. Returns the configurations whose control cannot be drawn from its pool (a layer without
+    enough live heads), with the reason: they are reported as unavailable, never padded with dead heads. With
+    `headsets` (of the same heads file) the head sets are kept there for the run to use."""
+    if heads_file is not None:
+        check_heads_file_fits(heads_file, geometry, allow_cross_model=allow_cross_model)
+    unavailable: dict[str, str] = {}
+    for cfg in configurations:
+        try:
+            if headsets is not None:
+                headsets.get(cfg, geometry, dead)
+            else:
+                planned_headset(cfg, geometry, heads_file, dead, allow_cross_model)
+        except ControlUnavailable as exc:
+            unavailable[cfg.id] = str(exc)
+        except VRHError as exc:
+            raise VRHError(f"configuration {cfg.id} (--k {cfg.k}): {exc}") from None
+    return unavailable
 
 
 def from_dict(entry: dict, pool: str) -> Configuration:
@@ -84,9 +134,6 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
     if random_seeds < 0:
         raise VRHError("--random-seeds must be >= 0")
     kinds.check_pool(pool, "--control-pool")
-    # deferred: keeps `vrh-lmms report` free of torch
-    from vrh_lmms.model.ablation import MODES
-
     for mode in modes:
         if mode not in MODES:
             raise VRHError(f"--ablation {mode!r}: use any of {', '.join(MODES)}")
@@ -109,59 +156,6 @@ def plan_configurations(ks: Sequence[int], random_seeds: int, layer_matched: boo
 def cell_slug(cell: str) -> str:
     """A scoring cell as part of a configuration id: `in,sum,mean` -> `in-sum-mean`."""
     return cell.replace(",", "-")
-
-
-def unpackable_reason(cfg: Configuration) -> str | None:
-    """Why a configuration must run alone rather than in a pack (None: it can share one)."""
-    # deferred: keeps `vrh-lmms report` free of torch
-    from vrh_lmms.model.ablation import UNIFORM_MODES
-
-    if cfg.mode in UNIFORM_MODES:
-        return (f"ablation {cfg.mode} replaces answer-row attention, which a pack's per-row o_proj masks cannot "
-                "carry")
-    return None
-
-
-def _even_groups(configs: Sequence[Configuration], size: int) -> list[list[Configuration]]:
-    if not configs:
-        return []
-    n_groups = -(-len(configs) // size)
-    base, extra = divmod(len(configs), n_groups)
-    groups, start = [], 0
-    for g in range(n_groups):
-        end = start + base + (1 if g < extra else 0)
-        groups.append(list(configs[start:end]))
-        start = end
-    return groups
-
-
-def pack_groups(configs: Sequence[Configuration], size: int) -> list[list[Configuration]]:
-    """Consecutive groups of at most `size` configurations, as even as possible (22 by 16 -> 11 + 11); a
-    configuration that cannot be packed (`unpackable_reason`) is a group of its own, in its place."""
-    if size < 1:
-        raise VRHError(f"--pack must be >= 1, got {size}")
-    groups: list[list[Configuration]] = []
-    run: list[Configuration] = []
-    for cfg in configs:
-        if unpackable_reason(cfg) is None:
-            run.append(cfg)
-            continue
-        groups += _even_groups(run, size) + [[cfg]]
-        run = []
-    return groups + _even_groups(run, size)
-
-
-def parse_pack(text: str | int | None) -> int | None:
-    """`--pack`: a positive integer, or `auto` (None)."""
-    if text is None or str(text).strip().lower() == "auto":
-        return None
-    try:
-        value = int(str(text))
-    except ValueError:
-        raise VRHError(f"--pack {text!r}: expected a positive integer or auto") from None
-    if value < 1:
-        raise VRHError(f"--pack {text!r}: expected a positive integer or auto")
-    return value
 
 
 def parse_int_list(text: str, what: str) -> list[int]:

@@ -4,21 +4,18 @@ ranking-loss training (`vrh-lmms rank-train` on the top-k heads and on random he
 — each run through its own command into `<demo>/applications/<name>/`, and one `applications.md` with a headline
 line per application (docs/applications.md).
 
-It lives with the commands because it runs them: the demo pipeline (vrh_lmms.pipelines.demo) stays below the command
-layer.
+It runs those commands as the command line would, through the `run_command` the command line hands it (the pipelines
+floor imports no command: vrh_lmms.cli.commands.demo gives its `run_command`).
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from vrh_lmms.base import atomic, console
-from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
 from vrh_lmms.pipelines.demo.stages import EVAL_START, TASK, demo_model_args, scoped_env, synth_config
 
@@ -29,14 +26,8 @@ SUMMARY = "applications.md"
 LOCATOR_ARGS = ["--sigma", "0", "--threshold", "0.5"]
 
 
-def _run_command(name: str, argv: list[str]) -> None:
-    """Run one vrh-lmms command in this process, as the command line would."""
-    module = importlib.import_module(f"vrh_lmms.cli.commands.{name}")
-    parser = argparse.ArgumentParser(prog=f"vrh-lmms {name}")
-    module.configure(parser)
-    status = module.run(parser.parse_args(argv))
-    if status:
-        raise VRHError(f"demo --applications: vrh-lmms {name} stopped with status {status}")
+# runs one vrh-lmms command (its module name under vrh_lmms.cli.commands, its arguments) in this process
+RunCommand = Callable[[str, list[str]], None]
 
 
 def _pct(v: float | None) -> str:
@@ -95,7 +86,7 @@ def rank_train_line(before: dict[str, Any], after: dict[str, dict[str, Any]], k:
 
 def run_applications(out: Path, model_args: str, spec, ks: list[int], random_seeds: int, n_eval: int,
                      n_queries: int, say: Callable[[str], None], model: Path | None = None,
-                     n_train: int = 100) -> Path:
+                     n_train: int = 100, *, run_command: RunCommand) -> Path:
     """Locator and KV cache on the demo's evaluation scenes, ranker on its held-out scene stream, ranking-loss
     training on scenes from 200000 (disjoint from both); returns applications.md."""
     folder = out / FOLDER
@@ -106,21 +97,21 @@ def run_applications(out: Path, model_args: str, spec, ks: list[int], random_see
               "--random-seeds", str(random_seeds), "--force"]
     say(f"[+] applications: locator on {n_eval} evaluation scenes, ranker on {n_queries} queries (k = {k_text})")
     with scoped_env(VRH_SYNTH_CONFIG=synth_config(spec, n_eval, EVAL_START), VRH_CACHE_DIR=str(out / "data")):
-        _run_command("locate", [*common, "--tasks", TASK, "--limit", str(n_eval), "--gen-kwargs",
+        run_command("locate", [*common, "--tasks", TASK, "--limit", str(n_eval), "--gen-kwargs",
                                 "max_new_tokens=16", *LOCATOR_ARGS, "--output", str(folder / "locate")])
-        _run_command("kv_cache", ["--model", "vrh_qwen25", "--model_args", model_args, "--heads-file", heads,
+        run_command("kv_cache", ["--model", "vrh_qwen25", "--model_args", model_args, "--heads-file", heads,
                                   "--tasks", TASK, "--k", str(ks[0]), "--budgets", "1,0.5,0.25,0.1",
                                   "--random-seeds", str(min(3, max(1, random_seeds))), "--limit", str(n_eval),
                                   "--gen-kwargs", "max_new_tokens=16", "--force", "--output", str(folder / "kv_cache")])
-    _run_command("rank", [*common, "--data", "synth", "--limit", str(n_queries), "--output", str(folder / "rank")])
+    run_command("rank", [*common, "--data", "synth", "--limit", str(n_queries), "--output", str(folder / "rank")])
     after: dict[str, dict[str, Any]] = {}
     if model is not None and n_train > 0:
         say(f"[+] ranking-loss training on {n_train} queries: the top-{ks[0]} heads, then {ks[0]} random heads")
         for name, heads_arg in (("top", "top"), ("random", "random")):
             ckpt = folder / "rank_train" / f"{name}_heads"
-            _run_command("rank_train", ["--model-dir", str(model), "--heads-file", heads, "--k", str(ks[0]),
+            run_command("rank_train", ["--model-dir", str(model), "--heads-file", heads, "--k", str(ks[0]),
                                         "--heads", heads_arg, "--n", str(n_train), "--force", "--output", str(ckpt)])
-            _run_command("rank", ["--model", "vrh_qwen25", "--model_args", demo_model_args(ckpt, spec),
+            run_command("rank", ["--model", "vrh_qwen25", "--model_args", demo_model_args(ckpt, spec),
                                   "--heads-file", heads, "--k", str(ks[0]), "--random-seeds", "0", "--data", "synth",
                                   "--limit", str(n_queries), "--force",
                                   "--output", str(folder / "rank_train" / f"rank_{name}_heads")])
