@@ -233,7 +233,7 @@ class VRHMixin:
         self.vrh_family_spec = family
         model = self.model  # lmms-eval backends unwrap accelerate's wrapper here
         self._vrh_check_model_type(model, family)
-        self.vrh_decoder = locate_decoder(model, family)
+        self.vrh_decoder = self._vrh_locate(model, family)
         # read from the pristine weights, before any ablation folds zeros into o_proj (None: could not be read)
         self.vrh_dead_heads = dead_heads(self.vrh_decoder)
         if from_paper:  # the paper's published heads, for the geometry the loaded model has
@@ -271,6 +271,11 @@ class VRHMixin:
     def _vrh_load_context(self, args: tuple, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
         """Context around the base constructor, for wrappers that must correct how a backend loads its model."""
         return contextlib.nullcontext()
+
+    def _vrh_locate(self, model: Any, family: Any):
+        """The language decoder (vrh_lmms.model.backbone.Decoder); wrappers without a family record find it
+        otherwise (vrh_hf)."""
+        return locate_decoder(model, family)
 
     @staticmethod
     def _vrh_check_model_type(model: Any, family: Any) -> None:
@@ -421,6 +426,17 @@ class VRHMixin:
             "config": config or {"id": hs.spec if hs.heads else "baseline", "kind": hs.kind, "k": hs.k,
                                  "seed": hs.seed},
         }
+
+
+def with_call(obj: Any, call: Callable[..., Any], cache: dict[type, type]) -> Any:
+    """Give `obj` a subclass of its class (same name and module, made once per class in `cache`) whose `__call__`
+    is `call`: a correction to how a backend calls its processor, invisible to code that reads the class name.
+    `call` reaches the original as `super(type(self), self).__call__`."""
+    cls = type(obj)
+    if cls not in cache:
+        cache[cls] = type(cls.__name__, (cls,), {"__call__": call, "__module__": cls.__module__})
+    obj.__class__ = cache[cls]
+    return obj
 
 
 def unavailable_backend(error: Callable[[], Exception]) -> type:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.model_wrappers.base import VRHMixin, unavailable_backend, user_errors_exit
+from vrh_lmms.model_wrappers.base import VRHMixin, unavailable_backend, user_errors_exit, with_call
 from vrh_lmms.model_wrappers.cpu_fallback import CudaToCpuFallback
 
 try:
@@ -124,12 +124,7 @@ def _processor_call(self, *args: Any, use_audio_in_video: bool = False, **kwargs
 
 def audio_from_video_processor(processor: Any) -> Any:
     """Give the backend's processor a subclass (same name) whose call names the videos' audio tracks."""
-    cls = type(processor)
-    if cls not in _PROCESSOR_CLASSES:
-        _PROCESSOR_CLASSES[cls] = type(cls.__name__, (cls,), {"__call__": _processor_call,
-                                                              "__module__": cls.__module__})
-    processor.__class__ = _PROCESSOR_CLASSES[cls]
-    return processor
+    return with_call(processor, _processor_call, _PROCESSOR_CLASSES)
 
 
 def thinker_answering(model: Any) -> Any:

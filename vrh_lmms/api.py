@@ -75,17 +75,26 @@ class Model:
         return resolve_spec(";".join(names) or "none", self.geometry, dead=self.lm.vrh_dead_heads or ())
 
 
+GENERIC_MODEL = "vrh_hf"  # any image-text-to-text checkpoint (docs/models.md)
+
+
 def _model_name(pretrained: str) -> str:
-    """The `vrh_*` model whose family claims the checkpoint's model_type (config.json, read without weights)."""
+    """The `vrh_*` model whose family claims the checkpoint's model_type (config.json, read without weights), else
+    `vrh_hf`, which takes any image-text-to-text checkpoint whose heads can be cut."""
     if is_demo_name(pretrained):
         return get_family(DEMO_FAMILY).wrappers[0].model_id
-    return family_for_config(load_config(pretrained)).wrappers[0].model_id
+    try:
+        family = family_for_config(load_config(pretrained))
+    except VRHError:  # no family record for this model type
+        return GENERIC_MODEL
+    return family.wrappers[0].model_id if family.wrappers else GENERIC_MODEL
 
 
 def load(pretrained: str, model: str | None = None, batch_size: int = 1, **model_args: Any) -> Model:
-    """Load a checkpoint: "vrh-demo" (the shipped demo model, with its settings), a folder or a hub id. `model`
-    names the `vrh_*` lmms-eval model (default: inferred from the checkpoint's model_type); keyword arguments are
-    its model args (dtype="float32", min_pixels=..., ...)."""
+    """Load a checkpoint: "vrh-demo" (the shipped demo model, with its settings), a folder or a hub id of any
+    image-text-to-text model (docs/models.md). `model` names the `vrh_*` lmms-eval model (default: the wrapper of
+    the family that claims the checkpoint's model_type, else `vrh_hf`); keyword arguments are its model args
+    (dtype="float32", min_pixels=..., ...)."""
     check_pretrained(pretrained)
     chosen = [k for k in model_args if k in HEAD_ARGS]
     if chosen:

@@ -37,6 +37,7 @@ OLD_WRAPPERS = {
     "vrh_smolvlm": ("idefics3", "VRHIdefics3", None),
     "vrh_mistral3": ("mistral3", "VRHMistral3", None),
     "vrh_llama4": ("llama4", "VRHLlama4", None),
+    "vrh_hf": ("hf", None, "VRHHf"),  # any image-text-to-text checkpoint (issue 49)
 }
 OLD_TINY = {"qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
             "qwen2_5_omni", "llava", "llava_onevision", "gemma3", "mistral3", "llama4",
@@ -59,7 +60,8 @@ OLD_TEMPLATE_LINES = {"vrh_qwen25": "qwen2_5_vl", "vrh_qwen3": "qwen3_vl", "vrh_
                       # issue 49: no template lines either
                       "vrh_llava": "llava", "vrh_llava_onevision": "llava_next", "vrh_gemma3": "generic",
                       "vrh_idefics3": "generic", "vrh_smolvlm": "generic", "vrh_mistral3": "generic",
-                      "vrh_llama4": "generic"}
+                      "vrh_llama4": "generic",
+                      "vrh_hf": "generic"}  # vrh_hf (issue 49): no template line; no convention of its own
 # families added for issue 49 from the other end of its list (kept apart from the lists above so branches merge)
 OLD_WRAPPERS.update({"vrh_molmo2": ("molmo2", "VRHMolmo2", None),
                      "vrh_minicpmv": ("minicpmv", "VRHMiniCPMV", None)})

@@ -238,6 +238,9 @@ for _fam in (
            layout="minicpmv", layout_builder="vrh_lmms.model.capture.tilings_minicpmv:minicpmv_slices",
            wrappers=(Wrapper("vrh_minicpmv", "minicpmv", "VRHMiniCPMV"),), tiny=_tiny("minicpmv"),
            hf_class="MiniCPMV4_6ForConditionalGeneration"),
+    # Any HF-native image-text-to-text checkpoint through lmms-eval's generic `huggingface` backend: the decoder is
+    # found by vrh_lmms.model.generic, not by these paths; no layout or box convention of its own (docs/models.md).
+    Family("hf", (), (), wrappers=(Wrapper("vrh_hf", "hf", None, "VRHHf"),)),
 ):
     register(_fam)
 del _fam

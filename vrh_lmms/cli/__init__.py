@@ -87,6 +87,8 @@ TABLE: tuple[Command, ...] = (
     Command("rank-train", "rank_train",
             "fine-tune (HF Trainer) with a ranking loss on the heads' attention over candidates", "Put heads to use",
             sets_threads=True, run_file="folder"),
+    Command("models", "models", "every image-text-to-text model type: what works (ablation, packing, capture, "
+            "discovery) and what is refused and why", "Models and data", output=None),
     Command("make-tiny", "make_tiny", "write a tiny random-weight checkpoint of a real VLM class", "Models and data",
             output="out_dir"),
     Command("train-tiny", "train_tiny", "train the tiny grounding VLM shipped with the demo (from a clone)",

@@ -35,6 +35,7 @@ from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import Family, family_for_config
 from vrh_lmms.base.heads.geometry import Geometry, HeadRef
 from vrh_lmms.base.tables import did_you_mean
+from vrh_lmms.model.generic import Survey, survey
 from vrh_lmms.model.head_view import per_head
 
 HEAD_OUT = "head_out"
@@ -250,7 +251,11 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
     """Attention modules and output projections of every decoder layer, and the geometry they imply."""
     model = unwrap(model)
     config = getattr(model, "config", None)
-    family = family or family_for_config(config)
+    if family is None:
+        try:
+            family = family_for_config(config)
+        except VRHError:  # no family record: any image-text-to-text model's decoder, found generically
+            return survey_decoder(survey(model))
     layers = None
     for path in family.layer_paths:
         try:
@@ -291,6 +296,15 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
     kv = getattr(text_config, "num_key_value_heads", None) or getattr(attns[0], "num_key_value_heads", None) or heads
     geometry = Geometry(layers=len(attns), heads=heads, kv_heads=int(kv), head_dim=head_dim)
     return Decoder(family, attns, outs, geometry, text_config, layers_path, list(layers))
+
+
+def survey_decoder(found: Survey) -> Decoder:
+    """The decoder a generic survey found (vrh_lmms.model.generic: any image-text-to-text model, no family record),
+    or its refusal as one line."""
+    if not found.ok:
+        raise VRHError(f"{found.model_type} ({found.class_name}): its heads cannot be cut: {found.refusal}")
+    return Decoder(found.family(), [a for a, _ in found.modules], [o for _, o in found.modules], found.geometry,
+                   found.text, found.layers_path, list(found.layers))
 
 
 def dead_heads(decoder: Decoder) -> tuple[HeadRef, ...] | None:
