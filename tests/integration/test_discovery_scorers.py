@@ -154,10 +154,11 @@ def test_query_sets_localization_input_and_presets(lm, tmp_path, monkeypatch):
 
 def test_unknown_key_token_rule_is_refused_before_anything_loads(tmp_path):
     from vrh_lmms.base.errors import VRHError
-    from vrh_lmms.runs.discovery.run import preflight
+    from vrh_lmms.runs.discovery.run import discovery_checks
+    from vrh_lmms.runs.preflight import preflight
 
     spec = DiscoverySpec(model="vrh_qwen25", model_args="pretrained=nowhere", tasks=["vrh_synth_grounding"],
                          output=str(tmp_path / "heads.json"), key_tokens="half")
     with pytest.raises(VRHError, match="--key-tokens 'half': use one of overlap, any, center"):
-        preflight(spec, force=False)
+        preflight(discovery_checks(spec, force=False))
     assert not any(tmp_path.iterdir())

@@ -44,8 +44,7 @@ from vrh_lmms.runs.discovery.scoring import (
     score_all,
 )
 from vrh_lmms.runs.discovery.store import PartStore
-from vrh_lmms.runs.preflight import Checks, every_doc
-from vrh_lmms.runs.preflight import preflight as run_checks
+from vrh_lmms.runs.preflight import Checks, every_doc, preflight
 from vrh_lmms.runs.runner import Job, Manifest, Runner
 from vrh_lmms.tasks.common.task_sources import chosen_sources, source_record
 
@@ -162,10 +161,10 @@ def _claim(spec: DiscoverySpec, runner: Runner, force: bool) -> dict[str, Path]:
     return paths
 
 
-def preflight(spec: DiscoverySpec, force: bool, lm=None):
-    """The corridor's checks (vrh_lmms.runs.preflight) of discovery, before the model loads: its settings, the
-    tasks, the model args, the output folder and its sidecars, every doc's evidence, the checkpoint's config.json;
-    returns the task manager and the runner of the parts folder. Writes nothing."""
+def discovery_checks(spec: DiscoverySpec, force: bool) -> Checks:
+    """Discovery's checks, declared for the corridor (vrh_lmms.runs.preflight.preflight runs them before the model
+    loads, writing nothing): its settings, the tasks, the model args, the output folder and its sidecars (`force`:
+    what --force may remove), every doc's evidence, the checkpoint's config.json."""
 
     def settings() -> None:
         if spec.limit is not None and spec.limit <= 0:
@@ -183,11 +182,9 @@ def preflight(spec: DiscoverySpec, force: bool, lm=None):
             raise VRHError(f"model arg batch_size={plan.args['batch_size']}: discovery runs with batch_size 1")
 
     intact = "discovery scores the intact model, so no model arg may choose heads to ablate"
-    ready = run_checks(Checks("discover", spec.model, spec.model_args, list(spec.tasks), head_args=intact,
-                              settings=settings, with_model_plan=batch_size_one,
-                              job=lambda ready: _check_outputs(spec, force), docs=every_doc(spec.limit)),
-                       force, lm=lm)
-    return ready.task_manager, ready.runner
+    return Checks("discover", spec.model, spec.model_args, list(spec.tasks), head_args=intact, settings=settings,
+                  with_model_plan=batch_size_one, job=lambda ready: _check_outputs(spec, force),
+                  docs=every_doc(spec.limit))
 
 
 def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None, register: bool = True) -> Path | None:
@@ -199,7 +196,8 @@ def run_discovery(spec: DiscoverySpec, force: bool = False, lm=None, register: b
     if primary not in cells:
         cells = [primary, *cells]
     distributed.ensure_group()
-    tm, runner = preflight(spec, force, lm=lm)  # nothing is written before every check has passed
+    ready = preflight(discovery_checks(spec, force), force, lm=lm)  # nothing is written before every check passed
+    tm, runner = ready.task_manager, ready.runner
     # deferred: keeps `vrh-lmms discover --help` free of transformers, scipy
     from vrh_lmms.runs.discovery.collector import SampleCollector  # imports transformers: only once checks passed
 

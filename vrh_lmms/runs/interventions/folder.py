@@ -13,8 +13,7 @@ from collections.abc import Sequence
 
 from vrh_lmms.base import owned
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.runs.preflight import Checks, Ready, every_doc
-from vrh_lmms.runs.preflight import preflight as run_checks
+from vrh_lmms.runs.preflight import Checks, every_doc
 from vrh_lmms.runs.runner import Job
 
 
@@ -28,18 +27,18 @@ def temporaries(*names: str) -> dict[str, owned.Check]:
     return {f".{name}.*": owned.is_file for name in names}
 
 
-def preflight(spec, command: str, job: Job, configurations: Sequence, force: bool, lm=None) -> Ready:
-    """The corridor's checks (vrh_lmms.runs.preflight) of steering and patching, before the model loads; writes
-    nothing. `spec` has model, model_args, tasks, heads_file, limit, allow_cross_model; `configurations` (id, k,
-    seed, spec, pool) are the head sets the run will resolve (Ready.headsets hands them forward)."""
+def intervention_checks(spec, command: str, job: Job, configurations: Sequence) -> Checks:
+    """The checks of steering and patching, declared for the corridor (vrh_lmms.runs.preflight.preflight runs them
+    before the model loads, writing nothing). `spec` has model, model_args, tasks, heads_file, limit,
+    allow_cross_model; `configurations` (id, k, seed, spec, pool) are the head sets the run will resolve
+    (Ready.headsets hands them forward)."""
 
     def settings() -> None:
         if spec.limit is not None and spec.limit <= 0:
             raise VRHError(f"--limit must be positive, got {spec.limit}")
 
     intact = f"{command} runs on the intact model (it chooses its own head sets), so no model arg may set heads"
-    return run_checks(Checks(command, spec.model, spec.model_args, list(spec.tasks), spec.heads_file,
-                             needs_heads_file=True, head_args=intact, batch_size=getattr(spec, "batch_size", 1),
-                             configurations=configurations,
-                             allow_cross_model=spec.allow_cross_model, settings=settings, job=lambda ready: job,
-                             docs=every_doc(spec.limit, read=False)), force, lm=lm)
+    return Checks(command, spec.model, spec.model_args, list(spec.tasks), spec.heads_file, needs_heads_file=True,
+                  head_args=intact, batch_size=getattr(spec, "batch_size", 1), configurations=configurations,
+                  allow_cross_model=spec.allow_cross_model, settings=settings, job=lambda ready: job,
+                  docs=every_doc(spec.limit, read=False))

@@ -17,7 +17,7 @@
 
 A rerun of the same run resumes; a different run is refused unless --force, which removes the files of
 PATCH_LAYOUT (anything else in the folder is always refused). Everything that needs no forward pass is checked
-before the model loads (vrh_lmms.runs.interventions.folder.preflight).
+before the model loads (vrh_lmms.runs.interventions.folder.intervention_checks).
 """
 
 from __future__ import annotations
@@ -48,12 +48,13 @@ from vrh_lmms.runs.checks import chosen_data, dead_head_names, dead_heads_of, sh
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateInterceptor
 from vrh_lmms.runs.discovery.queries import answer_length
 from vrh_lmms.runs.dpo import format_ground_truth_box
-from vrh_lmms.runs.interventions.folder import preflight
+from vrh_lmms.runs.interventions.folder import intervention_checks
 from vrh_lmms.runs.interventions.outputs import PATCH_LAYOUT  # noqa: F401  (the patching folder's names, for callers)
 from vrh_lmms.runs.interventions.outputs import PATCH_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.outputs import PATCH_RESULT as RESULT
 from vrh_lmms.runs.interventions.outputs import PATCH_SCHEMA as SCHEMA
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
+from vrh_lmms.runs.preflight import preflight
 from vrh_lmms.runs.runner import Job, Manifest, is_published_file
 
 METRIC = "(LD_patched - LD_corrupt) / (LD_clean - LD_corrupt), LD = log p(answer_A) - log p(answer_B)"
@@ -217,7 +218,8 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
             raise VRHError("model arg batch_size: patching runs with batch_size 1 (one doc per generate call)")
     out = Path(output)
     distributed.ensure_group()
-    ready = preflight(spec, "patch", patch_job(spec, out), set_configurations(spec), force, lm=lm)
+    ready = preflight(intervention_checks(spec, "patch", patch_job(spec, out), set_configurations(spec)), force,
+                      lm=lm)
     hf, tm, runner = ready.heads_file, ready.task_manager, ready.runner
     runner.claim()  # nothing is written before every check has passed
     if distributed.broadcast(runner.finished):

@@ -15,7 +15,7 @@ Output folder:
   summary.json, report.md            moved shares with image-clustered CIs, the steering table
 A configuration folder exists only when complete; a rerun resumes, a different run is refused (--force removes
 the files of STEER_LAYOUT; anything else in the folder is always refused). Everything that needs no forward pass is
-checked before the model loads (vrh_lmms.runs.interventions.folder.preflight).
+checked before the model loads (vrh_lmms.runs.interventions.folder.intervention_checks).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from vrh_lmms.runs.checks import chosen_data, dead_heads_of, sha256_of
 from vrh_lmms.runs.discovery.collector import backend_processor
 from vrh_lmms.runs.discovery.interceptor import DocContext, DocTracker, GenerateWrapper
 from vrh_lmms.runs.discovery.queries import expression_rows, token_pieces
-from vrh_lmms.runs.interventions.folder import preflight
+from vrh_lmms.runs.interventions.folder import intervention_checks
 from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering folder's names, for its callers)
     STEER_LAYOUT,
     SteerConfig,
@@ -49,6 +49,7 @@ from vrh_lmms.runs.interventions.outputs import (  # noqa: F401  (the steering f
 )
 from vrh_lmms.runs.interventions.outputs import STEER_MANIFEST as MANIFEST
 from vrh_lmms.runs.interventions.pairs import ObjectIndex, split_targets
+from vrh_lmms.runs.preflight import preflight
 from vrh_lmms.runs.runner import Job, Manifest
 
 MOVED_IOU = 0.5
@@ -236,7 +237,7 @@ def run_steering(spec: SteerSpec, output: str | Path, force: bool = False, lm=No
     if not spec.heads_file:
         raise VRHError("steering needs --heads-file (its ranking gives the top-k heads)")
     distributed.ensure_group()
-    ready = preflight(spec, "steer", steer_job(spec, out), spec.configurations, force, lm=lm)
+    ready = preflight(intervention_checks(spec, "steer", steer_job(spec, out), spec.configurations), force, lm=lm)
     hf, tm, runner = ready.heads_file, ready.task_manager, ready.runner
     configs_dir = out / "configs"
     runner.unavailable = dict(ready.unavailable)

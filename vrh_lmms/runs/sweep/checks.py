@@ -25,7 +25,6 @@ from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.runfile import RUN_FILE
 from vrh_lmms.runs.checks import data_identity, sha256_of
 from vrh_lmms.runs.preflight import Checks, Ready
-from vrh_lmms.runs.preflight import preflight as run_checks
 from vrh_lmms.runs.runner import CONFIG_ENTRY, Job, Manifest
 from vrh_lmms.runs.sweep.exclusion import discovery_docs, offsets_for
 
@@ -73,10 +72,11 @@ def check_modes(spec, model) -> None:
         image_token_ids(model)
 
 
-def preflight(spec, out: Path, force: bool, lm=None) -> Ready:
-    """The corridor's checks (vrh_lmms.runs.preflight) of a sweep, cheapest first (the task index and the backend
-    import take seconds each); writes nothing. Ready.found holds the means (mean ablation) and the discovery docs
-    left out (`offsets`); Ready.headsets every configuration's head set, handed forward to the run."""
+def sweep_checks(spec, out: Path) -> Checks:
+    """A sweep's checks, declared for the corridor (vrh_lmms.runs.preflight.preflight runs them, cheapest first:
+    the task index and the backend import take seconds each). In the Ready it returns, Ready.found holds the means
+    (mean ablation) and the discovery docs left out (`offsets`); Ready.headsets every configuration's head set,
+    handed forward to the run."""
     # deferred: keeps `vrh-lmms report` free of torch
     from vrh_lmms.model.ablation import load_means, means_path_for
     from vrh_lmms.runs.doc_check import check_run_docs
@@ -108,10 +108,10 @@ def preflight(spec, out: Path, force: bool, lm=None) -> Ready:
     def docs(ready: Ready) -> None:  # every doc, before the folder or the weights
         check_run_docs(ready.task_manager, ready.tasks, spec.limit, offsets=ready.found["offsets"])
 
-    return run_checks(Checks("sweep", spec.model, spec.model_args, list(spec.tasks), spec.heads_file,
-                             head_args=INSTEAD, batch_size=spec.batch_size, configurations=spec.configurations,
-                             allow_cross_model=spec.allow_cross_model, settings=settings,
-                             with_heads_file=with_heads_file, job=job, docs=docs), force, lm=lm)
+    return Checks("sweep", spec.model, spec.model_args, list(spec.tasks), spec.heads_file, head_args=INSTEAD,
+                  batch_size=spec.batch_size, configurations=spec.configurations,
+                  allow_cross_model=spec.allow_cross_model, settings=settings, with_heads_file=with_heads_file,
+                  job=job, docs=docs)
 
 
 def discovery_offsets(spec, hf) -> dict[str, int]:

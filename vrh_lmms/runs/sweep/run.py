@@ -29,6 +29,7 @@ from vrh_lmms.base.heads.plan import Configuration, carried_pool, check_headsets
 from vrh_lmms.base.heads.spec import HeadSet
 from vrh_lmms.harness import sweep_engine as engine
 from vrh_lmms.runs.checks import dead_head_names, dead_heads_of
+from vrh_lmms.runs.preflight import preflight
 from vrh_lmms.runs.runner import Job
 from vrh_lmms.runs.sweep import checks, control_docs
 from vrh_lmms.runs.sweep.exclusion import exclusion_record
@@ -112,7 +113,7 @@ def run_sweep(spec: SweepSpec, output: str | Path, force: bool = False, lm=None,
     budget = engine.CacheBudget(engine.cache_bytes()) if fast else None  # VRH_SWEEP_CACHE, checked before the load
     control_docs.check_control_docs(spec.control_docs)
     distributed.ensure_group()
-    ready = checks.preflight(spec, out, force, lm=lm)  # nothing is written before every check has passed
+    ready = preflight(checks.sweep_checks(spec, out), force, lm=lm)  # nothing is written before every check passed
     sweep = _Sweep(spec, out, ready, fast=engine.check_fast_engine(spec.engine), budget=budget)  # its seam too
     sweep.draw_control_docs()
     if sweep.claim(lm):  # the folder, the manifest; False when every configuration is done (no model loads)
