@@ -11,9 +11,9 @@ import pytest
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.cli import main
 from vrh_lmms.harness import lmms, preload
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
 

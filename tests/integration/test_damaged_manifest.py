@@ -16,10 +16,10 @@ from support.sweep_files import TASK, make_docs, sample_line, vrh_block, write_c
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import Geometry
 from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
+from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.cli import main
 from vrh_lmms.runs.runner import Runner
 from vrh_lmms.runs.sweep.checks import sweep_job
-from vrh_lmms.runs.sweep.plan import plan_configurations
 from vrh_lmms.runs.sweep.run import SweepSpec, describe_configurations, manifest_fields
 
 CONFIGS = plan_configurations([2], random_seeds=2, layer_matched=False, modes=["zero"])
