@@ -8,7 +8,7 @@ import re
 import pytest
 
 from vrh_lmms import cli
-from vrh_lmms.cli.commands.options import default_text
+from vrh_lmms.cli.help_format import default_text
 
 
 def _options_with_defaults(parser: argparse.ArgumentParser):
@@ -103,7 +103,7 @@ def test_every_option_has_help_and_a_default_and_no_module_path(parser):
 
 def test_the_help_walk_sees_each_kind_of_problem():
     """The control: a parser with one option of each fault, and one good option, is read as such."""
-    from vrh_lmms.cli.commands.options import DefaultsHelpFormatter
+    from vrh_lmms.cli.help_format import DefaultsHelpFormatter
 
     p = argparse.ArgumentParser(formatter_class=DefaultsHelpFormatter)
     p.add_argument("--seed", type=int, default=0)
@@ -133,7 +133,7 @@ def _sections(sub: argparse.ArgumentParser) -> dict[str, list[str]]:
 def test_long_commands_show_their_options_under_headings(parser):
     """A command with 15 options or more lists them under headings (argparse argument groups), every option once;
     a short one keeps one list; parsing is unchanged."""
-    from vrh_lmms.cli.commands.options import LONG_HELP, SECTIONS
+    from vrh_lmms.cli.help_format import LONG_HELP, SECTIONS
 
     titles = [t for t, _ in SECTIONS]
     long_ones = []

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from vrh_lmms.base import gc_startup, runfile
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.cli.commands.options import DefaultsHelpFormatter, add_wait_option, sectioned_if_long
+from vrh_lmms.cli.commands.options import add_wait_option
+from vrh_lmms.cli.help_format import DefaultsHelpFormatter, sectioned_if_long
 from vrh_lmms.harness.distributed import close_group, error_prefix, is_main, world_size
 
 
