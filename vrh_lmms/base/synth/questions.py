@@ -29,17 +29,14 @@ def vqa_question(scene: Scene, task: str, rng: np.random.Generator, cfg: SceneCo
     objs = scene.objects
     colours = [o.colour for o in objs]
     shapes = [o.shape for o in objs]
-    if task == "colour":  # of an object whose shape is unique
-        cands = [i for i, s in enumerate(shapes) if shapes.count(s) == 1]
+    if task in ("colour", "shape"):  # of an object whose other attribute (shape, colour) is unique
+        named_by = shapes if task == "colour" else colours
+        cands = [i for i, v in enumerate(named_by) if named_by.count(v) == 1]
         if not cands:
             return None
         i = int(rng.choice(cands))
-        return Question("colour", f"What colour is the {shapes[i]} ?", [colours[i]], i)
-    if task == "shape":  # of an object whose colour is unique
-        cands = [i for i, c in enumerate(colours) if colours.count(c) == 1]
-        if not cands:
-            return None
-        i = int(rng.choice(cands))
+        if task == "colour":
+            return Question("colour", f"What colour is the {shapes[i]} ?", [colours[i]], i)
         return Question("shape", f"What shape is the {colours[i]} object ?", [shapes[i]], i)
     if task == "count":
         if rng.random() < 0.5:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from vrh_lmms.cli.commands.options import add_model_options
+from vrh_lmms.cli.commands.options import add_generation_options, add_model_options
 from vrh_lmms.runs.maps.capture import ROWS
 
 
@@ -23,9 +23,7 @@ def add_map_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threshold", default="mean",
                         help="locator: keep cells >= the smoothed map's mean (default 'mean'), or >= this fraction "
                              "of its maximum (e.g. 0.5)")
-    parser.add_argument("--gen-kwargs", default=None,
-                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
-    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
+    add_generation_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (lmms-eval's --seed)")
     parser.add_argument("--output", required=True, help="output folder")
     parser.add_argument("--force", action="store_true",

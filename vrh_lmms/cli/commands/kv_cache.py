@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from vrh_lmms.cli.commands.options import add_model_options
+from vrh_lmms.cli.commands.options import add_generation_options, add_model_options
 from vrh_lmms.model.kvcache.policy import RECENT, SINK
 
 
@@ -29,9 +29,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recent", type=int, default=RECENT,
                         help=f"last prompt positions always kept (default {RECENT})")
     parser.add_argument("--limit", type=int, default=None, help="docs per task (default all)")
-    parser.add_argument("--gen-kwargs", default=None,
-                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
-    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
+    add_generation_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed, and the seed of the accuracy intervals")
     parser.add_argument("--output", required=True, help="output folder")
     parser.add_argument("--force", action="store_true",

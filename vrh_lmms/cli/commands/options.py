@@ -52,3 +52,10 @@ def add_wait_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--wait", action="store_true",
                         help="if another vrh-lmms run holds the output, wait for it to end (default: refuse, naming "
                              "it)")
+
+
+def add_generation_options(parser: argparse.ArgumentParser) -> None:
+    """--gen-kwargs and --allow-cross-model, for the commands that generate with a heads file's heads."""
+    parser.add_argument("--gen-kwargs", default=None,
+                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
+    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")

@@ -6,7 +6,13 @@ import argparse
 
 from vrh_lmms.base import console
 from vrh_lmms.base.heads.plan import parse_int_list
-from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
+from vrh_lmms.cli.commands.options import (
+    add_control_options,
+    add_draw_options,
+    add_generation_options,
+    add_model_options,
+    plan_flags,
+)
 from vrh_lmms.harness import distributed
 from vrh_lmms.report.interventions import write_patching_report
 from vrh_lmms.runs.interventions.patch_run import DIRECTIONS, PatchSpec, run_patching
@@ -36,10 +42,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_control_options(parser, "also control head sets per k")
     parser.add_argument("--limit", type=float, default=None,
                         help="docs per task evaluated to form pairs (default: all)")
-    parser.add_argument("--gen-kwargs", default=None,
-                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
+    add_generation_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
-    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--output", required=True, help="patching folder (resumed if it holds the same run)")
     parser.add_argument("--force", action="store_true", help="discard a different run found in --output")
 

@@ -7,7 +7,13 @@ import argparse
 from vrh_lmms.base import console
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads.plan import parse_int_list, plan_configurations
-from vrh_lmms.cli.commands.options import add_control_options, add_draw_options, add_model_options, plan_flags
+from vrh_lmms.cli.commands.options import (
+    add_control_options,
+    add_draw_options,
+    add_generation_options,
+    add_model_options,
+    plan_flags,
+)
 from vrh_lmms.harness import distributed
 from vrh_lmms.report.interventions import write_steering_report
 from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
@@ -34,11 +40,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=1,
                         help="docs per generate call (default 1; larger batches need a backend that looks docs up in "
                              "batch order, which is checked)")
-    parser.add_argument("--gen-kwargs", default=None,
-                        help="lmms-eval generation kwargs, e.g. max_new_tokens=16 (default: the task's own)")
+    add_generation_options(parser)
     parser.add_argument("--seed", type=int, default=0, help="evaluator seed (default 0)")
     parser.add_argument("--distractor-seed", type=int, default=0, help="seed of the per-doc distractor draw")
-    parser.add_argument("--allow-cross-model", action="store_true", help="use a heads file of another geometry")
     parser.add_argument("--output", required=True, help="steering folder (resumed if it holds the same run)")
     parser.add_argument("--force", action="store_true", help="discard a different run found in --output")
 

@@ -71,12 +71,4 @@ def internvl_remote_grid(w: int, h: int, tile: int, min_num: int = 1, max_num: i
                  if min_num <= i * j <= max_num)
     ordered = sorted(ratios, key=lambda x: x[0] * x[1])
     candidates = set(ordered) if order == "set" else ordered  # the set is rebuilt from the sorted list, as there
-    aspect, area = w / h, w * h
-    best_diff, best = float("inf"), (1, 1)
-    for ratio in candidates:
-        diff = abs(aspect - ratio[0] / ratio[1])
-        if diff < best_diff:
-            best_diff, best = diff, ratio
-        elif diff == best_diff and area > 0.5 * tile * tile * ratio[0] * ratio[1]:
-            best = ratio
-    return best
+    return _closest_aspect_ratio(w / h, candidates, w, h, tile)
