@@ -60,7 +60,7 @@ TABLE: tuple[Command, ...] = (
     Command("report", "report", "statistics, tables and plots from sweep or lmms-eval output folders",
             "Read results", quiet=True),
     Command("explore", "explore", "write a run's explorer page: heads, their attention, docs and boxes, drops",
-            "Read results", output=None),
+            "Read results"),
     Command("heads", "heads", "show a heads file or resolve a head spec against it", "Read results", output=None),
     Command("compare-heads", "compare_heads", "top-k overlap (vs chance), Jaccard and Spearman between heads files",
             "Read results"),

@@ -104,14 +104,17 @@ def _config_block(cfg: dict, rows: dict[str, dict] | None, doc_ids: list[str]) -
 
 
 def group_block(group: dict, roots: Sequence[Path], index: int) -> tuple[dict[str, Any], list[str]]:
-    """One model x task: its docs (from the baseline's sample file), every configuration's outcomes per doc, and the
-    report's k-curve rows; the notes name sample files that could not be found."""
+    """One model x task: its docs (from the baseline's sample file, or the first configuration's in a group that has
+    no baseline run), every configuration's outcomes per doc, and the report's k-curve rows; the notes name sample
+    files that could not be found."""
     notes: list[str] = []
-    base_cfg = group["baseline"]
+    cfgs = [c for c in (group.get("baseline"), *group["configs"]) if c]
+    base_cfg = cfgs[0] if cfgs else {}
     base_path = resolve(base_cfg.get("samples"), roots)
     base_rows = _sample_rows(base_path) if base_path else {}
     if base_path is None:
-        notes.append(f"{group['model']} / {group['task']}: the baseline's sample file {base_cfg.get('samples')} is "
+        whose = "the baseline's" if base_cfg is group.get("baseline") else "its"
+        notes.append(f"{group['model']} / {group['task']}: {whose} sample file {base_cfg.get('samples')} is "
                      f"not here; the docs are left out")
     doc_ids = sorted(base_rows, key=lambda d: (0, int(d)) if d.lstrip("-").isdigit() else (1, d))
     docs = {"id": doc_ids, "expr": [], "image_id": [], "gt": [], "size": [], "task": group["task"]}
@@ -124,7 +127,7 @@ def group_block(group: dict, roots: Sequence[Path], index: int) -> tuple[dict[st
         size = record.get("image_size")
         docs["size"].append([int(v) for v in size] if isinstance(size, list) and len(size) == 2 else None)
     configs, missing = [], []
-    for cfg in [base_cfg, *group["configs"]]:
+    for cfg in cfgs:
         path = resolve(cfg.get("samples"), roots) if cfg is not base_cfg else base_path
         rows = base_rows if cfg is base_cfg else (_sample_rows(path) if path else None)
         if path is None and cfg is not base_cfg:

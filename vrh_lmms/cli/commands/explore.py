@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from vrh_lmms.base import console
+from vrh_lmms.base import console, folder_lock
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.report.explorer import write_explorer, write_heads_explorer
 
@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
         if args.output:
             raise VRHError("--output is for a heads file; a report's page is its folder's explorer.html")
         folder = report_folder(root)
-        path = write_explorer(folder, roots=[root], title=args.title)
+        with folder_lock.held(folder, "vrh-lmms explore", wait=args.wait):  # a report run may be writing it
+            path = write_explorer(folder, roots=[root], title=args.title)
         what = "the run's heads, docs and drops as one page"
     size = path.stat().st_size / 1e6
     console.print_summary(console.files_table("Explorer written", [
