@@ -122,8 +122,9 @@ def test_two_sweeps_never_mix_and_an_interrupted_one_is_not_reported_as_whole(ti
     scores = np.random.default_rng(2).random((2, 4))
     save_heads_file(HeadsFile({"id": str(tiny_qwen25), "family": "qwen2_5_vl"}, Geometry(2, 4, 2, 16), scores,
                               ranking_from_scores(scores)), other)
-    # long enough to outlast the second command's start-up: 51 configurations, each generating on its own
-    slow = ["--random-seeds", "12", "--pack", "1"]
+    # long enough to outlast the second command's start-up: about 240 configurations, each generating on its own (51 ran
+    # out within a loaded machine's start-up of the second command, which then found every configuration done)
+    slow = ["--random-seeds", "60", "--pack", "1"]
     first = subprocess.Popen(sweep_cmd(tiny_qwen25, heads, out) + slow, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, start_new_session=True)
     try:
