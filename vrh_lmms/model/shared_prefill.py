@@ -119,8 +119,9 @@ def _rows_arg(name: str, value: Any, rows: int, index: torch.Tensor) -> Any:
             return _take(value, index, 0)
         if value.shape[0] == 1:
             return value
-    if name in ("position_ids", "position_part") and value.dim() >= 2:
-        # (rows, seq[, dim]) or, for multimodal rotary positions, (sections, rows, seq[, dim])
+    if name in ("position_ids", "position_part", "position_embeddings") and value.dim() >= 2:
+        # (rows, seq[, dim]) or, for multimodal rotary positions, (sections, rows, seq[, dim]); position_embeddings
+        # as one tensor: Llama 4's complex rotary factors (rows, seq, dim / 2)
         mrope = value.dim() == (3 if name == "position_ids" else 4)
         axis = 1 if mrope else 0
         if value.shape[axis] == rows:
