@@ -176,3 +176,18 @@ def test_lmms_evals_import_leaves_the_truncated_image_flag_as_it_was(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) is False
+
+
+def test_steering_reads_every_doc_before_its_folder_or_the_model(tiny_qwen25, tmp_path, vrh_env, no_model_load):
+    """Steer and patch run the same docs check as the sweep (images opened and decoded, boxes inside the image)."""
+    from vrh_lmms.runs.interventions.steer_run import SteerSpec, plan_steering, run_steering
+
+    _data(tmp_path, vrh_env, _image(b"GIF89a not really"))
+    sweep = _sweep(tiny_qwen25, tmp_path)
+    spec = SteerSpec(model=sweep.model, model_args=sweep.model_args, tasks=[TASK], heads_file=sweep.heads_file,
+                     configurations=plan_steering(sweep.configurations, [4.0]), limit=3)
+    out = tmp_path / "steer"
+    with pytest.raises(VRHError, match=f"{TASK}: VRH_REFCOCO_DATA: {ROW_1} is unreadable") as err:
+        run_steering(spec, out, progress=False)
+    assert "\n" not in str(err.value)
+    assert not out.exists()

@@ -41,4 +41,4 @@ def intervention_checks(spec, command: str, job: Job, configurations: Sequence) 
     return Checks(command, spec.model, spec.model_args, list(spec.tasks), spec.heads_file, needs_heads_file=True,
                   head_args=intact, batch_size=getattr(spec, "batch_size", 1), configurations=configurations,
                   allow_cross_model=spec.allow_cross_model, settings=settings, job=lambda ready: job,
-                  docs=every_doc(spec.limit, read=False))
+                  docs=every_doc(spec.limit))
