@@ -24,6 +24,7 @@ import torch
 from lmms_eval.models.simple.llava_hf import VICUNA_CHAT_TEMPLATE
 from oracles.reference_ablation import reference_ablation
 from PIL import Image
+from support.family_checks import check_discovery_end_to_end
 from support.wrappers import model_inputs, recorded_generate, run, scene_docs
 
 from vrh_lmms.base.boxes.known import CONVENTIONS
@@ -401,27 +402,5 @@ def test_box_conventions_read_each_family_format():
                                              ("vrh_gemma3", "gemma3"), ("vrh_smolvlm", "idefics3"),
                                              ("vrh_mistral3", "mistral3"), ("vrh_llama4", "llama4")])
 def test_discovery_end_to_end(model_id, family, tiny_checkpoints, tmp_path, monkeypatch):
-    """vrh_synth_grounding through lmms-eval's evaluator and the family's wrapper: a complete heads file, box tokens
-    found among the image tokens, mass on the box never above the mass on the image."""
-    from vrh_lmms.base.heads.heads_file import load_heads_file
-    from vrh_lmms.harness import lmms
-    from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
-    from vrh_lmms.runs.discovery.scoring import all_cells
-    from vrh_lmms.runs.discovery.store import PartStore
-
-    monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 2, "seed": 7, "scene": {"image_size": 168}}))
-    args = f"pretrained={tiny_checkpoints(family)},dtype=float32"
-    lm = lmms.build_model(model_id, args)
-    out = tmp_path / "heads.json"
-    run_discovery(DiscoverySpec(model=model_id, model_args=args, tasks=["vrh_synth_grounding"], output=str(out),
-                                limit=2, gen_kwargs="max_new_tokens=6"), lm=lm)
-    hf = load_heads_file(out)
-    assert hf.model["family"] == family and hf.geometry == lm.vrh_decoder.geometry
-    assert hf.scoring["n_samples"] == 2 and set(hf.cells) == set(all_cells())
-    store = PartStore(sidecars(out)["parts"])
-    assert store.keys()
-    for key in store.keys():
-        meta = store.read(key).meta
-        assert meta["n_image_tokens"] > 0 and meta["n_box_tokens"] >= 1 and meta["rows"]["in"] >= 1, meta
-    assert np.nanmax(np.asarray(hf.cells["out,sum,mean"]["scores"])) <= 1 + 1e-6
+    """vrh_synth_grounding through lmms-eval's evaluator and the family's wrapper (support.family_checks)."""
+    check_discovery_end_to_end(model_id, family, tiny_checkpoints(family), tmp_path, monkeypatch)
