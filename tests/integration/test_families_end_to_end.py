@@ -24,7 +24,7 @@ import torch
 from lmms_eval.models.simple.llava_hf import VICUNA_CHAT_TEMPLATE
 from oracles.reference_ablation import reference_ablation
 from PIL import Image
-from support.family_checks import check_discovery_end_to_end
+from support.family_checks import check_answers_depend_on_image_and_heads, check_discovery_end_to_end
 from support.wrappers import model_inputs, recorded_generate, run, scene_docs
 
 from vrh_lmms.base.boxes.known import CONVENTIONS
@@ -202,28 +202,7 @@ def test_ablated_logits_equal_eager_reference(case, tiny_checkpoints):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_tiny_answers_depend_on_image_and_heads(family, tiny_checkpoints):
     """Six scenes, one prompt: at least four different answers; ablating two heads changes some answer."""
-    model, processor = load_tiny(tiny_checkpoints(family))
-    docs = scene_docs(6)
-
-    def answers() -> list[str]:
-        out = []
-        for doc in docs.values():
-            text = render_prompt(processor, scene_messages("the object", doc["image"]))
-            batch = as_float32(processor(text=[text], images=[doc["image"]], return_tensors="pt"))
-            with torch.no_grad():
-                ids = model.generate(**batch, max_new_tokens=5, do_sample=False)
-            out.append(processor.tokenizer.decode(ids[0, batch["input_ids"].shape[1]:]))
-        return out
-
-    plain = answers()
-    assert len(set(plain)) >= 4, plain
-    from vrh_lmms.base.heads.spec import HeadSet
-    from vrh_lmms.model.ablation import Ablator
-    from vrh_lmms.model.backbone import locate_decoder
-
-    ablator = Ablator(model, locate_decoder(model))
-    ablator.apply(HeadSet(heads=(HeadRef(0, 1), HeadRef(1, 0)), spec=HEADS, kind="explicit", k=2), mode="zero")
-    assert answers() != plain
+    check_answers_depend_on_image_and_heads(tiny_checkpoints(family), max_new_tokens=5, prepare=as_float32)
 
 
 def test_tiny_gemma3_and_llama4_exercise_their_attention_masks(tiny_checkpoints):

@@ -70,8 +70,9 @@ def check_ablated_logits_equal_eager_reference(wrapper_cls, ckpt: str) -> dict[s
     return inputs
 
 
-def check_answers_depend_on_image_and_heads(ckpt: str) -> None:
-    """Six scenes, one prompt: at least four different answers; ablating two heads changes some answer."""
+def check_answers_depend_on_image_and_heads(ckpt: str, max_new_tokens: int = 4, prepare=lambda batch: batch) -> None:
+    """Six scenes, one prompt: at least four different answers; ablating two heads changes some answer. `prepare`:
+    what the processor's batch needs before generate (e.g. as_float32 where its pixels come in another dtype)."""
     from vrh_lmms.base.heads.spec import HeadSet
     from vrh_lmms.model.ablation import Ablator
     from vrh_lmms.model.backbone import locate_decoder
@@ -83,9 +84,9 @@ def check_answers_depend_on_image_and_heads(ckpt: str) -> None:
         out = []
         for doc in docs.values():
             text = render_prompt(processor, scene_messages("the object", doc["image"]))
-            batch = processor(text=[text], images=[doc["image"]], return_tensors="pt")
+            batch = prepare(processor(text=[text], images=[doc["image"]], return_tensors="pt"))
             with torch.no_grad():
-                ids = model.generate(**batch, max_new_tokens=4, do_sample=False)
+                ids = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False)
             out.append(processor.tokenizer.decode(ids[0, batch["input_ids"].shape[1]:]))
         return out
 
