@@ -15,6 +15,7 @@ always found through its layer list, never by searching for the name `o_proj`: v
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,8 +30,21 @@ def resolve_ref(ref: str | Callable) -> Any:
     if not isinstance(ref, str):
         return ref
     module, _, attr = ref.partition(":")
-    obj = importlib.import_module(module)
+    try:
+        obj = importlib.import_module(module)
+    except ImportError as exc:
+        if "transformers" not in str(exc):
+            raise
+        raise VRHError(f"{module} needs a newer transformers than the installed {_installed('transformers')}: "
+                       f"{str(exc).splitlines()[0]}") from None
     return getattr(obj, attr) if attr else obj
+
+
+def _installed(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "(none)"
 
 
 @dataclass(frozen=True)

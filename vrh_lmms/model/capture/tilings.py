@@ -310,9 +310,20 @@ UNREGISTERED_LAYOUTS: dict[str, Builder] = {"deepseek_vl": deepseek_vl_padded}
 def _builders() -> dict[str, Builder]:
     rows = dict(UNREGISTERED_LAYOUTS)
     for fam in FAMILIES.values():
-        if fam.layout and fam.layout_builder is not None:
-            rows.setdefault(fam.layout, resolve_ref(fam.layout_builder))
+        if fam.layout and fam.layout_builder is not None and fam.layout not in rows:
+            try:
+                rows[fam.layout] = resolve_ref(fam.layout_builder)
+            except VRHError as exc:  # a builder the installed transformers cannot import: refused when used
+                rows[fam.layout] = _refusing(str(fam.layout_builder).rpartition(":")[2], str(exc))
     return rows
+
+
+def _refusing(name: str, message: str) -> Builder:
+    """A builder that says, when called, why it cannot run here (so one family's newer needs block no other)."""
+    def builder(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
+        raise VRHError(message)
+    builder.__name__ = name
+    return builder
 
 
 # layout name -> builder, derived from the family registry (vrh_lmms.base.families)

@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 import torch
-from transformers.image_processing_utils import SizeDict
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model.capture.tilings import Block, Grid, _need, back, llava_next_anyres, spans
@@ -114,6 +113,7 @@ def pixtral_rows(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
 # are several, the whole image squashed to one tile. Canvas choice: transformers' own get_best_fit.
 def llama4_tiles(w: int, h: int, extras: dict[str, Any]) -> list[Block]:
     # deferred: optional dependency (transformers releases before Llama 4 lack its image processor)
+    from transformers.image_processing_utils import SizeDict
     from transformers.models.llama4.image_processing_llama4 import (
         find_supported_resolutions,
         get_best_fit,

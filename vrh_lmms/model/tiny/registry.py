@@ -27,9 +27,10 @@ def build_tiny(family: str, out_dir: str | Path, seed: int = 0, force: bool = Fa
 
     if family not in TINY_FACTORIES:
         raise VRHError(unknown_name("tiny family", family, TINY_FACTORIES))
+    factory = FAMILIES[family].tiny_factory()  # before the folder: a factory this transformers lacks is refused first
     out = Path(out_dir)
     owned.prepare_output(out, owned.listing_layout(out), force=force, what="a tiny checkpoint", option="OUT_DIR")
-    path = FAMILIES[family].tiny_factory()(out, seed=seed, **overrides)
+    path = factory(out, seed=seed, **overrides)
     atomic.follow_umask_tree(out)  # save_pretrained writes its safetensors 0600
     owned.write_listing(out)
     return path

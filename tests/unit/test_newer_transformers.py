@@ -1,0 +1,52 @@
+"""A family whose code needs a newer transformers than the installed one is refused in one line when used, and
+blocks no other family (the oldest supported set, transformers 5.0, lacks Molmo 2, Llama 4's processor, ...)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import resolve_ref
+from vrh_lmms.model.capture import tilings
+
+
+def _missing_in_transformers(name: str, *args, **kwargs):
+    raise ImportError("cannot import name 'Molmo9Config' from 'transformers' (/x/transformers/__init__.py)")
+
+
+def test_a_name_missing_from_transformers_is_one_line_naming_the_module_and_version(monkeypatch):
+    monkeypatch.setattr(importlib, "import_module", _missing_in_transformers)
+    with pytest.raises(VRHError) as err:
+        resolve_ref("vrh_lmms.model.tiny.molmo9:build")
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "vrh_lmms.model.tiny.molmo9 needs a newer transformers than the installed" in msg
+    assert "Molmo9Config" in msg
+
+
+def test_other_import_errors_pass_through(monkeypatch):
+    def missing(name, *a, **k):
+        raise ImportError("No module named 'somewhere_else'")
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    with pytest.raises(ImportError, match="somewhere_else"):
+        resolve_ref("pkg.mod:attr")
+
+
+def test_one_layout_builder_this_transformers_lacks_leaves_the_others_working(monkeypatch):
+    real = tilings.resolve_ref
+
+    def lacking_llama4(ref):
+        if "llama4" in str(ref):
+            raise VRHError("vrh_lmms.model.capture.tilings_crops needs a newer transformers than the installed 5.0.0")
+        return real(ref)
+
+    monkeypatch.setattr(tilings, "resolve_ref", lacking_llama4)
+    builders = dict(tilings.BUILDERS)
+    assert builders["llama4"].__name__ == "llama4_tiles"
+    with pytest.raises(VRHError, match="needs a newer transformers"):
+        builders["llama4"](336, 336, {})
+    assert builders["llava_next"].__name__ == "llava_next_anyres"
+    assert builders["qwen2_5_vl"] is tilings.merged_patch_grid
