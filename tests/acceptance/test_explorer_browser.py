@@ -26,7 +26,7 @@ pytestmark = [pytest.mark.browser,
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("demo") / "run"
-    run_demo_cli(out)
+    run_demo_cli(out, "--n-eval", "24", "--n-discovery", "16")  # a small run: the page, not the figures, is tested
     return out
 
 
