@@ -26,7 +26,7 @@ from pathlib import Path
 TASK = "vrh_synth_grounding"
 QWEN_PIXELS = f"min_pixels={28 * 28 * 16},max_pixels={28 * 28 * 16}"
 # family -> extra model args: Qwen-style processors are held to a small image, as the tests do
-EXTRA = {"qwen2_5_vl": QWEN_PIXELS, "qwen3_vl": QWEN_PIXELS, "qwen2_5_omni": QWEN_PIXELS}
+EXTRA = {"qwen2_5_vl": QWEN_PIXELS, "qwen3_vl": QWEN_PIXELS}
 
 
 def sweep_files(out: Path) -> dict[str, tuple]:
