@@ -1,0 +1,81 @@
+"""Tiny random-weight Qwen3.5 checkpoints: dense (`Qwen3_5ForConditionalGeneration`) and MoE
+(`Qwen3_5MoeForConditionalGeneration`, `moe=True`).
+
+Modelled on Qwen/Qwen3.5-*: Qwen3-VL's vision tower (16 px patches merged 2 x 2 into 32 px cells, learned position
+embeddings, no DeepStack) and processor (`Qwen3VLProcessor` with `Qwen2VLImageProcessor`); a hybrid text decoder
+whose layers are Gated DeltaNet linear attention (no softmax heads) except every `full_attention_interval`-th one,
+which is gated softmax attention with QK-norm and partial interleaved M-RoPE. The published decoders put a
+full-attention layer every 4th layer (3 linear, then 1 full); the tiny one keeps the pattern at interval 2 over 4
+layers (linear, full, linear, full), so head indices are real decoder layer indices (L1, L3) and a linear layer
+comes first. The MoE text replaces every MLP by routed experts plus a gated shared expert (2 of 4 experts here).
+The chat template is Qwen3-VL's with Qwen3.5's thinking switch at the generation prompt (`enable_thinking`, on by
+default: `<think>\\n` opens the answer; off: an empty `<think>\\n\\n</think>\\n\\n` block); the published template
+was not available offline.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from transformers import (
+    Qwen3_5Config,
+    Qwen3_5ForConditionalGeneration,
+    Qwen3_5MoeConfig,
+    Qwen3_5MoeForConditionalGeneration,
+)
+
+from vrh_lmms.model.tiny.common import DEFAULT_TEXT, chat_template
+from vrh_lmms.model.tiny.qwen3_vl import make_processor, make_tokenizer
+from vrh_lmms.model.tiny.sensitive import save_sensitive
+
+VISION = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
+          "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64}
+# 4 layers, a full-attention layer every 2nd (published: every 4th); Gated DeltaNet heads of the linear layers
+TEXT = {"num_hidden_layers": 4, "layer_types": ["linear_attention", "full_attention"] * 2,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 8,
+        "linear_conv_kernel_dim": 4}
+MOE = {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32}
+# partial rotary (published 0.25 of 256; here 0.5 of 16 = 8 dims, 4 frequencies split t/h/w 2/1/1, interleaved)
+ROPE = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.5, "mrope_section": [2, 1, 1],
+        "mrope_interleaved": True}
+CHAT_TEMPLATE = chat_template("qwen3_5")
+
+
+def qwen3_5_tokenizer(extra_words: tuple[str, ...] = ()):
+    tok = make_tokenizer(extra_words)
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def qwen3_5_processor(tokenizer, **kwargs):
+    """Qwen3.5's processor: Qwen3-VL's (16 px patches, 2 x 2 merge, mean = std = 0.5) with its chat template."""
+    processor = make_processor(tokenizer, **kwargs)
+    processor.chat_template = CHAT_TEMPLATE
+    return processor
+
+
+def build(out_dir: str | Path, seed: int = 0, *, moe: bool = False, text: dict[str, Any] | None = None,
+          vision: dict[str, Any] | None = None, extra_words: tuple[str, ...] = (),
+          processor_kwargs: dict[str, Any] | None = None) -> Path:
+    """Write a complete tiny Qwen3.5 checkpoint (config, weights, tokenizer, processor, template); `moe=True`: the
+    Qwen3.5-MoE classes (model_type qwen3_5_moe)."""
+    tok = qwen3_5_tokenizer(extra_words)
+    ids = tok.convert_tokens_to_ids
+    text_cfg = {**DEFAULT_TEXT, **TEXT, **(MOE if moe else {}), **(text or {}), "vocab_size": len(tok),
+                "max_position_embeddings": 4096, "rope_parameters": dict(ROPE), "bos_token_id": ids("<|endoftext|>"),
+                "eos_token_id": ids("<|im_end|>"), "pad_token_id": ids("<|endoftext|>")}
+    vision_cfg = {**VISION, **(vision or {}), "out_hidden_size": text_cfg["hidden_size"]}
+    config_cls, model_cls = ((Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration) if moe
+                             else (Qwen3_5Config, Qwen3_5ForConditionalGeneration))
+    config = config_cls(text_config=text_cfg, vision_config=vision_cfg, image_token_id=ids("<|image_pad|>"),
+                        video_token_id=ids("<|video_pad|>"), vision_start_token_id=ids("<|vision_start|>"),
+                        vision_end_token_id=ids("<|vision_end|>"), tie_word_embeddings=False)
+    processor = qwen3_5_processor(tok, **(processor_kwargs or {}))
+    return save_sensitive(out_dir, seed, model_cls, config, processor, tok, stop_tokens=("<|im_end|>",),
+                          pad_token="<|endoftext|>", never_generate=("<|image_pad|>", "<|video_pad|>"))
+
+
+def build_moe(out_dir: str | Path, seed: int = 0, **overrides) -> Path:
+    """A tiny Qwen3.5-MoE checkpoint (`build(..., moe=True)`): the factory of family `qwen3_5_moe`."""
+    return build(out_dir, seed, moe=True, **overrides)
