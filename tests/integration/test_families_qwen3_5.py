@@ -1,0 +1,192 @@
+"""Qwen3.5, dense and MoE: `vrh_qwen3_5` over lmms-eval's `qwen3_5` backend (class chosen from the config), tiny
+Qwen3_5 / Qwen3_5MoeForConditionalGeneration with a hybrid decoder (Gated DeltaNet layers 0 and 2, full attention in
+1 and 3) that answer per image and per head set, the image-token layout against the real processor at the published
+settings, the box format read in its convention, and discovery end to end; every model check runs on both kinds.
+
+- heads=none answers equal the unwrapped lmms-eval backend's;
+- ablated logits (on the exact inputs the backend passed to generate) equal the independent reference: eager
+  attention with the heads' outputs zeroed; heads keep their decoder layer index (L1, L3), and a head of a
+  linear-attention layer is refused in one line;
+- the layout accounts for exactly the image tokens the real processor writes at Qwen3.5's published settings (and
+  after the backend's own resize) on 12 sizes, and the token -> cell mapping is checked by experiment.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from PIL import Image
+from support.wrappers import scene_docs
+
+from vrh_lmms.base.boxes.known import CONVENTIONS
+from vrh_lmms.base.families import get_family
+from vrh_lmms.model.capture.extras import layout_extras
+from vrh_lmms.model.capture.layouts import image_token_map
+from vrh_lmms.model.tiny.inputs import render_prompt, scene_messages
+
+torch.set_num_threads(1)
+
+FAMILY = "qwen3_5"
+HEADS = "L1H1;L3H0"  # full-attention layers of the tiny decoder (0 and 2 are linear attention)
+NO_THINKING = {"enable_thinking": False}  # the backend's default opens a <think> block it strips the answer of
+
+
+@pytest.fixture(scope="module", params=["dense", "moe"])
+def kind(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def ckpt(kind, tiny_checkpoints, tmp_path_factory):
+    """The registered tiny Qwen3.5, and a tiny Qwen3.5-MoE (every MLP routed experts plus the shared one)."""
+    if kind == "dense":
+        return str(tiny_checkpoints(FAMILY))
+    from vrh_lmms.model.tiny.qwen3_5 import build_moe
+
+    return str(build_moe(tmp_path_factory.mktemp("tiny_qwen3_5_moe"), seed=0))
+
+
+def test_wrapper_registered_over_its_backend():
+    from lmms_eval.models.chat.qwen3_5 import Qwen3_5 as Chat
+    from lmms_eval.models.simple.qwen3_5 import Qwen3_5 as Simple
+
+    from vrh_lmms.model_wrappers.manifests import WRAPPERS
+    from vrh_lmms.model_wrappers.qwen3_5 import VRHQwen3_5, VRHQwen3_5Chat
+
+    assert WRAPPERS["vrh_qwen3_5"][1:] == ("VRHQwen3_5", "VRHQwen3_5Chat")
+    assert issubclass(VRHQwen3_5, Simple) and issubclass(VRHQwen3_5Chat, Chat) and not VRHQwen3_5Chat.is_simple
+    fam = get_family(FAMILY)
+    assert fam.model_types == ("qwen3_5", "qwen3_5_moe") and fam.layout == "qwen3_vl"
+    assert fam.box_convention == "qwen3_vl"
+
+
+def test_tiny_checkpoints_are_hybrid_and_moe(ckpt, kind):
+    """What the checks below run through is really there: linear-attention layers without softmax heads before and
+    between the full-attention ones, and routed experts in the MoE text."""
+    from vrh_lmms.model.tiny.inputs import load_tiny
+
+    model, _ = load_tiny(ckpt)
+    text = model.config.text_config
+    assert model.config.model_type == ("qwen3_5_moe" if kind == "moe" else "qwen3_5")
+    assert text.layer_types == ["linear_attention", "full_attention"] * 2
+    layers = model.model.language_model.layers
+    assert [hasattr(layer, "self_attn") for layer in layers] == [False, True, False, True]
+    assert [hasattr(layer, "linear_attn") for layer in layers] == [True, False, True, False]
+    assert all(hasattr(layer.mlp, "experts") == (kind == "moe") for layer in layers)
+
+
+def test_moe_checkpoint_loads_its_own_class_whatever_its_name(ckpt, kind, monkeypatch):
+    """lmms-eval's backend picks the MoE class only when the name contains `A<n>B`; the wrapper reads the config.
+    The model is not located: only the class the backend loaded is checked."""
+    import lmms_eval.models.simple.qwen3_vl as backend_module
+    from transformers import Qwen3_5ForConditionalGeneration, Qwen3_5MoeForConditionalGeneration
+
+    from vrh_lmms.model_wrappers.qwen3_5 import qwen3_5_class_from_config
+
+    expected = Qwen3_5MoeForConditionalGeneration if kind == "moe" else Qwen3_5ForConditionalGeneration
+    assert backend_module._resolve_model_class(ckpt, False)[0] is Qwen3_5ForConditionalGeneration  # the fault
+    with qwen3_5_class_from_config(ckpt):
+        assert backend_module._resolve_model_class(ckpt, False)[0] is expected
+        assert backend_module._resolve_model_class(ckpt, True)[0] is expected
+    assert backend_module._resolve_model_class(ckpt, True)[0] is Qwen3_5MoeForConditionalGeneration  # restored
+
+
+# ------------------------------------------------------------------------------------- layout vs processor
+SIZES = [(640, 480), (480, 640), (97, 131), (1000, 250), (250, 1000), (30, 30), (333, 334), (1200, 90),
+         (90, 700), (2000, 1500), (4000, 500), (3000, 3000)]
+# Qwen/Qwen3.5-*'s preprocessor_config.json: Qwen2VLImageProcessor, 16 px patches merged 2 x 2, 2 frames per
+# temporal patch, between 65,536 and 16,777,216 pixels (Qwen3-VL's settings)
+PUBLISHED_PIXELS = {"min_pixels": 64 * 32 * 32, "max_pixels": 16384 * 32 * 32}
+
+
+def _count_and_tile(processor, image: Image.Image, size: tuple[int, int], **call) -> int:
+    """The layout of one processed image: it must account for exactly the processor's image tokens (image_token_map
+    raises otherwise), and its cells must tile the original image; returns the token count."""
+    w, h = size
+    batch = processor(text=[render_prompt(processor, scene_messages("it", image))], images=[image],
+                      return_tensors="pt", **call)
+    extras = layout_extras(FAMILY, processor, batch, 0)
+    tmap = image_token_map(FAMILY, batch["input_ids"][0], (w, h), extras)
+    t, gh, gw = (int(v) for v in batch["image_grid_thw"][0])
+    image_id = processor.tokenizer.convert_tokens_to_ids("<|image_pad|>")
+    assert len(tmap.positions) == int((batch["input_ids"][0] == image_id).sum()) == t * gh * gw // 4
+    cells = tmap.cells
+    assert (cells[:, 0] >= 0).all() and (cells[:, 2] <= w + 1e-3).all()
+    assert (cells[:, 1] >= 0).all() and (cells[:, 3] <= h + 1e-3).all()
+    area = float(((cells[:, 2] - cells[:, 0]) * (cells[:, 3] - cells[:, 1])).sum())
+    assert math.isclose(area, w * h, rel_tol=1e-4), (size, area)
+    return len(tmap.positions)
+
+
+@pytest.mark.exact
+def test_layout_counts_equal_real_processor_at_published_settings(tiny_checkpoints):
+    """Qwen3VLProcessor with Qwen2VLImageProcessor at Qwen3.5's published settings, around the tiny tokenizer and
+    Qwen3.5's template: every size's image tokens are covered and its 32 px cells tile the image; the sizes reach
+    the pixel floor (64 cells) and large images far above it."""
+    from transformers import AutoTokenizer
+
+    from vrh_lmms.model.tiny.qwen3_5 import qwen3_5_processor
+
+    processor = qwen3_5_processor(AutoTokenizer.from_pretrained(tiny_checkpoints(FAMILY)), **PUBLISHED_PIXELS)
+    counts = [_count_and_tile(processor, Image.new("RGB", size, (90, 90, 90)), size) for size in SIZES]
+    assert min(counts) == 64 and max(counts) > 5000 and len(set(counts)) >= 10, counts
+
+
+@pytest.mark.exact
+def test_layout_counts_equal_the_backends_own_resize(tiny_checkpoints):
+    """lmms-eval's qwen3_5 backend resizes each image itself (qwen_vl_utils, 32 px factor, its default 64-128 cells)
+    and calls the processor with do_resize=False; the layout maps the resized grid back onto the original image."""
+    from qwen_vl_utils import process_vision_info
+    from transformers import AutoTokenizer
+
+    from vrh_lmms.model.tiny.qwen3_5 import qwen3_5_processor
+
+    processor = qwen3_5_processor(AutoTokenizer.from_pretrained(tiny_checkpoints(FAMILY)), **PUBLISHED_PIXELS)
+    counts = []
+    for size in SIZES:
+        item = {"type": "image", "image": Image.new("RGB", size, (90, 90, 90)), "min_pixels": 64 * 32 * 32,
+                "max_pixels": 128 * 32 * 32}
+        (resized,), _ = process_vision_info([[{"role": "user", "content": [item]}]], image_patch_size=16)
+        assert resized.size[0] % 32 == 0 and resized.size[1] % 32 == 0
+        counts.append(_count_and_tile(processor, resized, size, do_resize=False))
+    assert all(56 <= c <= 128 for c in counts) and len(set(counts)) >= 6, counts
+
+
+# ------------------------------------------------------------------------------------------- boxes
+def test_boxes_read_in_qwen3_convention():
+    """Qwen3.5 answers Qwen3-VL's JSON `bbox_2d` on a 0-1000 grid of the image (whatever size the model saw)."""
+    conv = CONVENTIONS[get_family(FAMILY).box_convention]
+    assert conv.prompt("the cat") == "Locate the cat in the image and output its bbox coordinates in JSON format."
+    box = conv.read_box('[{"bbox_2d": [250, 250, 750, 750], "label": "the cat"}]', (200, 100))
+    assert box.box == [50.0, 25.0, 150.0, 75.0] and box.n_boxes == 1
+
+
+# ------------------------------------------------------------------------------------------- answers
+def test_tiny_answers_depend_on_image(ckpt):
+    """Six scenes, one prompt: at least four different answers (the heads' part: after the hybrid decoder support)."""
+    from vrh_lmms.model.tiny.inputs import load_tiny
+
+    model, processor = load_tiny(ckpt)
+    out = []
+    for doc in scene_docs(6).values():
+        text = render_prompt(processor, scene_messages("the object", doc["image"]))
+        batch = processor(text=[text], images=[doc["image"]], return_tensors="pt")
+        with torch.no_grad():
+            ids = model.generate(**batch, max_new_tokens=5, do_sample=False)
+        out.append(processor.tokenizer.decode(ids[0, batch["input_ids"].shape[1]:]))
+    assert len(set(out)) >= 4, out
+
+
+def test_chat_template_switches_thinking():
+    """Qwen3.5's generation prompt opens a `<think>` block by default and closes an empty one when thinking is off
+    (what the backend's `enable_thinking` model arg passes to the template)."""
+    from vrh_lmms.model.tiny.qwen3_5 import qwen3_5_tokenizer
+
+    tok = qwen3_5_tokenizer()
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+    on = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    off = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
+    assert on.endswith("<|im_start|>assistant\n<think>\n")
+    assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
