@@ -18,7 +18,8 @@ import math
 import pytest
 import torch
 from PIL import Image
-from support.wrappers import scene_docs
+from support import family_checks as checks
+from support.wrappers import run, scene_docs
 
 from vrh_lmms.base.boxes.known import CONVENTIONS
 from vrh_lmms.base.families import get_family
@@ -40,12 +41,13 @@ def kind(request):
 
 @pytest.fixture(scope="module")
 def ckpt(kind, tiny_checkpoints, tmp_path_factory):
-    """The registered tiny Qwen3.5, and a tiny Qwen3.5-MoE (every MLP routed experts plus the shared one)."""
+    """The registered tiny Qwen3.5, and a tiny Qwen3.5-MoE (every MLP routed experts plus the shared one) in a
+    folder named as the hub names MoE checkpoints (`A<n>B`), which the unwrapped backend needs to load it."""
     if kind == "dense":
         return str(tiny_checkpoints(FAMILY))
     from vrh_lmms.model.tiny.qwen3_5 import build_moe
 
-    return str(build_moe(tmp_path_factory.mktemp("tiny_qwen3_5_moe"), seed=0))
+    return str(build_moe(tmp_path_factory.mktemp("tiny") / "Qwen3.5-tiny-A1B", seed=0))
 
 
 def test_wrapper_registered_over_its_backend():
@@ -86,7 +88,8 @@ def test_moe_checkpoint_loads_its_own_class_whatever_its_name(ckpt, kind, monkey
     from vrh_lmms.model_wrappers.qwen3_5 import qwen3_5_class_from_config
 
     expected = Qwen3_5MoeForConditionalGeneration if kind == "moe" else Qwen3_5ForConditionalGeneration
-    assert backend_module._resolve_model_class(ckpt, False)[0] is Qwen3_5ForConditionalGeneration  # the fault
+    # the fault: the class follows the name (this folder says A1B for the MoE checkpoint), not the config
+    assert backend_module._resolve_model_class(ckpt, False)[0] is Qwen3_5ForConditionalGeneration
     with qwen3_5_class_from_config(ckpt):
         assert backend_module._resolve_model_class(ckpt, False)[0] is expected
         assert backend_module._resolve_model_class(ckpt, True)[0] is expected
@@ -164,19 +167,56 @@ def test_boxes_read_in_qwen3_convention():
 
 
 # ------------------------------------------------------------------------------------------- answers
-def test_tiny_answers_depend_on_image(ckpt):
-    """Six scenes, one prompt: at least four different answers (the heads' part: after the hybrid decoder support)."""
-    from vrh_lmms.model.tiny.inputs import load_tiny
+def test_tiny_answers_depend_on_image_and_heads(ckpt):
+    """Six scenes, one prompt: at least four different answers; ablating two heads of the full-attention layers
+    changes some answer."""
+    checks.check_answers_depend_on_image_and_heads(ckpt, max_new_tokens=5, heads=HEADS)
 
-    model, processor = load_tiny(ckpt)
-    out = []
-    for doc in scene_docs(6).values():
-        text = render_prompt(processor, scene_messages("the object", doc["image"]))
-        batch = processor(text=[text], images=[doc["image"]], return_tensors="pt")
-        with torch.no_grad():
-            ids = model.generate(**batch, max_new_tokens=5, do_sample=False)
-        out.append(processor.tokenizer.decode(ids[0, batch["input_ids"].shape[1]:]))
-    assert len(set(out)) >= 4, out
+
+@pytest.mark.parametrize("chat", [False, True], ids=["simple", "chat"])
+def test_heads_none_answers_like_the_base_backend(ckpt, chat):
+    """The unwrapped lmms-eval backend and vrh_qwen3_5 with heads=none answer alike (bfloat16, the backend's
+    default), with thinking off and on (on: the backend strips the answer up to `</think>`)."""
+    from lmms_eval.models.chat.qwen3_5 import Qwen3_5 as Chat
+    from lmms_eval.models.simple.qwen3_5 import Qwen3_5 as Simple
+
+    from vrh_lmms.model_wrappers.qwen3_5 import VRHQwen3_5, VRHQwen3_5Chat
+
+    base_cls, wrapper_cls = (Chat, VRHQwen3_5Chat) if chat else (Simple, VRHQwen3_5)
+    docs = scene_docs(3)
+    for thinking in (False, True):
+        expected = run(base_cls(pretrained=ckpt, device="cpu", device_map="cpu", enable_thinking=thinking), docs)
+        got = run(wrapper_cls(pretrained=ckpt, heads="none", enable_thinking=thinking), docs)
+        assert got == expected, (thinking, got, expected)
+        assert thinking or len(set(expected)) > 1, expected
+
+
+def test_batch_of_three_left_padded_equals_one_at_a_time(ckpt):
+    """The linear-attention layers' convolution and recurrent state see the left padding too: each sample answers as
+    alone (float32)."""
+    from vrh_lmms.model_wrappers.qwen3_5 import VRHQwen3_5
+
+    docs = scene_docs(3)
+    one = run(VRHQwen3_5(pretrained=ckpt, heads=HEADS, dtype="float32", **NO_THINKING), docs)
+    assert run(VRHQwen3_5(pretrained=ckpt, heads=HEADS, dtype="float32", batch_size=3, **NO_THINKING), docs) == one
+
+
+@pytest.mark.exact
+def test_ablated_logits_equal_eager_reference(ckpt):
+    """Heads L1H1 and L3H0 (full-attention layers, under their decoder layer index) zeroed by the wrapper equal
+    eager attention with those heads' outputs zeroed, Qwen3.5's output gate included."""
+    from vrh_lmms.model_wrappers.qwen3_5 import VRHQwen3_5
+
+    checks.check_ablated_logits_equal_eager_reference(VRHQwen3_5, ckpt, heads=HEADS, **NO_THINKING)
+
+
+def test_head_in_a_linear_attention_layer_is_refused_in_one_line(ckpt):
+    from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.model_wrappers.qwen3_5 import VRHQwen3_5
+
+    with pytest.raises(VRHError, match=r"L2H0 is in a layer without attention heads .*heads exist in L1, L3$") as err:
+        VRHQwen3_5(pretrained=ckpt, heads="L1H0;L2H0")
+    assert "\n" not in str(err.value)
 
 
 def test_chat_template_switches_thinking():
@@ -190,3 +230,31 @@ def test_chat_template_switches_thinking():
     off = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, enable_thinking=False)
     assert on.endswith("<|im_start|>assistant\n<think>\n")
     assert off.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+@pytest.mark.exact
+@pytest.mark.parametrize("size", [(150, 90), (90, 200), (300, 60), (230, 220)])
+def test_layout_by_perturbation(size, tiny_checkpoints):
+    """A rectangle drawn on a flat image changes exactly the predicted tokens' inputs to text layer 0 (a
+    linear-attention layer: its inputs are the embeddings all the same), vision attention zeroed."""
+    checks.check_layout_by_perturbation(str(tiny_checkpoints(FAMILY)), FAMILY, size)
+
+
+@pytest.mark.slow
+def test_discovery_end_to_end(ckpt, tmp_path, monkeypatch):
+    """vrh_synth_grounding through lmms-eval's evaluator and vrh_qwen3_5: a complete heads file whose geometry
+    names the full-attention layers, box tokens found among the image tokens, mass on the box never above the mass
+    on the image, scores only in the layers with heads (0 in the file's rows of the linear-attention layers) and
+    rankings naming only those heads."""
+    import numpy as np
+
+    from vrh_lmms.base.heads.heads_file import load_heads_file
+
+    checks.check_discovery_end_to_end("vrh_qwen3_5", FAMILY, ckpt, tmp_path, monkeypatch,
+                                      extra_args=",enable_thinking=False")
+    hf = load_heads_file(tmp_path / "heads.json")
+    assert hf.geometry.head_layers == (1, 3)
+    scores = np.asarray(hf.cells["out,sum,mean"]["scores"], dtype=float)  # layers x heads, the file's shape
+    assert scores.shape == (4, 4) and (scores[[1, 3]] > 0).all() and (scores[[0, 2]] == 0).all(), scores
+    assert len(hf.ranking) == 8 and {h.layer for h in hf.ranking} == {1, 3}
+    assert {h.layer for h in hf.cell_ranking("out,sum,mean")} == {1, 3}

@@ -18,16 +18,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tokenizers import AddedToken
+from tokenizers.pre_tokenizers import ByteLevel
 from transformers import (
     Qwen3_5Config,
     Qwen3_5ForConditionalGeneration,
     Qwen3_5MoeConfig,
     Qwen3_5MoeForConditionalGeneration,
+    Qwen3_5Tokenizer,
 )
 
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT, chat_template
-from vrh_lmms.model.tiny.qwen3_vl import make_processor, make_tokenizer
+from vrh_lmms.model.tiny.qwen3_vl import PLAIN, SPECIALS, make_processor
 from vrh_lmms.model.tiny.sensitive import save_sensitive
+from vrh_lmms.model.tiny.vocab import BASE_WORDS
 
 VISION = {"depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16,
           "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 64}
@@ -42,8 +46,55 @@ ROPE = {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor
 CHAT_TEMPLATE = chat_template("qwen3_5")
 
 
+NAMED = {"image_token": "<|image_pad|>", "video_token": "<|video_pad|>", "vision_bos_token": "<|vision_start|>",
+         "vision_eos_token": "<|vision_end|>"}
+
+
+def _apply_merges(pieces: list[str], ranks: dict[tuple[str, str], int]) -> list[str]:
+    """Byte-pair encoding of one pre-token: merge the adjacent pair of lowest rank until none applies."""
+    while len(pieces) > 1:
+        pairs = [(ranks.get((a, b)), i) for i, (a, b) in enumerate(zip(pieces, pieces[1:]))]
+        best = min((p for p in pairs if p[0] is not None), default=None)
+        if best is None:
+            break
+        i = best[1]
+        pieces = [*pieces[:i], pieces[i] + pieces[i + 1], *pieces[i + 2:]]
+    return pieces
+
+
+def byte_level_bpe(words: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """Vocabulary and merges of a byte-level BPE that spells each of `words` (byte-level strings) as one token: the
+    256 byte symbols, then, word by word (short ones first), the merges that join what the earlier merges leave of it,
+    ranked after them, so no earlier word's spelling changes. Any other text falls back to smaller pieces."""
+    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    merges: list[tuple[str, str]] = []
+    ranks: dict[tuple[str, str], int] = {}
+    for word in sorted(set(words), key=lambda w: (len(w), w)):
+        pieces = _apply_merges(list(word), ranks)
+        while len(pieces) > 1:
+            pair = (pieces[0], pieces[1])
+            ranks[pair] = len(merges)
+            merges.append(pair)
+            vocab.setdefault(pair[0] + pair[1], len(vocab))
+            pieces = [pair[0] + pair[1], *pieces[2:]]
+    return vocab, merges
+
+
 def qwen3_5_tokenizer(extra_words: tuple[str, ...] = ()):
-    tok = make_tokenizer(extra_words)
+    """A real `Qwen3_5Tokenizer` (byte-level BPE with Qwen's pre-tokenizer: what AutoTokenizer builds for every
+    qwen3_5 checkpoint, whatever its tokenizer_config says), over a small vocabulary: bytes, single digits (as
+    Qwen splits numbers), our prompt words with and without a leading space and capital, Qwen3-VL's special tokens
+    and its plain `<think>` / `<tool_call>` tokens."""
+    spell = ByteLevel(add_prefix_space=False, use_regex=False)
+    words = [w for base in (*BASE_WORDS, *extra_words)
+             for w in (base, base.capitalize(), f" {base}", f" {base.capitalize()}")]
+    vocab, merges = byte_level_bpe(["".join(t for t, _ in spell.pre_tokenize_str(w)) for w in words])
+    tok = Qwen3_5Tokenizer(vocab=vocab, merges=merges, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                           unk_token=None, extra_special_tokens=dict(NAMED), padding_side="left")
+    tok.add_special_tokens({"additional_special_tokens": [t for t in SPECIALS if t not in (tok.eos_token,
+                                                                                          tok.pad_token)]},
+                           replace_extra_special_tokens=False)
+    tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in PLAIN])
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
