@@ -192,13 +192,30 @@ def test_heads_none_answers_like_the_base_backend(ckpt, chat):
 
 
 def test_batch_of_three_left_padded_equals_one_at_a_time(ckpt):
-    """The linear-attention layers' convolution and recurrent state see the left padding too: each sample answers as
-    alone (float32)."""
+    """The linear-attention layers' convolution and recurrent state see the left padding too (the tiny pad token has
+    an embedding, as a trained one does): on the inputs the backend passed to generate, each sample's next-token
+    logits in a left-padded batch of three equal its logits alone, and the answers agree (float32)."""
+    from support.wrappers import model_inputs, recorded_generate
+
     from vrh_lmms.model_wrappers.qwen3_5 import VRHQwen3_5
 
     docs = scene_docs(3)
-    one = run(VRHQwen3_5(pretrained=ckpt, heads=HEADS, dtype="float32", **NO_THINKING), docs)
-    assert run(VRHQwen3_5(pretrained=ckpt, heads=HEADS, dtype="float32", batch_size=3, **NO_THINKING), docs) == one
+    lms, answers, calls = [], [], []
+    for bs in (1, 3):
+        lm = VRHQwen3_5(pretrained=ckpt, heads=HEADS, dtype="float32", batch_size=bs, **NO_THINKING)
+        with recorded_generate(lm.model) as recorded:
+            answers.append(run(lm, docs))
+        lms.append(lm)
+        calls.append([model_inputs(c) for c in recorded])
+    assert answers[0] == answers[1] and len(calls[0]) == 3 and len(calls[1]) == 1
+    batch = calls[1][0]
+    assert (batch["attention_mask"] == 0).any(), "the batch must really be padded"
+    with torch.no_grad():
+        together = lms[1].model(**batch).logits[:, -1]
+        for alone in calls[0]:
+            ids = alone["input_ids"][0]
+            (row,) = [r for r in range(3) if torch.equal(batch["input_ids"][r][batch["attention_mask"][r].bool()], ids)]
+            torch.testing.assert_close(together[row], lms[0].model(**alone).logits[0, -1], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.exact

@@ -115,7 +115,8 @@ def build(out_dir: str | Path, seed: int = 0, *, moe: bool = False, text: dict[s
     ids = tok.convert_tokens_to_ids
     text_cfg = {**DEFAULT_TEXT, **TEXT, **(MOE if moe else {}), **(text or {}), "vocab_size": len(tok),
                 "max_position_embeddings": 4096, "rope_parameters": dict(ROPE), "bos_token_id": ids("<|endoftext|>"),
-                "eos_token_id": ids("<|im_end|>"), "pad_token_id": ids("<|endoftext|>")}
+                "eos_token_id": ids("<|im_end|>")}  # no pad id: its embedding is not zeroed, as in a trained model,
+    # so left padding reaches the linear-attention layers unless their padding mask holds it back
     vision_cfg = {**VISION, **(vision or {}), "out_hidden_size": text_cfg["hidden_size"]}
     config_cls, model_cls = ((Qwen3_5MoeConfig, Qwen3_5MoeForConditionalGeneration) if moe
                              else (Qwen3_5Config, Qwen3_5ForConditionalGeneration))
