@@ -252,3 +252,79 @@ def test_heads_files_of_hybrid_and_uniform_decoders_read_back(tmp_path):
         load_heads_file(tmp_path / "bad.json")
     uniform = Geometry(layers=2, heads=2, kv_heads=1, head_dim=16)
     assert uniform.to_dict() == {"layers": 2, "heads": 2, "kv_heads": 1, "head_dim": 16}
+
+
+@pytest.mark.exact
+@pytest.mark.parametrize("model_type", ["qwen3_5", "gemma4"])
+def test_patching_writes_each_layers_own_width_from_another_run(model_type):
+    from vrh_lmms.model.interventions.patching import patched_logits, record, teacher_forced
+
+    model = tiny(model_type)
+    found = survey(model)
+    dec = survey_decoder(found)
+    g = dec.geometry
+    answer = torch.tensor([200, 201, 202])
+    clean = teacher_forced({"input_ids": IDS, "attention_mask": torch.ones_like(IDS)}, answer)
+    other = IDS.flip(-1)
+    corrupt = teacher_forced({"input_ids": other, "attention_mask": torch.ones_like(other)}, answer)
+    source = record(model, dec, clean)
+    assert tuple(source.values.shape) == (g.layers, 3, g.heads * g.max_head_dim)
+    heads = _heads(model_type)
+    got = patched_logits(model, dec, corrupt, heads, source.values)
+    # reference: the clean run's o_proj inputs recorded by pre-hooks on the module paths, written into the corrupt
+    # run's answer rows for the patched heads' columns
+    n_heads = text_config(model.config).num_attention_heads
+    rows = clean.rows
+    seen, handles = {}, []
+    layers = sorted({h.layer for h in heads})
+    projs = {la: model.get_submodule(f"{found.layers_path}.{la}.self_attn.o_proj") for la in layers}
+    for la, proj in projs.items():
+        handles.append(proj.register_forward_pre_hook(
+            lambda _m, args, la=la: seen.__setitem__(la, args[0][0, rows].clone())))
+    with torch.no_grad():
+        model(**clean.batch(model, 1), use_cache=False)
+    for handle in handles:
+        handle.remove()
+    handles = []
+    for la, proj in projs.items():
+        width = proj.weight.shape[1] // n_heads
+
+        def pre(_m, args, la=la, width=width):
+            x = args[0].clone()
+            for h in [h.head for h in heads if h.layer == la]:
+                x[0, rows, h * width:(h + 1) * width] = seen[la][:, h * width:(h + 1) * width]
+            return (x, *args[1:])
+
+        handles.append(proj.register_forward_pre_hook(pre))
+    try:
+        with torch.no_grad():
+            reference = model(**corrupt.batch(model, 1), use_cache=False).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(got, reference)
+    with torch.no_grad():
+        plain = model(**corrupt.batch(model, 1), use_cache=False).logits
+    assert not torch.equal(got, plain)
+
+
+def test_kv_policy_refuses_decoders_whose_layers_differ_in_one_line():
+    from vrh_lmms.model.kvcache.apply import KVCompression
+    from vrh_lmms.model.kvcache.policy import check_kv_geometry, no_policy
+
+    uniform = Geometry(layers=2, heads=4, kv_heads=2, head_dim=16)
+    assert check_kv_geometry(uniform) is uniform
+    with pytest.raises(VRHError) as err:
+        check_kv_geometry(Geometry(layers=8, heads=4, kv_heads=2, head_dim=16, head_layers=(3, 7)))
+    assert "\n" not in str(err.value) and "attention layers L3, L7" in str(err.value)
+    with pytest.raises(VRHError, match=r"2 x 16, 2 x 512 \(KV heads x head_dim\)"):
+        check_kv_geometry(survey(tiny("gemma4")).geometry)
+    model = tiny("qwen3_5")
+    with pytest.raises(VRHError, match="hybrid decoder caches keys only in its attention layers L1, L3"):
+        KVCompression(model, no_policy(uniform))
+
+
+def test_geometry_describe_names_the_layers_that_differ():
+    assert Geometry(28, 28, 4, 128).describe() == "28 layers x 28 heads (kv 4, head_dim 128)"
+    assert survey(tiny("qwen3_5")).geometry.describe() == "4 layers (heads in 2: L1, L3) x 4 heads (kv 2, head_dim 16)"
+    assert survey(tiny("gemma4")).geometry.describe() == "6 layers x 4 heads (kv 2, head_dim 16; head_dim 512 in L5)"
