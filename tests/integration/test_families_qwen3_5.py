@@ -275,3 +275,14 @@ def test_discovery_end_to_end(ckpt, tmp_path, monkeypatch):
     assert scores.shape == (4, 4) and (scores[[1, 3]] > 0).all() and (scores[[0, 2]] == 0).all(), scores
     assert len(hf.ranking) == 8 and {h.layer for h in hf.ranking} == {1, 3}
     assert {h.layer for h in hf.cell_ranking("out,sum,mean")} == {1, 3}
+
+
+def test_python_api_loads_it_through_its_family(ckpt, kind):
+    """`vrh.load(folder)` picks vrh_qwen3_5 from the config, with the class the config names, and its geometry
+    lists the full-attention layers."""
+    import vrh_lmms as vrh
+
+    model = vrh.load(ckpt, dtype="float32", enable_thinking=False)
+    assert model.name == "vrh_qwen3_5" and model.geometry.head_layers == (1, 3)
+    assert type(model.hf).__name__ == ("Qwen3_5MoeForConditionalGeneration" if kind == "moe"
+                                       else "Qwen3_5ForConditionalGeneration")
