@@ -207,3 +207,23 @@ def test_discovery_end_to_end(ckpt, tmp_path, monkeypatch):
     """vrh_synth_grounding through lmms-eval's evaluator and vrh_minicpmv: a complete heads file, box tokens found
     among the image tokens, mass on the box never above the mass on the image."""
     checks.check_discovery_end_to_end("vrh_minicpmv", FAMILY, ckpt, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_discovery_on_a_hybrid_decoder_names_real_layers(tmp_path, monkeypatch):
+    """Discovery end to end on a hybrid text decoder (linear attention in L0 and L2): the heads file's geometry says
+    which layers have heads, and its rankings name only them, by their decoder layer index; the head means (for mean
+    ablation) are zeros in the layers without heads."""
+    from vrh_lmms.model.ablation import load_means, means_path_for
+    from vrh_lmms.model.tiny.minicpmv import build
+
+    path = build(tmp_path / "hybrid", text={"num_hidden_layers": 4, "layer_types": ["linear_attention",
+                                                                                     "full_attention"] * 2})
+    hf = checks.check_discovery_end_to_end("vrh_minicpmv", FAMILY, str(path), tmp_path, monkeypatch)
+    assert hf.geometry.head_layers == (1, 3)
+    assert len(hf.ranking) == 2 * hf.geometry.heads and {h.layer for h in hf.ranking} == {1, 3}
+    for cell in hf.cells.values():
+        assert {int(h[1:].split("H")[0]) for h in cell["ranking"]} == {1, 3}
+    assert not np.asarray(hf.scores)[[0, 2]].any()
+    means = load_means(means_path_for(hf.path))
+    assert not means[[0, 2]].any() and means[[1, 3]].abs().sum() > 0

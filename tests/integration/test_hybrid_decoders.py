@@ -328,3 +328,26 @@ def test_geometry_describe_names_the_layers_that_differ():
     assert Geometry(28, 28, 4, 128).describe() == "28 layers x 28 heads (kv 4, head_dim 128)"
     assert survey(tiny("qwen3_5")).geometry.describe() == "4 layers (heads in 2: L1, L3) x 4 heads (kv 2, head_dim 16)"
     assert survey(tiny("gemma4")).geometry.describe() == "6 layers x 4 heads (kv 2, head_dim 16; head_dim 512 in L5)"
+
+
+def test_comparing_heads_files_of_a_hybrid_decoder_counts_its_heads_only(tmp_path):
+    from vrh_lmms.report.head_compare import compare_pair, from_heads_file
+
+    g = Geometry(layers=4, heads=4, kv_heads=2, head_dim=16, head_layers=(1, 3))
+    rng = np.random.default_rng(0)
+    items = []
+    for i in range(2):
+        scores = np.zeros((4, 4))
+        scores[[1, 3]] = rng.random((2, 4))
+        ranking = [HeadRef(*x) for x in rank(np.where(scores > 0, scores, np.nan), g)]
+        path = save_heads_file(HeadsFile(model={"id": f"m{i}"}, geometry=g, scores=scores, ranking=ranking),
+                               tmp_path / f"h{i}.json")
+        items.append(from_heads_file(load_heads_file(path), str(path)))
+    out = compare_pair(items[0], items[1], 2)
+    assert out["population"] == 8  # the heads of L1 and L3, not 4 x 4 cells
+    live = np.zeros((4, 4), dtype=bool)
+    live[[1, 3]] = True
+    from scipy.stats import spearmanr
+
+    a, b = (np.asarray(i.scores)[live] for i in items)
+    assert out["spearman"] == pytest.approx(spearmanr(a, b).statistic)
