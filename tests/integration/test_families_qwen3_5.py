@@ -191,6 +191,7 @@ def test_heads_none_answers_like_the_base_backend(ckpt, chat):
         assert thinking or len(set(expected)) > 1, expected
 
 
+@pytest.mark.exact
 def test_batch_of_three_left_padded_equals_one_at_a_time(ckpt):
     """The linear-attention layers' convolution and recurrent state see the left padding too (the tiny pad token has
     an embedding, as a trained one does): on the inputs the backend passed to generate, each sample's next-token
