@@ -351,3 +351,66 @@ def test_comparing_heads_files_of_a_hybrid_decoder_counts_its_heads_only(tmp_pat
 
     a, b = (np.asarray(i.scores)[live] for i in items)
     assert out["spearman"] == pytest.approx(spearmanr(a, b).statistic)
+
+
+@pytest.fixture(scope="module", params=list(HYBRID))
+def hybrid_checkpoint(request, tmp_path_factory):
+    """A saved tiny Qwen3.5 (dense or MoE) with a processor: the generic tiny config (attention in L1 and L3), the
+    tokenizer and processor of the tiny Qwen3-VL (Qwen3.5 reads images as Qwen3-VL does)."""
+    from vrh_lmms.model.tiny.qwen3_vl import make_processor, make_tokenizer
+
+    tok = make_tokenizer()
+    config = tiny_config(request.param)
+    text = text_config(config)
+    text.layer_types = ["linear_attention", "full_attention"] * 2
+    text.vocab_size = len(tok)
+    ids = tok.convert_tokens_to_ids
+    config.image_token_id, config.video_token_id = ids("<|image_pad|>"), ids("<|video_pad|>")
+    config.vision_start_token_id, config.vision_end_token_id = ids("<|vision_start|>"), ids("<|vision_end|>")
+    text.eos_token_id = text.pad_token_id = ids("<|im_end|>")
+    with seeded(0):
+        model = model_class_for(config)._from_config(config, dtype=torch.float32)
+    out = tmp_path_factory.mktemp(f"tiny_{request.param}")
+    model.save_pretrained(out)
+    make_processor(tok).save_pretrained(out)
+    return request.param, out
+
+
+def test_vrh_hf_ablates_a_hybrid_checkpoint_exactly_and_names_real_layers(hybrid_checkpoint):
+    """Through lmms-eval's `huggingface` backend (vrh_hf): the heads of L1 and L3 are found, heads=L1H2;L3H0 gives
+    the logits of an independent pre-hook reference on the same loaded model, and the run records the real names."""
+    from vrh_lmms.base.heads.spec import resolve_spec
+    from vrh_lmms.harness.lmms import build_model
+
+    model_type, path = hybrid_checkpoint
+    lm = build_model("vrh_hf", f"pretrained={path},dtype=float32,heads=L1H2;L3H0")
+    g = lm.vrh_decoder.geometry
+    assert type(lm.model).__name__ == model_class_for(lm.model.config).__name__
+    assert g.head_layers == (1, 3) and lm.vrh_record()["ablation"]["heads"] == ["L1H2", "L3H0"]
+    assert lm.vrh_record()["geometry"]["head_layers"] == [1, 3]
+    with torch.no_grad():
+        ours = lm.model(input_ids=IDS).logits
+        lm.vrh_apply(resolve_spec(None, g))
+        intact = lm.model(input_ids=IDS).logits
+    found = survey(lm.model)
+    assert found.layers_path and found.geometry == g
+    handles = []
+    for layer, head in ((1, 2), (3, 0)):
+        proj = lm.model.get_submodule(f"{found.layers_path}.{layer}.self_attn.o_proj")
+        width = proj.weight.shape[1] // 4
+
+        def pre(_m, args, head=head, width=width):
+            x = args[0].clone()
+            x[..., head * width:(head + 1) * width] = 0
+            return (x, *args[1:])
+
+        handles.append(proj.register_forward_pre_hook(pre))
+    try:
+        with torch.no_grad():
+            reference = lm.model(input_ids=IDS).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(ours, reference) and not torch.equal(ours, intact)
+    with pytest.raises(VRHError, match=r"heads=L2H0: head L2H0 is in a layer without attention heads"):
+        build_model("vrh_hf", f"pretrained={path},dtype=float32,heads=L2H0")
