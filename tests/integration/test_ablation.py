@@ -29,18 +29,21 @@ def logits(model, batch):
 
 
 def some_heads(model):
+    """Heads of the first and last layers with heads (every layer but in a hybrid decoder: Qwen3.5's L1, L3)."""
     g = locate_decoder(model).geometry
-    return [HeadRef(0, 1 % g.heads), HeadRef(g.layers - 1, 0), HeadRef(g.layers - 1, g.heads - 1)]
+    first, last = g.attention_layers[0], g.attention_layers[-1]
+    return [HeadRef(first, 1 % g.heads), HeadRef(last, 0), HeadRef(last, g.heads - 1)]
 
 
 def test_geometry_from_o_proj(family_model):
     _, model, _ = family_model
     dec = locate_decoder(model)
     tc = dec.text_config
+    first = dec.geometry.attention_layers[0]
     assert dec.geometry.layers == tc.num_hidden_layers
-    assert dec.geometry.heads * dec.geometry.head_dim == dec.out_projs[0].in_features
+    assert dec.geometry.heads * dec.geometry.head_dim == dec.out_projs[first].in_features
     # The located modules are the decoder's, never the vision tower's.
-    decoder_params = {id(p) for p in dec.out_projs[0].parameters()}
+    decoder_params = {id(p) for p in dec.out_projs[first].parameters()}
     vision = [m for n, m in model.named_modules() if "visual" in n or "vision" in n]
     assert not any(id(p) in decoder_params for v in vision for p in v.parameters(recurse=False))
 
@@ -60,8 +63,13 @@ def test_zero_ablation_matches_reference(family_model, method):
     assert torch.equal(logits(model, batch), base)  # bit-identical after the scope
 
 
+# float32 noise bound where it is larger than 1e-5: Qwen3.5's gated attention (the reference divides the fill by the
+# output gate, which the model multiplies back) under logits of std 2 (every other tiny family: std under 0.2)
+MEAN_TOL = {"qwen3_5": 1e-4}
+
+
 def test_mean_ablation_matches_reference_and_fold_equals_hook(family_model):
-    _, model, batch = family_model
+    name, model, batch = family_model
     dec = locate_decoder(model)
     g = dec.geometry
     means = torch.randn(g.layers, g.heads, g.head_dim, generator=torch.Generator().manual_seed(0))
@@ -73,12 +81,14 @@ def test_mean_ablation_matches_reference_and_fold_equals_hook(family_model):
     with ablated(model, heads, mode="mean", means=means, method="hook"):
         hook = logits(model, batch)
     torch.testing.assert_close(fold, ref, rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(hook, ref, rtol=1e-5, atol=1e-5)
-    assert all(p.bias is None or p.bias.abs().sum() >= 0 for p in dec.out_projs)
-    biases_before = [None if p.bias is None else p.bias.clone() for p in dec.out_projs]
+    tol = MEAN_TOL.get(name, 1e-5)
+    torch.testing.assert_close(hook, ref, rtol=tol, atol=tol)
+    projs = [p for p in dec.out_projs if p is not None]  # None: a hybrid decoder's layers without heads
+    assert all(p.bias is None or p.bias.abs().sum() >= 0 for p in projs)
+    biases_before = [None if p.bias is None else p.bias.clone() for p in projs]
     with ablated(model, heads, mode="mean", means=means):
         pass
-    for p, b in zip(dec.out_projs, biases_before):
+    for p, b in zip(projs, biases_before):
         assert (p.bias is None) == (b is None) and (b is None or torch.equal(p.bias, b))
 
 
@@ -106,19 +116,23 @@ def test_restore_on_exception_and_swap(family_model):
 def test_bad_inputs_are_named(family_model):
     _, model, _ = family_model
     g = locate_decoder(model).geometry
+    first = g.attention_layers[0]
     with pytest.raises(VRHError, match="outside the model"):
         Ablator(model).apply([HeadRef(g.layers, 0)])
     with pytest.raises(VRHError, match="needs per-head mean"):
-        Ablator(model).apply([HeadRef(0, 0)], mode="mean")
+        Ablator(model).apply([HeadRef(first, 0)], mode="mean")
     with pytest.raises(VRHError, match="mode 'half'"):
-        Ablator(model).apply([HeadRef(0, 0)], mode="half")
+        Ablator(model).apply([HeadRef(first, 0)], mode="half")
+    for layer in sorted(set(range(g.layers)) - set(g.attention_layers)):  # a hybrid decoder's linear layers
+        with pytest.raises(VRHError, match=f"L{layer}H0 is in a layer without attention heads"):
+            Ablator(model).apply([HeadRef(layer, 0)])
 
 
 def test_hook_fallback_when_weights_are_not_editable(family_model):
     _, model, batch = family_model
     heads = some_heads(model)
     dec = locate_decoder(model)
-    proj = dec.out_projs[0]
+    proj = dec.out_projs[dec.geometry.attention_layers[0]]
     with reference_ablation(model, heads):
         ref = logits(model, batch)
     # Simulate a quantized projection: integer weights cannot be folded, so auto must pick the hook.

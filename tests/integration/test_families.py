@@ -69,6 +69,10 @@ OLD_TINY |= {"molmo2", "minicpmv"}
 OLD_BUILDERS.update({"molmo2": "molmo2_views", "minicpmv": "minicpmv_slices"})
 OLD_CONVENTIONS |= {"molmo2", "minicpmv"}
 OLD_TEMPLATE_LINES.update({"vrh_molmo2": "molmo2", "vrh_minicpmv": "minicpmv"})  # no template lines
+# Qwen3.5 (dense, MoE): Qwen3-VL's layout (no new builder) and box convention (issue 49)
+OLD_WRAPPERS["vrh_qwen3_5"] = ("qwen3_5", "VRHQwen3_5", "VRHQwen3_5Chat")
+OLD_TINY |= {"qwen3_5"}
+OLD_TEMPLATE_LINES["vrh_qwen3_5"] = "qwen3_vl"  # no template line
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():

@@ -58,7 +58,7 @@ def draw_configs(decoder, n: int = 7, seed: int = 0) -> list[RowConfig]:
     """Baseline first, then head sets of 1-4 heads anywhere, every third one mean-ablated."""
     g = decoder.geometry
     rng = random.Random(seed)
-    every = [HeadRef(layer, head) for layer in range(g.layers) for head in range(g.heads)]
+    every = g.all_heads()  # layer by layer, head by head; a hybrid decoder's attention layers only
     out = [RowConfig(())]
     for i in range(n - 1):
         out.append(RowConfig(tuple(rng.sample(every, 1 + i % 4)), "mean" if i % 3 == 2 else "zero"))
@@ -88,6 +88,11 @@ def gap_under(model, decoder, batch, cfg: RowConfig, means, want, got, row: int)
         return divergence_gap(model, batch, want, got, row)
 
 
+# float32 noise bound where it is larger than 1e-5: Qwen3.5's linear-attention kernels on a batch of another size
+# (the packed batch has k times the rows), under logits of std 2 (every other tiny family: std under 0.2)
+ALONE_TOL = {"qwen3_5": 1e-4}
+
+
 def test_row_masks_equal_reference_and_alone(family):
     name, model, batch, decoder, means, processor = family
     configs = draw_configs(decoder)
@@ -108,7 +113,8 @@ def test_row_masks_equal_reference_and_alone(family):
                 got = packed[j::k]
                 torch.testing.assert_close(got, refs[j], rtol=1e-4, atol=1e-4)
                 if method == "fold":
-                    torch.testing.assert_close(got, folded[j], rtol=1e-5, atol=1e-5)
+                    tol = ALONE_TOL.get(name, 1e-5)
+                    torch.testing.assert_close(got, folded[j], rtol=tol, atol=tol)
                     assert torch.equal(got.argmax(-1), folded[j].argmax(-1)), (name, j)
         assert torch.equal(model(**batch).logits, clean), "uninstalled row masks leave the model untouched"
     assert any(not torch.allclose(r, clean) for r in refs[1:])
@@ -239,13 +245,14 @@ def test_alone_length_and_fingerprint():
 
 def test_packing_refuses_what_it_cannot_do(family):
     name, model, batch, decoder, means, processor = family
+    first = decoder.geometry.attention_layers[0]  # 0 but in a hybrid decoder (Qwen3.5: 1)
     assert packing_unsupported(model) is None
     assert "no transformers generate" in packing_unsupported(torch.nn.Linear(2, 2))
     with pytest.raises(VRHError, match="mode 'half'"):
-        RowAblator(decoder, [RowConfig((HeadRef(0, 0),), "half")])
+        RowAblator(decoder, [RowConfig((HeadRef(first, 0),), "half")])
     with pytest.raises(VRHError, match="needs per-head mean"):
-        RowAblator(decoder, [RowConfig((HeadRef(0, 0),), "mean")])
-    rows = RowAblator(decoder, [RowConfig(()), RowConfig((HeadRef(0, 0),))])
+        RowAblator(decoder, [RowConfig((HeadRef(first, 0),), "mean")])
+    rows = RowAblator(decoder, [RowConfig(()), RowConfig((HeadRef(first, 0),))])
     with rows, pytest.raises(VRHError, match="got 3 rows"):
         rows.set_rows([0, 1])
         with torch.no_grad():

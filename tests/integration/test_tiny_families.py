@@ -67,6 +67,8 @@ LAYOUT["molmo2"] = ("<im_patch>", [8] * 8 + [11] * 11, [8] * 8 + [18] * 11, "<lo
 # MiniCPM-V 4.6 (7 px patches, 28 px merged cells, scale 112): 112 x 112 stays whole, 4 x 4 after <image>; 224 x 112
 # is the 3 x 6 source view, then 2 slices of 4 x 4 (each closed by </slice>)
 LAYOUT["minicpmv"] = ("<|image_pad|>", [16], [18, 16, 16], "<image>", None)  # then </image> / </slice>
+# Qwen3.5: Qwen3-VL's processor and 32 px cells (112 -> 128: 4 x 4; 224 x 128: 7 x 4)
+LAYOUT["qwen3_5"] = LAYOUT["qwen3_vl"]
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
     "qwen2_5_vl": ("qwen2_5_vl", "", None),
@@ -80,6 +82,10 @@ BACKENDS = {
 BACKENDS.update({family: (backend, "", None) for family, backend in (
     ("llava", "llava_hf"), ("llava_onevision", "llava_hf"), ("gemma3", "gemma3"), ("mistral3", "mistral3_vl"),
     ("llama4", "llama4_scout"))})
+BACKENDS["qwen3_5"] = ("qwen3_5", "", None)
+# tiny text geometry where it is not the shared 2-layer GQA one: Qwen3.5's hybrid decoder has heads in its
+# full-attention layers 1 and 3 only (0 and 2 are Gated DeltaNet)
+GEOMETRY = {"qwen3_5": Geometry(layers=4, heads=4, kv_heads=2, head_dim=16, head_layers=(1, 3))}
 TOKEN_ID_KEY = re.compile(r"(token_id|token_ids|token_index)$")
 
 
@@ -187,7 +193,7 @@ def test_config_token_ids_inside_vocabulary(family, loaded):
 @pytest.mark.parametrize("family", ALL)
 def test_text_geometry_is_tiny_gqa(family, loaded):
     model, _ = loaded(family)
-    assert locate_decoder(model).geometry == Geometry(layers=2, heads=4, kv_heads=2, head_dim=16)
+    assert locate_decoder(model).geometry == GEOMETRY.get(family, Geometry(layers=2, heads=4, kv_heads=2, head_dim=16))
 
 
 @pytest.mark.parametrize("family", ALL)

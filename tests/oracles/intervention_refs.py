@@ -13,7 +13,7 @@ from vrh_lmms.model.backbone import locate_decoder
 
 def eager_attentions(model, batch) -> torch.Tensor:
     """(batch, layers, heads, T, T) from eager `output_attentions=True`, text stack only, in the model's dtype
-    (Qwen2.5-Omni: its thinker, the part that reads the prompt)."""
+    (Qwen2.5-Omni: its thinker, the part that reads the prompt); NaN for a hybrid decoder's layers without heads."""
     dec = locate_decoder(model)
     target = getattr(model, "thinker", model)
     previous = dec.text_config._attn_implementation
@@ -23,8 +23,15 @@ def eager_attentions(model, batch) -> torch.Tensor:
             out = target(**batch, output_attentions=True)
     finally:
         target.set_attn_implementation({"text_config": previous})
-    assert len(out.attentions) == dec.geometry.layers
-    return torch.stack(out.attentions, dim=1)
+    g = dec.geometry
+    got = torch.stack(out.attentions, dim=1)
+    if len(out.attentions) == g.layers:
+        return got
+    # a hybrid decoder (Qwen3.5) returns the attention layers' weights only: NaN rows for the layers without heads
+    assert len(out.attentions) == len(g.attention_layers)
+    full = torch.full((got.shape[0], g.layers, *got.shape[2:]), float("nan"), dtype=got.dtype)
+    full[:, list(g.attention_layers)] = got
+    return full
 
 
 def eager_probs(model, batch) -> torch.Tensor:

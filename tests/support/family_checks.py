@@ -13,11 +13,16 @@ from oracles.reference_ablation import reference_ablation
 
 from support.wrappers import model_inputs, recorded_generate, run, scene_docs
 from vrh_lmms.base.heads import HeadRef
+from vrh_lmms.base.heads.geometry import parse_head
 from vrh_lmms.model.capture.verify import check_layout
 from vrh_lmms.model.tiny.inputs import load_tiny, render_prompt, scene_messages
 
 HEADS = "L0H1;L1H0"
 HEAD_REFS = [HeadRef(0, 1), HeadRef(1, 0)]
+
+
+def _refs(heads: str) -> list[HeadRef]:
+    return [parse_head(h) for h in heads.split(";")]
 
 
 def plain_greedy_answers(ckpt: str, docs: dict[int, dict[str, Any]], dtype=torch.bfloat16) -> list[str]:
@@ -51,10 +56,12 @@ def check_heads_none_answers_like_plain_transformers(wrapper_cls, ckpt: str) -> 
     assert run(wrapper_cls(pretrained=ckpt, heads="none", dtype="float32", batch_size=3), docs) == one
 
 
-def check_ablated_logits_equal_eager_reference(wrapper_cls, ckpt: str) -> dict[str, torch.Tensor]:
+def check_ablated_logits_equal_eager_reference(wrapper_cls, ckpt: str, heads: str = HEADS,
+                                               **model_args: Any) -> dict[str, torch.Tensor]:
     """Logits of the wrapper's ablated model on the exact inputs its backend passed to generate equal eager
-    attention with the heads' outputs zeroed; returns those inputs."""
-    lm = wrapper_cls(pretrained=ckpt, heads=HEADS, dtype="float32")
+    attention with the heads' outputs zeroed; returns those inputs. `heads`: where the tiny decoder has them (a
+    hybrid one has none in its linear-attention layers); `model_args`: the backend's own."""
+    lm = wrapper_cls(pretrained=ckpt, heads=heads, dtype="float32", **model_args)
     model = lm.model
     with recorded_generate(model) as calls:
         run(lm, scene_docs(1), max_new_tokens=2)
@@ -63,14 +70,15 @@ def check_ablated_logits_equal_eager_reference(wrapper_cls, ckpt: str) -> dict[s
         got = model(**inputs).logits
         lm.vrh_ablator.restore()
         clean = model(**inputs).logits
-        with reference_ablation(model, HEAD_REFS, base="eager"):
+        with reference_ablation(model, _refs(heads), base="eager"):
             ref = model(**inputs).logits
     assert (clean - ref).abs().max() > 1e-2, "the ablation must move the logits for the comparison to mean much"
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
     return inputs
 
 
-def check_answers_depend_on_image_and_heads(ckpt: str, max_new_tokens: int = 4, prepare=lambda batch: batch) -> None:
+def check_answers_depend_on_image_and_heads(ckpt: str, max_new_tokens: int = 4, prepare=lambda batch: batch,
+                                            heads: str = HEADS) -> None:
     """Six scenes, one prompt: at least four different answers; ablating two heads changes some answer. `prepare`:
     what the processor's batch needs before generate (e.g. as_float32 where its pixels come in another dtype)."""
     from vrh_lmms.base.heads.spec import HeadSet
@@ -93,7 +101,8 @@ def check_answers_depend_on_image_and_heads(ckpt: str, max_new_tokens: int = 4, 
     plain = answers()
     assert len(set(plain)) >= 4, plain
     ablator = Ablator(model, locate_decoder(model))
-    ablator.apply(HeadSet(heads=tuple(HEAD_REFS), spec=HEADS, kind="explicit", k=2), mode="zero")
+    refs = _refs(heads)
+    ablator.apply(HeadSet(heads=tuple(refs), spec=heads, kind="explicit", k=len(refs)), mode="zero")
     assert answers() != plain
 
 
@@ -112,9 +121,11 @@ def check_layout_by_perturbation(ckpt: str, family: str, size: tuple[int, int]) 
         assert check.changed == check.predicted, (size, sorted(check.changed ^ check.predicted))
 
 
-def check_discovery_end_to_end(model_id: str, family: str, ckpt: str, tmp_path: Path, monkeypatch) -> None:
+def check_discovery_end_to_end(model_id: str, family: str, ckpt: str, tmp_path: Path, monkeypatch,
+                               extra_args: str = ""):
     """vrh_synth_grounding through lmms-eval's evaluator and the family's wrapper: a complete heads file, box tokens
-    found among the image tokens, mass on the box never above the mass on the image."""
+    found among the image tokens, mass on the box never above the mass on the image. `extra_args`: ",k=v" model
+    args of the backend."""
     from vrh_lmms.base.heads.heads_file import load_heads_file
     from vrh_lmms.harness import lmms
     from vrh_lmms.runs.discovery.run import DiscoverySpec, run_discovery, sidecars
@@ -123,7 +134,7 @@ def check_discovery_end_to_end(model_id: str, family: str, ckpt: str, tmp_path: 
 
     monkeypatch.setenv("VRH_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 2, "seed": 7, "scene": {"image_size": 168}}))
-    args = f"pretrained={ckpt},dtype=float32"
+    args = f"pretrained={ckpt},dtype=float32{extra_args}"
     lm = lmms.build_model(model_id, args)
     out = tmp_path / "heads.json"
     run_discovery(DiscoverySpec(model=model_id, model_args=args, tasks=["vrh_synth_grounding"], output=str(out),
@@ -137,3 +148,4 @@ def check_discovery_end_to_end(model_id: str, family: str, ckpt: str, tmp_path: 
         meta = store.read(key).meta
         assert meta["n_image_tokens"] > 0 and meta["n_box_tokens"] >= 1 and meta["rows"]["in"] >= 1, meta
     assert np.nanmax(np.asarray(hf.cells["out,sum,mean"]["scores"])) <= 1 + 1e-6
+    return hf

@@ -252,6 +252,13 @@ for _fam in (
            layout="minicpmv", layout_builder="vrh_lmms.model.capture.tilings_minicpmv:minicpmv_slices",
            wrappers=(Wrapper("vrh_minicpmv", "minicpmv", "VRHMiniCPMV"),), tiny=_tiny("minicpmv"),
            hf_class="MiniCPMV4_6ForConditionalGeneration"),
+    # Qwen3.5 (dense and MoE): Qwen3-VL's vision tower, processor, 32 px merged cells and 0-1000 `bbox_2d` boxes; a
+    # hybrid text decoder (Gated DeltaNet layers without softmax heads, full attention every 4th layer): heads exist
+    # in the full-attention layers only, under their decoder layer index
+    Family("qwen3_5", ("qwen3_5", "qwen3_5_moe"), ("model.language_model.layers",), convention=conv.QWEN3_VL,
+           layout="qwen3_vl", layout_builder="vrh_lmms.model.capture.tilings:merged_patch_grid",
+           wrappers=(Wrapper("vrh_qwen3_5", "qwen3_5", "VRHQwen3_5", "VRHQwen3_5Chat"),), tiny=_tiny("qwen3_5"),
+           hf_class="Qwen3_5ForConditionalGeneration"),
     # Any HF-native image-text-to-text checkpoint through lmms-eval's generic `huggingface` backend: the decoder is
     # found by vrh_lmms.model.generic, not by these paths; no layout or box convention of its own (docs/models.md).
     Family("hf", (), (), wrappers=(Wrapper("vrh_hf", "hf", None, "VRHHf"),)),
