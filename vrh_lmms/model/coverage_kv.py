@@ -37,7 +37,7 @@ KV_MASK_ONLY = {
     "unlimited_ocr": "reference sliding-window",
 }
 
-_NO_IMAGE_ID = ("refused: its config names no image placeholder id (image_token_id), which the policy needs to find "
+_NO_IMAGE_ID = ("its config names no image placeholder id (image_token_id), which the policy needs to find "
                 "the image keys")
 _NEEDS_IMAGES = ("untested: its generate needs pixel_values (the Q-Former's image queries), so the text-only check "
                  "cannot drive it")
