@@ -20,14 +20,13 @@ import re
 import warnings
 from dataclasses import dataclass
 
-from transformers import PreTrainedModel
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
 from transformers.utils import logging as hf_logging
 
 from vrh_lmms.base.families import FAMILIES
 from vrh_lmms.model.coverage_kv import kv_cell
-from vrh_lmms.model.generic import meta_model, survey, text_config
+from vrh_lmms.model.generic import meta_model, survey
 from vrh_lmms.model.packing import packing_unsupported
 from vrh_lmms.model.tiny.generic import check_size, tiny_config
 
@@ -97,14 +96,6 @@ def discovery_family(model_type: str) -> str | None:
     return fam.name if fam else None
 
 
-def _runs_attention_interface(model) -> bool:
-    """Whether the text model runs transformers' attention interface: the class says so, or the submodel holding the
-    text config does (DeepSeek-VL and Janus wrap a Llama text model in a class that does not declare it)."""
-    text = text_config(model.config)
-    return any(bool(getattr(type(m), "_supports_attention_backend", False)) for m in model.modules()
-               if m is model or (isinstance(m, PreTrainedModel) and m.config is text))
-
-
 def row_for(model_type: str, class_name: str) -> Row:
     """The coverage row of one model type (see the module docstring)."""
     fam = discovery_family(model_type)
@@ -131,7 +122,7 @@ def row_for(model_type: str, class_name: str) -> Row:
     if not tiny.ok:
         return refused(f"untested: its tiny config does not keep the decoder ({tiny.refusal})")
     why_not_packed = packing_unsupported(model)
-    interface = _runs_attention_interface(model)
+    interface = bool(getattr(type(model), "_supports_attention_backend", False))
     g = found.geometry
     column, why = MEASURED.get(model_type, ("", ""))
     if column == "ablation":
