@@ -131,7 +131,7 @@ def row_for(model_type: str, class_name: str) -> Row:
         interface = False
     return Row(model_type, class_name, YES, YES if why_not_packed is None else why_not_packed,
                YES if interface else why or "its attention does not run through transformers' attention interface",
-               discovery, f"{g.layers}x{g.heads} (kv {g.kv_heads}, d {g.head_dim})", kv_cell(model_type))
+               discovery, f"{g.layers}x{g.heads} (kv {g.kv_heads}, d {g.head_dim})", kv_cell(model_type, g))
 
 
 def coverage() -> list[Row]:

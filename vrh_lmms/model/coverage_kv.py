@@ -5,11 +5,14 @@ KV_VERIFIED runs the KV policy (`vrh-lmms kv-cache`, modes mask, compress and co
 checkpoint against an independent reference (one cache-free forward whose answer rows cannot see the dropped image
 keys; tests/support/kv_reference.py) in tests/integration/test_hf_coverage.py, driven by text with stand-in image
 tokens; every type of KV_FAMILY runs the same check on its family's tiny checkpoint with real images in
-tests/integration/test_kvcache.py (as every family does); every type of KV_REFUSED is checked to still fail. A type in
-none of them (a new type of a newer transformers) reads "untested".
+tests/integration/test_kvcache.py (as every family does); every type of KV_REFUSED, and every decoder whose geometry
+the policy does not model (hybrid, per-layer widths), is checked to still fail. A type in none of them (a new type of
+a newer transformers) reads "untested".
 """
 
 from __future__ import annotations
+
+from vrh_lmms.base.heads.geometry import Geometry
 
 YES = "yes"
 
@@ -54,10 +57,21 @@ KV_REFUSED = {
 }
 
 
-def kv_cell(model_type: str) -> str:
+UNTESTED = "untested: no KV-policy check of this type against the reference yet"
+HYBRID = ("a hybrid decoder: only its attention layers cache keys (the others keep a recurrent state), which the "
+          "policy's grid of (layer, KV group) does not model")
+PER_LAYER = ("its layers differ in KV heads or head width, which the policy's one grid of (layer, KV group) does not "
+             "model")
+
+
+def kv_cell(model_type: str, geometry: Geometry | None = None) -> str:
     """The KV-policy cell of a type whose heads can be ablated: yes (with a note where only masking applies), or
-    why not."""
+    why not in one line. Every refusal but UNTESTED is checked to fail by the coverage test."""
     if model_type in KV_VERIFIED or model_type in KV_FAMILY:
         layers = KV_MASK_ONLY.get(model_type)
         return f"{YES} (mask only: its cache layers are {layers}, which do not shrink)" if layers else YES
-    return KV_REFUSED.get(model_type, "untested: no KV-policy check of this type against the reference yet")
+    if geometry is not None and geometry.head_layers is not None:
+        return HYBRID
+    if geometry is not None and (geometry.layer_head_dims is not None or geometry.layer_kv_heads is not None):
+        return PER_LAYER
+    return KV_REFUSED.get(model_type, UNTESTED)
