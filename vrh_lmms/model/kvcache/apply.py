@@ -24,7 +24,9 @@ intact model's; every later token sees the compressed cache.
   within float rounding: fewer terms in the softmax sums).
 
 Image positions come from the prefill's input_ids (the config's image token id); in mode ``compress``, batches whose
-rows keep different numbers of keys in a shrunk layer are refused (run batch size 1, or mode ``compact``).
+rows keep different numbers of keys in a shrunk layer are refused (run batch size 1, or mode ``compact``). A cache
+layer shared by every KV group (latent attention, MLA: one cache head, keys and values of different widths) shrinks
+and compacts where all its groups drop the same keys, and is masked otherwise.
 """
 
 from __future__ import annotations
