@@ -1,5 +1,6 @@
 """VRH-aware KV cache: with nothing dropped answers are bit-identical to the intact model; masked decode attention
-equals attention over the kept keys only; the shrunk cache answers like masking and holds the bytes it claims."""
+equals attention over the kept keys only; the shrunk cache answers like masking and holds the bytes it claims; on every
+family's tiny checkpoint (real images), the three modes equal an independent reference (support/kv_reference.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import math
 import numpy as np
 import pytest
 import torch
+from support.kv_reference import check_kv_policy
 
 from vrh_lmms.base.heads.geometry import HeadRef
 from vrh_lmms.model.backbone import installed_rows_hooks, locate_decoder
+from vrh_lmms.model.coverage_kv import KV_FAMILY, KV_MASK_ONLY
 from vrh_lmms.model.kvcache.apply import KVCompression, kv_compressed
 from vrh_lmms.model.kvcache.policy import dropped, kv_bytes, no_policy, retrieval_policy, uniform_policy
 from vrh_lmms.model.tiny.inputs import load_tiny, processor_inputs
+from vrh_lmms.model.tiny.registry import TINY_FACTORIES
 
 torch.set_num_threads(1)
 GEN = dict(max_new_tokens=5, min_new_tokens=5, do_sample=False, output_logits=True, return_dict_in_generate=True)
@@ -192,3 +196,17 @@ def test_compact_other_families(family, tiny_checkpoints):
     assert torch.equal(masked.sequences, compact.sequences)
     for a, b in zip(masked.logits, compact.logits):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("family", sorted(TINY_FACTORIES))
+def test_policy_equals_the_reference_on_every_family(family, tiny_checkpoints):
+    """Real images through the family's processor: nothing dropped is bit-identical, modes mask / compress / compact
+    give the logits of one cache-free forward whose answer rows cannot see the dropped image keys, and free the bytes
+    they claim. The coverage table's types verified only here (KV_FAMILY) are this checkpoint's type."""
+    model, processor = load_tiny(tiny_checkpoints(family))
+    found = check_kv_policy(model, dict(processor_inputs(processor, n=1)))
+    assert found.shrunk or found.compacted or model.config.model_type in KV_MASK_ONLY
+    assert found.max_diff < 1e-4
+    for model_type, fam in KV_FAMILY.items():
+        if fam == family:
+            assert model.config.model_type == model_type

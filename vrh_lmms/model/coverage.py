@@ -5,10 +5,11 @@ real class is instantiated on the meta device (no weights) twice: from transform
 tiny config the coverage test builds (vrh_lmms.model.tiny.generic). Heads can be ablated when `survey` finds a
 decoder whose heads can be cut in both; a type whose default or tiny config does not build is refused as untested,
 with the error. The other columns come from the same code the commands run: packing from
-`vrh_lmms.model.packing.packing_unsupported`, capture / steering / the KV policy from whether the class runs its
-attention through transformers' attention interface (what they register a function in), discovery from a family
-record with an image-token layout (vrh_lmms.base.families). tests/integration/test_hf_coverage.py checks every
-claimed type's ablation exact on its tiny model, and capture's attention function on it.
+`vrh_lmms.model.packing.packing_unsupported`, capture / steering from whether the class runs its attention through
+transformers' attention interface (what they register a function in), discovery from a family record with an
+image-token layout (vrh_lmms.base.families), the KV policy from the types measured against its reference
+(vrh_lmms.model.coverage_kv). tests/integration/test_hf_coverage.py checks every claimed type's ablation exact on its
+tiny model, capture's attention function and the KV policy on it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from transformers.utils import logging as hf_logging
 
 from vrh_lmms.base.families import FAMILIES
 from vrh_lmms.base.heads.geometry import Geometry
+from vrh_lmms.model.coverage_kv import kv_cell
 from vrh_lmms.model.generic import meta_model, survey
 from vrh_lmms.model.packing import packing_unsupported
 from vrh_lmms.model.tiny.generic import check_size, tiny_config
@@ -57,9 +59,10 @@ class Row:
     class_name: str
     ablation: str
     packing: str
-    capture: str  # capture, steering and the KV policy share the attention-interface requirement
+    capture: str  # capture and steering share the attention-interface requirement
     discovery: str
     geometry: str = ""
+    kv: str = "-"  # the KV policy: measured per type (vrh_lmms.model.coverage_kv)
 
     @property
     def ablates(self) -> bool:
@@ -130,7 +133,7 @@ def row_for(model_type: str, class_name: str) -> Row:
         interface = False
     return Row(model_type, class_name, YES, YES if why_not_packed is None else why_not_packed,
                YES if interface else why or "its attention does not run through transformers' attention interface",
-               discovery, geometry_cell(g))
+               discovery, geometry_cell(g), kv_cell(model_type, g))
 
 
 def geometry_cell(g: Geometry) -> str:
@@ -174,15 +177,18 @@ def markdown(rows: list[Row], transformers_version: str) -> str:
         "",
         "Columns: **ablation** (`heads=` specs and files, zero / mean ablation, sweeps); **packing** (a sweep's "
         "configurations served from one generate call, with the shared prefill); **capture** (attention capture, "
-        "steering, patching's attention edits and the KV policy, which run through transformers' attention "
-        "interface); **discovery** (needs the family's image-token layout; families are added in "
-        "vrh_lmms/base/families.py). Geometry: layers x heads of the default config's decoder.",
+        "steering and patching's attention edits, which run through transformers' attention interface); **KV "
+        "policy** (`vrh-lmms kv-cache`: only the KV groups of retrieval heads keep the image keys; modes mask, "
+        "compress and compact each checked on a tiny random checkpoint of the type against an independent "
+        "reference, tests/integration/test_hf_coverage.py); **discovery** (needs the family's image-token layout; "
+        "families are added in vrh_lmms/base/families.py). Geometry: layers x heads of the default config's "
+        "decoder.",
         "",
-        "| model type | class | ablation | packing | capture | discovery | geometry |",
-        "|---|---|---|---|---|---|---|",
+        "| model type | class | ablation | packing | capture | KV policy | discovery | geometry |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        cells = [r.model_type, r.class_name, r.ablation, r.packing, r.capture, r.discovery, r.geometry]
+        cells = [r.model_type, r.class_name, r.ablation, r.packing, r.capture, r.kv, r.discovery, r.geometry]
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     refused = [r for r in rows if not r.ablates]
     groups: dict[str, list[str]] = {}
@@ -204,14 +210,16 @@ def summary(rows: list[Row], transformers_version: str) -> str:
             key = re.sub(r"\d+", "N", r.ablation.split("(")[0].split(";")[0].split(":")[0]).strip()
             groups[key] = groups.get(key, 0) + 1
     refused = "; ".join(f"{why} ({n})" for why, n in sorted(groups.items(), key=lambda kv: -kv[1]))
+    n_kv = sum(r.kv.startswith(YES) for r in rows)
     return "\n".join([
         BEGIN,
         f"Heads can be ablated in **{len(ok)} of the {len(rows)}** image-text-to-text model types of transformers "
         f"{transformers_version}, each checked exact on a tiny random checkpoint of its real class: "
         f"{', '.join(f'`{t}`' for t in ok)}.",
         "",
-        f"Refused, each in one line naming why: {refused}. `vrh-lmms models` prints the full table (packing, "
-        "capture, discovery per type); [docs/models.md](docs/models.md) holds it.",
+        f"Refused, each in one line naming why: {refused}. The KV-cache policy (`vrh-lmms kv-cache`) is checked "
+        f"against its reference on {n_kv} of the {len(ok)}. `vrh-lmms models` prints the full table (packing, "
+        "capture, KV policy, discovery per type); [docs/models.md](docs/models.md) holds it.",
         END,
     ]) + "\n"
 

@@ -43,9 +43,9 @@ def run(args: argparse.Namespace) -> int:
     ok = sum(r.ablates for r in rows)
     table = Table(title=f"{ok} of {len(rows)} image-text-to-text model types: heads can be ablated "
                         f"(transformers {transformers.__version__}; --model vrh_hf or vrh.load)")
-    for column in ("model type", "ablation", "packing", "capture / steering / KV", "discovery"):
+    for column in ("model type", "ablation", "packing", "capture / steering", "KV policy", "discovery"):
         table.add_column(column, overflow="fold")
     for r in rows:
-        table.add_row(*(escape(c) for c in (r.model_type, r.ablation, r.packing, r.capture, r.discovery)))
+        table.add_row(*(escape(c) for c in (r.model_type, r.ablation, r.packing, r.capture, r.kv, r.discovery)))
     Console().print(table)
     return 0

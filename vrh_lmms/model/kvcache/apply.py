@@ -24,7 +24,9 @@ intact model's; every later token sees the compressed cache.
   within float rounding: fewer terms in the softmax sums).
 
 Image positions come from the prefill's input_ids (the config's image token id); in mode ``compress``, batches whose
-rows keep different numbers of keys in a shrunk layer are refused (run batch size 1, or mode ``compact``).
+rows keep different numbers of keys in a shrunk layer are refused (run batch size 1, or mode ``compact``). A cache
+layer shared by every KV group (latent attention, MLA: one cache head, keys and values of different widths) shrinks
+and compacts where all its groups drop the same keys, and is masked otherwise.
 """
 
 from __future__ import annotations
@@ -204,12 +206,10 @@ class KVCompression:
                 raise VRHError(f"KV compression: layer {layer} caches {held} positions after a prefill of "
                                f"{self.prompt_len}; only dynamic caches shrink")
             pos = torch.stack([torch.nonzero(k).flatten() for k in keep]).to(lay.keys.device)  # (batch, kept)
-            b, h, _, d = lay.keys.shape
-            # what the policy says this layer frees (checked against the tensors' nbytes by the tests)
-            self._freed += 2 * b * h * d * lay.keys.element_size() * (self.prompt_len - pos.shape[1])
-            index = pos[:, None, :, None].expand(b, h, pos.shape[1], d)
-            lay.keys = torch.gather(lay.keys, 2, index)
-            lay.values = torch.gather(lay.values, 2, index)
+            # what the policy says this layer frees (checked against the tensors' nbytes by the tests); keys and
+            # values may differ in width (latent attention, MLA)
+            self._freed += _slot_bytes(lay) * (self.prompt_len - pos.shape[1])
+            lay.keys, lay.values = _gather(lay.keys, pos[:, None, :]), _gather(lay.values, pos[:, None, :])
             lay.__class__ = _Shrunk
             lay.removed = self.prompt_len - pos.shape[1]
             self.shrunk[int(layer)] = pos
@@ -224,6 +224,8 @@ class KVCompression:
             lay = cache.layers[layer]
             if not bool(drop.any()) or type(lay) is not DynamicLayer or lay.keys is None:
                 continue  # nothing dropped here, or a sliding-window (or other) layer: masked as in mode mask
+            if lay.keys.shape[1] != drop.shape[1] and not bool((drop == drop[:, :1]).all()):
+                continue  # a cache shared by the KV groups (latent attention, MLA) whose groups differ: masked
             if lay.keys.shape[-2] != self.prompt_len:
                 raise VRHError(f"KV compaction: layer {layer} caches {lay.keys.shape[-2]} positions after a prefill "
                                f"of {self.prompt_len}; only dynamic caches compact")
@@ -232,10 +234,10 @@ class KVCompression:
             # kept positions first (in order), then any position as filler: stable sort of "not kept"
             order = torch.sort((~keep).to(torch.int8), dim=-1, stable=True).indices[..., :kept]
             real = torch.arange(kept)[None, None, :] < keep.sum(-1, keepdim=True)  # (batch, groups, kept)
-            b, h, _, d = lay.keys.shape
-            index = order.to(lay.keys.device)[..., None].expand(b, h, kept, d)
-            keys, values = torch.gather(lay.keys, 2, index), torch.gather(lay.values, 2, index)
-            self._freed += 2 * lay.keys.element_size() * b * h * d * (self.prompt_len - kept)
+            b, h = drop.shape[:2]
+            shared = order[:, :lay.keys.shape[1]]  # a cache shared by every group: one group's order (all equal)
+            keys, values = _gather(lay.keys, shared), _gather(lay.values, shared)
+            self._freed += _slot_bytes(lay) * (self.prompt_len - kept)
             lay.__class__ = _Compact
             lay.compact(keys, values, self.prompt_len - kept)
             slots = torch.ones(b, h, kept + COMPACT_ROOM, dtype=torch.bool)
@@ -304,6 +306,17 @@ class KVCompression:
         for h in self._handles:
             h.remove()
         self._handles = []
+
+
+def _gather(t: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """t (batch, heads, seq, width) at `positions` (batch, 1 | heads, kept) along seq."""
+    index = positions.to(t.device)[..., None].expand(t.shape[0], t.shape[1], positions.shape[-1], t.shape[-1])
+    return torch.gather(t, 2, index)
+
+
+def _slot_bytes(lay) -> int:
+    """Bytes one prompt position takes in a cache layer, K and V of every row and KV head."""
+    return sum(t[..., :1, :].nbytes for t in (lay.keys, lay.values))
 
 
 def _cache_bytes(cache) -> int:
