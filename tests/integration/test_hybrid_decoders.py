@@ -466,3 +466,20 @@ def test_packed_sweep_on_a_hybrid_checkpoint_writes_the_unpacked_files(hybrid_ch
         assert one[cid] == packed[cid], cid
     drawn = [name for cid in one for name in one[cid][1]]
     assert drawn and {int(name[1:].split("H")[0]) for name in drawn} <= {1, 3}
+
+
+def test_preflight_geometry_of_vrh_hf_comes_from_config_json_alone(tmp_path):
+    """What commands check heads files and head sets against before any load: vrh_hf's geometry from config.json
+    on the meta device (the hybrid layout of the published Qwen3.5), or its refusal in one line."""
+    from transformers import AutoConfig
+
+    from vrh_lmms.harness.preload import ModelPlan, plan_geometry
+
+    AutoConfig.for_model("qwen3_5").save_pretrained(tmp_path / "qwen3_5")
+    plan = plan_geometry(ModelPlan("vrh_hf", {"pretrained": str(tmp_path / "qwen3_5")}))
+    assert plan.geometry.head_layers == tuple(range(3, 32, 4)) and plan.geometry.layers == 32
+    AutoConfig.for_model("mllama").save_pretrained(tmp_path / "mllama")
+    with pytest.raises(VRHError) as err:
+        plan_geometry(ModelPlan("vrh_hf", {"pretrained": str(tmp_path / "mllama")}))
+    assert "\n" not in str(err.value) and "its heads cannot be cut: its image is read through cross-attention" \
+        in str(err.value)
