@@ -420,9 +420,10 @@ def test_vrh_hf_ablates_a_hybrid_checkpoint_exactly_and_names_real_layers(hybrid
 def test_packed_sweep_on_a_hybrid_checkpoint_writes_the_unpacked_files(hybrid_checkpoint, vrh_env, tmp_path):
     """A sweep through vrh_hf on a hybrid decoder, packed three configurations to a generate call (its prefill runs
     whole: a hybrid is never shared), writes what one configuration at a time writes; its draws name L1 and L3."""
+    from support.packed_sweeps import unpacked_and_packed
+
     from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.harness.lmms import build_model
-    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     _, path = hybrid_checkpoint
     task = "vrh_synth_grounding"
@@ -437,30 +438,9 @@ def test_packed_sweep_on_a_hybrid_checkpoint_writes_the_unpacked_files(hybrid_ch
     heads = save_heads_file(HeadsFile({"id": str(path), "family": "hf"}, g, scores, ranking), tmp_path / "h.json")
     configs = [c for c in plan_configurations([2], 1, False, ["zero"]) if c.id in ("baseline", "top2", "random2_s0")]
 
-    def files(pack: int) -> dict:
-        out = tmp_path / f"pack{pack}"
-        run_sweep(SweepSpec("vrh_hf", model_args, [task], str(heads), configs, limit=3, batch_size=1,
-                            gen_kwargs="max_new_tokens=6", pack=pack), out, lm=lm, progress=False)
-        found = {}
-        for folder in sorted((out / "configs").iterdir()):
-            results = json.loads((folder / "results.json").read_text())
-            lines = [json.loads(line)["filtered_resps"]
-                     for line in (folder / f"samples_{task}.jsonl").read_text().splitlines()]
-            found[folder.name] = (results["results"], results["vrh"]["ablation"]["heads"], lines)
-        return found
-
-    one = files(1)
-    calls = {"packs": 0}
-    original_pack = lm.vrh_pack
-
-    def counting_pack(*args, **kwargs):
-        calls["packs"] += 1
-        return original_pack(*args, **kwargs)
-
-    lm.vrh_pack = counting_pack
-    packed = files(3)
-    del lm.vrh_pack
-    assert calls["packs"] == 1, "three configurations in one pack"
+    one, packed, packs = unpacked_and_packed(lm, "vrh_hf", model_args, task, heads, configs, tmp_path, limit=3,
+                                             max_new_tokens=6)
+    assert packs == 1, "three configurations in one pack"
     assert sorted(one) == sorted(packed) == sorted(c.id for c in configs)
     for cid in one:
         assert one[cid] == packed[cid], cid
