@@ -68,6 +68,10 @@ OLD_WRAPPERS.update({"vrh_molmo2": ("molmo2", "VRHMolmo2", None),
 OLD_TINY |= {"molmo2", "minicpmv"}
 OLD_BUILDERS.update({"molmo2": "molmo2_views", "minicpmv": "minicpmv_slices"})
 OLD_CONVENTIONS |= {"molmo2", "minicpmv"}
+OLD_WRAPPERS["vrh_gemma4"] = ("gemma4", "VRHGemma4", None)  # Gemma 4, added apart so branches merge
+OLD_TINY.add("gemma4")
+OLD_BUILDERS["gemma4"] = "gemma4_grid"
+OLD_TEMPLATE_LINES["vrh_gemma4"] = "generic"
 OLD_TEMPLATE_LINES.update({"vrh_molmo2": "molmo2", "vrh_minicpmv": "minicpmv"})  # no template lines
 
 

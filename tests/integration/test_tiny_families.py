@@ -67,6 +67,9 @@ LAYOUT["molmo2"] = ("<im_patch>", [8] * 8 + [11] * 11, [8] * 8 + [18] * 11, "<lo
 # MiniCPM-V 4.6 (7 px patches, 28 px merged cells, scale 112): 112 x 112 stays whole, 4 x 4 after <image>; 224 x 112
 # is the 3 x 6 source view, then 2 slices of 4 x 4 (each closed by </slice>)
 LAYOUT["minicpmv"] = ("<|image_pad|>", [16], [18, 16, 16], "<image>", None)  # then </image> / </slice>
+# Gemma 4 (16 px patches pooled 3 x 3, at most 70 soft tokens in the tiny processor): 112 x 112 resized to 384 x 384,
+# 8 x 8 tokens; 224 x 112 to 528 x 240, 11 x 5; between <|image> and <image|>
+LAYOUT["gemma4"] = ("<|image|>", [64], [55], "<|image>", "<image|>")
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
     "qwen2_5_vl": ("qwen2_5_vl", "", None),
@@ -80,6 +83,7 @@ BACKENDS = {
 BACKENDS.update({family: (backend, "", None) for family, backend in (
     ("llava", "llava_hf"), ("llava_onevision", "llava_hf"), ("gemma3", "gemma3"), ("mistral3", "mistral3_vl"),
     ("llama4", "llama4_scout"))})
+BACKENDS["gemma4"] = ("gemma4", "", None)
 TOKEN_ID_KEY = re.compile(r"(token_id|token_ids|token_index)$")
 
 
@@ -187,7 +191,11 @@ def test_config_token_ids_inside_vocabulary(family, loaded):
 @pytest.mark.parametrize("family", ALL)
 def test_text_geometry_is_tiny_gqa(family, loaded):
     model, _ = loaded(family)
-    assert locate_decoder(model).geometry == Geometry(layers=2, heads=4, kv_heads=2, head_dim=16)
+    tiny = Geometry(layers=2, heads=4, kv_heads=2, head_dim=16)
+    # Gemma 4 keeps its published per-layer shape: the global layer's heads twice as wide, sharing one KV head
+    per_layer = {"gemma4": Geometry(layers=2, heads=4, kv_heads=2, head_dim=16, layer_head_dims=(16, 32),
+                                    layer_kv_heads=(2, 1))}
+    assert locate_decoder(model).geometry == per_layer.get(family, tiny)
 
 
 @pytest.mark.parametrize("family", ALL)
