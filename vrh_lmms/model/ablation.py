@@ -65,20 +65,31 @@ def check_mode(mode: str) -> str:
 def resolve_method(decoder: Decoder, requested: str) -> str:
     """`fold` when every o_proj is a dense in-memory float matrix (or as asked), else `hook`."""
     if requested != "auto":
-        if requested == "fold" and not all(foldable(p) for p in decoder.out_projs):
+        if requested == "fold" and not all(foldable(p) for p in _projections(decoder)):
             raise VRHError("ablation method 'fold' impossible: some o_proj weights are quantized, offloaded or "
                            "on the meta device; use method 'hook' or 'auto'")
         return requested
-    return "fold" if all(foldable(p) for p in decoder.out_projs) else "hook"
+    return "fold" if all(foldable(p) for p in _projections(decoder)) else "hook"
+
+
+def _projections(decoder: Decoder) -> list[nn.Module]:
+    """The output projections of the layers that have heads."""
+    return [decoder.out_projs[layer] for layer in decoder.geometry.attention_layers]
+
+
+def means_shape(g: Geometry) -> tuple[int, int, int]:
+    """Shape of a means array: (layers, heads, widest head). A layer whose heads are narrower uses the first
+    dim(layer) entries of its rows (zeros after them); a layer without heads is all zeros. For a uniform decoder
+    this is (layers, heads, head_dim), as means files always were."""
+    return g.layers, g.heads, g.max_head_dim
 
 
 def check_means(g: Geometry, means: torch.Tensor | None) -> torch.Tensor:
     if means is None:
         raise VRHError("ablation mode 'mean' needs per-head mean activations (a means file from "
                        "`vrh-lmms discover`, model arg means_file=PATH)")
-    if tuple(means.shape) != (g.layers, g.heads, g.head_dim):
-        raise VRHError(f"means have shape {tuple(means.shape)}, the model needs "
-                       f"({g.layers}, {g.heads}, {g.head_dim})")
+    if tuple(means.shape) != means_shape(g):
+        raise VRHError(f"means have shape {tuple(means.shape)}, the model needs {means_shape(g)}")
     return means
 
 
@@ -91,7 +102,8 @@ def folded_bias(proj: nn.Module, layer: int, heads: Iterable[int], head_dim: int
     w = proj.weight
     shift = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device)
     for h in heads:
-        shift += per_head(w, head_dim)[:, h].float() @ means[layer, h].to(device=w.device, dtype=torch.float32)
+        shift += per_head(w, head_dim)[:, h].float() @ means[layer, h, :head_dim].to(device=w.device,
+                                                                                       dtype=torch.float32)
     if proj.bias is None:
         return shift.to(w.dtype)
     return (proj.bias.float() + shift).to(proj.bias.dtype)
@@ -164,9 +176,8 @@ class Ablator:
 
     @torch.no_grad()
     def _fold(self, by_layer: dict[int, list[int]], mode: str, means: torch.Tensor | None) -> None:
-        d = self.geometry.head_dim
         for layer, heads in by_layer.items():
-            proj = self.decoder.out_projs[layer]
+            proj, d = self.decoder.out_projs[layer], self.geometry.dim(layer)
             w = per_head(proj.weight, d)
             saved = _Saved(layer, {}, proj.bias.detach().clone() if proj.bias is not None else None,
                            proj.bias is not None)
@@ -182,12 +193,12 @@ class Ablator:
                     proj.bias.copy_(bias)
 
     def _hook(self, by_layer: dict[int, list[int]], mode: str, means: torch.Tensor | None) -> None:
-        d = self.geometry.head_dim
         hooks = []
         for layer, heads in by_layer.items():
-            fill = [means[layer, h] for h in heads] if mode == "mean" else None
+            d = self.geometry.dim(layer)
+            fill = [means[layer, h, :d] for h in heads] if mode == "mean" else None
 
-            def edit(x, heads=heads, fill=fill):
+            def edit(x, heads=heads, fill=fill, d=d):
                 x = x.clone()
                 view = per_head(x, d)
                 for i, h in enumerate(heads):
@@ -200,9 +211,8 @@ class Ablator:
     @torch.no_grad()
     def restore(self) -> None:
         """Put back every edited column and bias, remove every hook."""
-        d = self.geometry.head_dim
         for saved in reversed(self._saved):
-            proj = self.decoder.out_projs[saved.layer]
+            proj, d = self.decoder.out_projs[saved.layer], self.geometry.dim(saved.layer)
             for h, cols in saved.columns.items():
                 per_head(proj.weight, d)[:, h] = cols
             if saved.had_bias:
@@ -286,7 +296,7 @@ class RowAblator:
 
     @torch.no_grad()
     def _plan_layer(self, layer: int, means: torch.Tensor | None) -> _LayerRows:
-        proj, d = self.decoder.out_projs[layer], self.geometry.head_dim
+        proj, d = self.decoder.out_projs[layer], self.geometry.dim(layer)
         weight = getattr(proj, "weight", None)
         floating = weight is not None and weight.dtype.is_floating_point and weight.device.type != "meta"
         dtype = weight.dtype if floating else torch.float32
@@ -300,7 +310,7 @@ class RowAblator:
             for h in heads:
                 keep_heads[c, h] = 0
                 if cfg.mode == "mean":
-                    fill_heads[c, h] = means[layer, h].to(device=device, dtype=dtype)
+                    fill_heads[c, h] = means[layer, h, :d].to(device=device, dtype=dtype)
             mean_heads.append(heads if cfg.mode == "mean" else [])
         if not any(mean_heads):
             return _LayerRows(keep, None, None)
@@ -436,14 +446,15 @@ class HeadMeanCollector:
     def __init__(self, model: nn.Module, decoder: Decoder | None = None) -> None:
         self.decoder = decoder or locate_decoder(model)
         g = self.decoder.geometry
-        self.sums = torch.zeros(g.layers, g.heads * g.head_dim, dtype=torch.float64)
+        # (layers, heads * widest head): a layer's o_proj input fills its first heads * dim(layer) entries
+        self.sums = torch.zeros(g.layers, g.heads * g.max_head_dim, dtype=torch.float64)
         self.count = 0
         self.token_mask: torch.Tensor | None = None  # (batch, seq) bool: which positions count
         self._installed: Installed | None = None
 
     def __enter__(self) -> HeadMeanCollector:
         self._installed = self.decoder.install([Hook(site_name(layer, HEAD_OUT), self._make_hook(layer))
-                                                for layer in range(self.decoder.geometry.layers)])
+                                                for layer in self.decoder.geometry.attention_layers])
         return self
 
     def __exit__(self, *exc) -> None:
@@ -458,8 +469,8 @@ class HeadMeanCollector:
                 x = x[self.token_mask.to(x.device)]
             else:
                 x = x.reshape(-1, x.shape[-1])
-            self.sums[layer] += x.sum(0).cpu()
-            if layer == 0:
+            self.sums[layer, :x.shape[-1]] += x.sum(0).cpu()
+            if layer == self.decoder.geometry.attention_layers[0]:
                 self.count += x.shape[0]
 
         return hook
@@ -468,7 +479,19 @@ class HeadMeanCollector:
         if self.count == 0:
             raise VRHError("no tokens were seen; cannot compute head means")
         g = self.decoder.geometry
-        return (self.sums / self.count).to(torch.float32).reshape(g.layers, g.heads, g.head_dim)
+        return padded_means((self.sums / self.count).to(torch.float32), g)
+
+
+def padded_means(flat: torch.Tensor, g: Geometry) -> torch.Tensor:
+    """(layers, heads * widest head) sums or means, each layer's o_proj input first, as `means_shape(g)`: head h of
+    layer L at [L, h, :dim(L)] (the columns h*dim(L) .. (h+1)*dim(L) of that layer's input), zeros after."""
+    if g.layer_head_dims is None:
+        return flat.reshape(means_shape(g))
+    out = torch.zeros(means_shape(g), dtype=flat.dtype)
+    for layer in g.attention_layers:
+        d = g.dim(layer)
+        out[layer, :, :d] = per_head(flat[layer, :g.heads * d], d)
+    return out
 
 
 def save_means(means: torch.Tensor, path: str | Path, geometry: Geometry, count: int) -> Path:

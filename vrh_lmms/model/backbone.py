@@ -33,9 +33,9 @@ from torch import nn
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.families import Family, family_for_config
-from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.heads.geometry import Geometry, HeadRef, layer_ranges
 from vrh_lmms.base.tables import did_you_mean
-from vrh_lmms.model.generic import Survey, survey
+from vrh_lmms.model.generic import Survey, kv_heads_of, layer_kinds, linear_kind, survey
 from vrh_lmms.model.head_view import per_head
 
 HEAD_OUT = "head_out"
@@ -94,8 +94,10 @@ class Decoder:
     """The language decoder of a loaded model, as ablation and attention capture need it, and its named sites."""
 
     family: Family
-    attns: list[nn.Module]
-    out_projs: list[nn.Module]
+    # indexed by the decoder layer's index in the model; None for a layer without heads (a hybrid decoder's
+    # linear-attention layers: geometry.attention_layers lists the others)
+    attns: list[nn.Module | None]
+    out_projs: list[nn.Module | None]
     geometry: Geometry
     text_config: Any
     layers_path: str
@@ -103,16 +105,20 @@ class Decoder:
 
     # ------------------------------------------------------------------------------------------ named sites
     def site_names(self) -> list[str]:
-        return [site_name(layer, site) for layer in range(len(self.attns)) for site in SITE_KINDS]
+        return [site_name(layer, site) for layer in self.geometry.attention_layers for site in SITE_KINDS]
 
     def parse_site(self, name: str) -> tuple[int, str]:
         """(layer, site) of a site name; a clear error (with the close names) for anything else."""
         parts = str(name).split(".")
         if (len(parts) == 3 and parts[0] == "layers" and parts[1].isdigit() and parts[2] in SITE_KINDS
                 and int(parts[1]) < len(self.attns)):
+            if self.attns[int(parts[1])] is None:
+                raise VRHError(f"no hook site {name!r}: decoder layer {parts[1]} has no attention heads (a "
+                               f"linear-attention layer); heads exist in "
+                               f"{layer_ranges(self.geometry.attention_layers)}")
             return int(parts[1]), parts[2]
         raise VRHError(f"no hook site {name!r}{did_you_mean(name, self.site_names())}; sites are layers.L.head_out "
-                       f"and layers.L.attn_rows for L in 0..{len(self.attns) - 1}")
+                       f"and layers.L.attn_rows for L in {layer_ranges(self.geometry.attention_layers)}")
 
     def _check(self, hook: Hook) -> tuple[int, str]:
         layer, site = self.parse_site(hook.site)
@@ -268,9 +274,15 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
         raise VRHError(f"{family.name}: no decoder layer list at {' or '.join(family.layer_paths)} "
                        f"in {type(model).__name__}")
     text_config = text_config_of(config, family)
-    attns, outs = [], []
+    kinds = layer_kinds(text_config, len(layers))
+    attns: list[nn.Module | None] = []
+    outs: list[nn.Module | None] = []
     for i, layer in enumerate(layers):
         found = _first_attr(layer, family.attn_attrs)
+        if found is None and linear_kind(kinds[i]):  # a hybrid decoder's linear-attention layer: no heads
+            attns.append(None)
+            outs.append(None)
+            continue
         if found is None:
             raise VRHError(f"{family.name}: decoder layer {i} has no attention module "
                            f"({' or '.join(family.attn_attrs)})")
@@ -281,20 +293,33 @@ def locate_decoder(model: nn.Module, family: Family | None = None) -> Decoder:
                            f"({' or '.join(family.out_attrs)})")
         attns.append(attn)
         outs.append(proj[1])
-    head_dim = head_dim_of(attns[0], text_config)
-    widths = {in_features_of(p) for p in outs}
-    if len(widths) != 1:
-        raise VRHError(f"{family.name}: output projections differ in width across layers: {sorted(widths)}")
-    width = widths.pop()
-    if width % head_dim:
-        raise VRHError(f"{family.name}: o_proj input width {width} is not a multiple of head_dim {head_dim}")
-    heads = width // head_dim
+    with_heads = [i for i, a in enumerate(attns) if a is not None]
+    if not with_heads:
+        raise VRHError(f"{family.name}: no decoder layer has softmax-attention heads")
+    dims: dict[int, int] = {}
+    counts: dict[int, int] = {}
+    for i in with_heads:
+        head_dim = head_dim_of(attns[i], text_config)
+        width = in_features_of(outs[i])
+        if width % head_dim:
+            raise VRHError(f"{family.name}: o_proj input width {width} of layer {i} is not a multiple of head_dim "
+                           f"{head_dim}")
+        dims[i], counts[i] = head_dim, width // head_dim
+    if len(set(counts.values())) != 1:
+        raise VRHError(f"{family.name}: output projections differ in head count across layers: "
+                       f"{sorted(set(counts.values()))}")
+    heads = counts[with_heads[0]]
     declared = getattr(text_config, "num_attention_heads", None)
     if isinstance(declared, int) and declared != heads:
-        raise VRHError(f"{family.name}: o_proj width {width} / head_dim {head_dim} = {heads} heads, but the config "
-                       f"declares {declared}")
-    kv = getattr(text_config, "num_key_value_heads", None) or getattr(attns[0], "num_key_value_heads", None) or heads
-    geometry = Geometry(layers=len(attns), heads=heads, kv_heads=int(kv), head_dim=head_dim)
+        width = in_features_of(outs[with_heads[0]])
+        raise VRHError(f"{family.name}: o_proj width {width} / head_dim {dims[with_heads[0]]} = {heads} heads, but "
+                       f"the config declares {declared}")
+    first = with_heads[0]
+    kvs = {i: kv_heads_of(attns[i], text_config, heads) for i in with_heads}
+    geometry = Geometry(layers=len(attns), heads=heads, kv_heads=kvs[first], head_dim=dims[first],
+                        head_layers=tuple(with_heads),
+                        layer_head_dims=tuple(dims.get(i, dims[first]) for i in range(len(attns))),
+                        layer_kv_heads=tuple(kvs.get(i, kvs[first]) for i in range(len(attns))))
     return Decoder(family, attns, outs, geometry, text_config, layers_path, list(layers))
 
 
@@ -313,14 +338,13 @@ def dead_heads(decoder: Decoder) -> tuple[HeadRef, ...] | None:
     weight-folding ablation. None when some o_proj weight cannot be read as a dense matrix (quantized, offloaded or
     sharded), so the caller knows the check did not run. Real checkpoints have none."""
     g = decoder.geometry
-    width = g.heads * g.head_dim
     out: list[HeadRef] = []
-    for layer, proj in enumerate(decoder.out_projs):
-        weight = getattr(proj, "weight", None)
-        if (not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] != width
+    for layer in g.attention_layers:
+        weight = getattr(decoder.out_projs[layer], "weight", None)
+        if (not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.shape[1] != g.heads * g.dim(layer)
                 or not weight.dtype.is_floating_point or weight.device.type == "meta"):
             return None
         with torch.no_grad():
-            written = per_head(weight.detach(), g.head_dim).abs().amax(dim=(0, 2))
+            written = per_head(weight.detach(), g.dim(layer)).abs().amax(dim=(0, 2))
         out.extend(HeadRef(layer, int(h)) for h in torch.nonzero(written == 0).flatten().tolist())
     return tuple(out)

@@ -4,10 +4,12 @@
 says how many decoder layers there are and how many heads each has; the decoder's layer list is the module list of
 that length outside the vision / audio towers; each layer's attention is its `self_attn` (or `attention`, `attn`,
 ...) and the attention's output projection its `o_proj` (or `out_proj`, `dense`, `wo`, ...), whose input width
-must equal heads x head_dim. Anything else (an encoder-decoder, linear-attention or convolution layers, heads of
-different widths, a fused or compressed output) is a `refusal`: one line naming why, and for a hybrid decoder the
-layers whose heads could be cut. `survey_checkpoint(pretrained)` does the same from config.json alone, on the meta
-device, so a refusal comes before any weight loads.
+must equal heads x head_dim of that layer. A hybrid decoder's layers without softmax attention (Gated-DeltaNet,
+short convolutions: no attention module, or a `layer_types` kind that names them linear) have no heads: the
+geometry lists the layers that have them (`head_layers`), and the head width and KV-head count of each layer where
+they vary (Gemma 4's global layers). Anything else (an encoder-decoder, an image read through cross-attention
+layers, a fused or compressed output) is a `refusal`: one line naming why. `survey_checkpoint(pretrained)` does
+the same from config.json alone, on the meta device, so a refusal comes before any weight loads.
 
 Heads keep the index of their decoder layer in the model: `L3H0` is head 0 of decoder layer 3.
 """
@@ -74,9 +76,10 @@ class Survey:
     text_config_path: str = ""
     geometry: Geometry | None = None
     refusal: str | None = None
-    # the layers whose heads could be cut (all of them when there is no refusal)
+    # the layers whose heads can be cut (the layers with softmax attention)
     attention_layers: tuple[int, ...] = ()
-    modules: list[tuple[nn.Module, nn.Module]] = field(default_factory=list, repr=False)
+    # (attention, output projection) per decoder layer; (None, None) for a layer without heads
+    modules: list[tuple[nn.Module | None, nn.Module | None]] = field(default_factory=list, repr=False)
     layers: list[nn.Module] = field(default_factory=list, repr=False)
     text: Any = field(default=None, repr=False)
 
@@ -162,38 +165,64 @@ def survey(model: nn.Module) -> Survey:
         out.refusal = f"no list of {n} decoder layers with a self-attention and an output projection was found"
         return out
     out.layers_path, out.layers = path, list(layers)
+    kinds = layer_kinds(text, n)
+    for i, f in enumerate(found):
+        if f is not None and (linear_kind(kinds[i]) or "linear" in type(f[1]).__name__.lower()):
+            found[i] = None  # a linear-attention module under an attention name (GLM-5-Next): no softmax heads
     attention = [i for i, f in enumerate(found) if f is not None]
     out.attention_layers = tuple(attention)
+    if not attention:
+        out.refusal = "none of its decoder layers has softmax-attention heads"
+        return out
     first = found[attention[0]]
     out.attn_attr, out.out_attr = first[0], first[2]
-    if len(attention) < n:
-        other = sorted({type(layer).__name__ if f is None else "" for layer, f in zip(layers, found)} - {""})
-        kinds = sorted({type(c).__name__ for i, layer in enumerate(layers) if found[i] is None
-                        for c in layer.children() if "norm" not in type(c).__name__.lower()
-                        and "mlp" not in type(c).__name__.lower() and "moe" not in type(c).__name__.lower()})
-        out.refusal = (f"a hybrid decoder: {n - len(attention)} of its {n} layers have no softmax attention "
-                       f"({', '.join(kinds or other)}); heads can be cut only in its attention layers "
-                       f"{_ranges(attention)}, and vrh_hf needs every layer to be one")
+    cross = [i for i, layer in enumerate(layers) if found[i] is None
+             and any("cross" in name for name, _ in layer.named_children())]
+    if cross:
+        out.refusal = (f"its image is read through cross-attention layers ({_ranges(cross)}), not through "
+                       "self-attention over image tokens (the heads vrh-lmms measures)")
         return out
-    widths = {}
+    dims, kvs = [], []
     for i in attention:
         _, attn, _, proj = found[i]
-        d = _head_dim(attn, text, heads)
-        widths.setdefault((int(proj.weight.shape[1]), d), []).append(i)
-    if len(widths) > 1:
-        parts = "; ".join(f"o_proj input {w} (head_dim {d}) in {_ranges(ls)}" for (w, d), ls in widths.items())
-        out.refusal = f"heads of different widths across layers ({parts}); one head geometry is needed"
-        return out
-    (width, head_dim), _ = widths.popitem()
-    if head_dim is None or width != heads * head_dim:
-        out.refusal = (f"its output projection ({out.attn_attr}.{out.out_attr}) takes {width} inputs, not "
-                       f"{heads} heads x head_dim {head_dim}: a fused or compressed output whose columns are not "
-                       "per head")
-        return out
-    kv = _int_attr(text, _KV_KEYS) or _int_attr(first[1], ("num_key_value_heads",)) or heads
-    out.geometry = Geometry(layers=n, heads=heads, kv_heads=kv, head_dim=head_dim)
-    out.modules = [(f[1], f[3]) for f in found]
+        width, d = int(proj.weight.shape[1]), _head_dim(attn, text, heads)
+        if d is None or width != heads * d:
+            out.refusal = (f"its output projection ({found[i][0]}.{found[i][2]} of L{i}) takes {width} inputs, not "
+                           f"{heads} heads x head_dim {d}: a fused or compressed output whose columns are not "
+                           "per head")
+            return out
+        dims.append(d)
+        kvs.append(kv_heads_of(attn, text, heads))
+    fill = {i: k for i, k in zip(attention, zip(dims, kvs))}
+    per_dim = [fill.get(i, (dims[0], kvs[0]))[0] for i in range(n)]
+    per_kv = [fill.get(i, (dims[0], kvs[0]))[1] for i in range(n)]
+    out.geometry = Geometry(layers=n, heads=heads, kv_heads=kvs[0], head_dim=dims[0],
+                            head_layers=tuple(attention), layer_head_dims=tuple(per_dim), layer_kv_heads=tuple(per_kv))
+    out.modules = [(None, None) if f is None else (f[1], f[3]) for f in found]
     return out
+
+
+# layer kinds (a config's `layer_types`) whose layers have no softmax heads: linear attention, convolutions, SSMs
+_LINEAR_KINDS = ("linear", "conv", "mamba", "ssm", "recurrent", "delta", "rwkv", "lightning")
+
+
+def linear_kind(kind: str) -> bool:
+    return any(word in kind.lower() for word in _LINEAR_KINDS)
+
+
+def layer_kinds(text: Any, n: int) -> list[str]:
+    """The config's kind of each decoder layer (`layer_types`), "" where it names none."""
+    kinds = getattr(text, "layer_types", None)
+    return [str(k) for k in kinds] if isinstance(kinds, (list, tuple)) and len(kinds) == n else [""] * n
+
+
+def kv_heads_of(attn: nn.Module, text: Any, heads: int) -> int:
+    """KV heads of one attention layer: the module's own count (Gemma 4's global layers have their own), else its
+    query-group size, else the config's."""
+    groups = _int_attr(attn, ("num_key_value_groups",))
+    own = _int_attr(attn, ("num_key_value_heads", "num_kv_heads")) or (
+        heads // groups if groups and heads % groups == 0 else None)
+    return own or _int_attr(text, _KV_KEYS) or heads
 
 
 def model_class_for(config: Any) -> type:

@@ -20,15 +20,17 @@ def random_heads(geometry: Geometry, k: int, seed: int | np.random.Generator,
                  exclude: frozenset[HeadRef] = frozenset()) -> list[HeadRef]:
     """k heads drawn uniformly without replacement from the heads not in `exclude` (with nothing excluded, exactly
     the draw of `rng.choice(total_heads, k)`: the same seed gives the same heads as before pools existed). `seed`
-    may be a generator whose state the draw advances (a series of draws from one stream)."""
-    flat = np.array([i for i in range(geometry.total_heads)
-                     if HeadRef(i // geometry.heads, i % geometry.heads) not in exclude])
+    may be a generator whose state the draw advances (a series of draws from one stream). Only the layers with
+    heads are drawn from (a hybrid decoder's linear-attention layers have none); index i is `all_heads()[i]`,
+    which for a uniform decoder is L(i // heads)H(i % heads), as it always was."""
+    every = geometry.all_heads()
+    flat = np.array([i for i, head in enumerate(every) if head not in exclude])
     if k > flat.size:
         what = "live heads" if exclude else "heads"
         raise VRHError(f"random{k} asks for more heads than the model has {what} ({flat.size})")
     rng = np.random.default_rng(seed)
     idx = rng.choice(flat, size=k, replace=False)
-    return sorted(HeadRef(int(i) // geometry.heads, int(i) % geometry.heads) for i in idx)
+    return sorted(every[int(i)] for i in idx)
 
 
 def layer_matched_heads(top: list[HeadRef], geometry: Geometry, seed: int | np.random.Generator,

@@ -33,7 +33,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_mask
 
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.geometry import Geometry
+from vrh_lmms.base.heads.geometry import Geometry, layer_ranges
 from vrh_lmms.model.backbone import ATTN_ROWS, Hook, locate_decoder, rows_hooks, site_name, unwrap
 from vrh_lmms.model.capture.rows import mask_rows, reduce_rows, row_probs
 
@@ -143,7 +143,7 @@ class CaptureHandle:
 
     def result(self) -> CaptureResult:
         """The captured reduction; refuses when the forward did not reach every decoder layer."""
-        missing = sorted(set(range(self.geometry.layers)) - self._seen)
+        missing = sorted(set(self.geometry.attention_layers) - self._seen)
         if missing:
             raise VRHError(f"attention capture is incomplete: no rows from decoder layers {missing[:8]}"
                            f"{'...' if len(missing) > 8 else ''} (was the forward run inside the scope?)")
@@ -151,6 +151,9 @@ class CaptureHandle:
         rows = self.plan.row_mask.to(self._mass.device)
         valid = rows[:, None, None, :]
         mass = {name: torch.where(valid, self._mass[..., i], 0.0) for i, name in enumerate(self.names)}
+        without = [la for la in range(self.geometry.layers) if not self.geometry.has_heads(la)]
+        for value in mass.values():  # a hybrid decoder's layers without heads measure nothing: NaN, never a score
+            value[:, without] = float("nan")
         argmax = None
         if self._argmax is not None:
             argmax = torch.where(valid, self._argmax, -1)
@@ -219,7 +222,8 @@ def _is_edit(fn) -> bool:
 
 def _layers_with(decoder, test: Callable) -> list[int]:
     """Layers whose attn_rows site carries a hook passing `test`."""
-    return [i for i, attn in enumerate(decoder.attns) if any(test(fn) for _, fn in rows_hooks(attn))]
+    return [i for i, attn in enumerate(decoder.attns)
+            if attn is not None and any(test(fn) for _, fn in rows_hooks(attn))]
 
 
 def _make_function(base: str) -> Callable:
@@ -356,6 +360,10 @@ def install_attention_edits(model: nn.Module, edits: dict[int, AttentionEdit], b
     bad = [i for i in edits if not 0 <= i < len(attns)]
     if bad:
         raise VRHError(f"attention intervention on layer {bad[0]}, but the decoder has layers 0-{len(attns) - 1}")
+    without = [i for i in edits if attns[i] is None]
+    if without:
+        raise VRHError(f"attention intervention on layer {without[0]}, which has no attention heads (a "
+                       f"linear-attention layer); heads exist in {layer_ranges(decoder.geometry.attention_layers)}")
     busy = [i for i in edits if i in _layers_with(decoder, _is_edit)]
     if busy:
         raise VRHError(f"decoder layers {busy[:8]} already carry an attention intervention; nested steering or "
@@ -397,7 +405,7 @@ def capture_attention(model: nn.Module, plan: CapturePlan, base: str | None = No
         raise VRHError(f"unknown capture base {base!r}; use one of {', '.join(BASES)}")
     handle = CaptureHandle(plan=plan, geometry=dec.geometry, base="")
     session = _CaptureRows(handle)
-    installed = dec.install([Hook(site_name(i, ATTN_ROWS), session, "rows") for i in range(len(dec.attns))])
+    installed = dec.install([Hook(site_name(i, ATTN_ROWS), session, "rows") for i in dec.geometry.attention_layers])
     try:
         handle.base = switch.on()
         yield handle

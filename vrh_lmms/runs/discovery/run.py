@@ -27,8 +27,7 @@ from vrh_lmms.base.heads.geometry import HeadRef, head_name
 from vrh_lmms.base.heads.heads_file import HeadsFile, save_heads_file
 from vrh_lmms.base.runfile import run_file_path
 from vrh_lmms.harness import distributed, lmms
-from vrh_lmms.model.ablation import means_path_for, save_means
-from vrh_lmms.model.head_view import per_head
+from vrh_lmms.model.ablation import means_path_for, padded_means, save_means
 from vrh_lmms.runs.discovery.controls import corrected_stats, heads_file_extras
 from vrh_lmms.runs.discovery.evidence import get_kind
 from vrh_lmms.runs.discovery.interceptor import DocTracker, GenerateInterceptor, parse_key
@@ -284,7 +283,7 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
         skipped[LOCALIZATION] = f"skipped: {', '.join(gridless)} evidence has no image token grid"
     scored = score_all(stats, cells, freq_k)
     cell_block = {c: {"scores": np.nan_to_num(s, nan=0.0).round(8).tolist(),
-                      "ranking": [head_name(l, h) for l, h in rank(s)]} for c, s in scored.items()}
+                      "ranking": [head_name(l, h) for l, h in rank(s, geometry)]} for c, s in scored.items()}
     parsed = parse_cell(primary)
     q, k, a = (primary, primary, "mean") if isinstance(parsed, str) else (parsed.query, parsed.key, parsed.aggregate)
     if parsed == LOCALIZATION:
@@ -308,11 +307,11 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     primary_scores = np.nan_to_num(scored[primary], nan=0.0)
     hf = HeadsFile(model={"id": str(lm.vrh_pretrained), "family": lm.vrh_family},
                    geometry=geometry, scores=primary_scores,
-                   ranking=[HeadRef(l, h) for l, h in rank(scored[primary])],
+                   ranking=[HeadRef(l, h) for l, h in rank(scored[primary], geometry)],
                    scoring=scoring, cells=cell_block, baseline=baseline or None,
                    extra={"presets": presets_for(cell_block), "discovery_docs": discovery_docs_block(keys)}
                    | heads_file_extras(parts, primary_scores, primary, spec.null_query)
-                   | dead_heads_block(getattr(lm, "vrh_dead_heads", None), rank(scored[primary])))
+                   | dead_heads_block(getattr(lm, "vrh_dead_heads", None), rank(scored[primary], geometry)))
     # Side outputs first, the heads file last: its presence means the run is complete.
     common = [name for name in parts[0].stats if all(name in p.stats for p in parts)]
     np.savez_compressed(paths["samples"], keys=np.array(keys),
@@ -320,7 +319,7 @@ def _finish(spec: DiscoverySpec, lm, results, store, paths, cells, primary) -> P
     if spec.collect_means and all(p.head_sums is not None for p in parts):
         sums = np.sum([p.head_sums.astype(np.float64) for p in parts], axis=0)
         tokens = sum(p.tokens for p in parts)
-        means = per_head(torch.from_numpy((sums / max(tokens, 1)).astype(np.float32)), geometry.head_dim)
+        means = padded_means(torch.from_numpy((sums / max(tokens, 1)).astype(np.float32)), geometry)
         save_means(means, paths["means"], geometry, tokens)
     if paths["eval"].exists():
         owned.remove(paths["eval"])  # checked to be ours before the run

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads.geometry import Geometry
 
 QUERIES = ("in", "out", "out_coords", "out_random1", "in+out")
 KEYS = ("argmax", "sum")
@@ -162,12 +163,14 @@ def default_freq_top_k(total_heads: int) -> int:
     return max(1, min(20, total_heads // 10))
 
 
-def rank(scores: np.ndarray) -> list[tuple[int, int]]:
-    """Heads best first; NaN last; ties broken by layer then head."""
+def rank(scores: np.ndarray, geometry: Geometry | None = None) -> list[tuple[int, int]]:
+    """Heads best first; NaN last; ties broken by layer then head. With `geometry`, only the heads it has: a hybrid
+    decoder's layers without heads (their rows NaN) are left out, so no ranking or top-k names them."""
     layers, heads = scores.shape
     flat = np.nan_to_num(scores.reshape(-1), nan=-np.inf)
     order = np.argsort(-flat, kind="stable")
-    return [(int(i) // heads, int(i) % heads) for i in order]
+    out = [(int(i) // heads, int(i) % heads) for i in order]
+    return out if geometry is None or geometry.head_layers is None else [x for x in out if geometry.has_heads(x[0])]
 
 
 def score_all(samples: Sequence[dict[str, np.ndarray]], cells: Iterable[str], freq_top_k: int) -> dict[str, np.ndarray]:
