@@ -3,9 +3,10 @@
 Corrections:
 - the backend casts every input to bfloat16 (`inputs.to(device, dtype=torch.bfloat16)`) whatever dtype the model has,
   which a float32 model (`dtype=float32`) cannot take; the pixels get the vision tower's dtype
-  (model_wrappers/pixels.py). A bfloat16 model (the backend's default) runs exactly as without the wrapper;
-- it pads every request to a multiple of 8 on the tokenizer's side, so a tokenizer that pads right makes even a single
-  request generate after pad tokens; the wrapper pads on the left (a left-padding tokenizer is unchanged).
+  (model_wrappers/pixels.py). A bfloat16 model (the backend's default) runs exactly as without the wrapper.
+
+Unlike lmms-eval's gemma3, this backend loads its processor with `padding_side="left"`, so its padding to a multiple
+of 8 needs no correction whatever the tokenizer says (tested).
 """
 
 from __future__ import annotations
@@ -22,5 +23,3 @@ class VRHGemma4(VRHMixin, _Simple):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         pixels_follow_tower(self.model.model.vision_tower)
-        self.processor.tokenizer.padding_side = "left"
-        self._tokenizer.padding_side = "left"

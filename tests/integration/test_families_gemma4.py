@@ -79,16 +79,23 @@ def test_batch_of_two_left_padded_equals_batch_of_one(ckpt):
 
 
 def test_pads_left_whatever_the_tokenizer_says(ckpt, tmp_path):
-    """lmms-eval's gemma4 pads each request to a multiple of 8 on the tokenizer's side: with a right-padding
-    tokenizer it generates after pad tokens; the wrapper answers as with a left-padding one."""
+    """lmms-eval's gemma4 pads each request to a multiple of 8, and loads the processor with padding_side="left"
+    (unlike its gemma3, which keeps the tokenizer's side): a right-padding tokenizer changes no answer, with or
+    without the wrapper, and the pads are on the left."""
+    from support.wrappers import recorded_generate
+
     right = tmp_path / "right"
     shutil.copytree(ckpt, right)
     config = json.loads((right / "tokenizer_config.json").read_text())
     (right / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "right"}))
     docs = scene_docs(3)
     expected = run(_wrapper()(pretrained=ckpt), docs)
+    base = _backend()(pretrained=str(right), device="cpu", device_map="cpu")
+    with recorded_generate(base.model) as calls:
+        assert run(base, docs) == expected
+    assert all(c["input_ids"].shape[1] % 8 == 0 and c["attention_mask"][:, -1].all() for c in calls)
+    assert any(not c["attention_mask"][:, 0].all() for c in calls)
     assert run(_wrapper()(pretrained=str(right)), docs) == expected
-    assert run(_backend()(pretrained=str(right), device="cpu", device_map="cpu"), docs) != expected
 
 
 @pytest.mark.exact

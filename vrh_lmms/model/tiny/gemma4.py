@@ -57,6 +57,12 @@ TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "nu
         "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": 30.0}
 
 
+def _learned_positions(model, std: float = 1.0) -> None:
+    """A position table drawn as a trained one differs per position (transformers initialises it to ones, which adds
+    the same vector to every patch and drowns its content)."""
+    model.model.vision_tower.patch_embedder.position_embedding_table.normal_(0.0, std)
+
+
 def gemma4_processor(tokenizer, max_soft_tokens: int = SOFT_TOKENS, patch: int = PATCH, pool: int = POOL):
     """Gemma 4's processor (gemma-4 checkpoints: patch 16, pooling 3, at most 280 soft tokens an image)."""
     ip = Gemma4ImageProcessor(patch_size=patch, pooling_kernel_size=pool, max_soft_tokens=max_soft_tokens)
@@ -86,4 +92,5 @@ def build(out_dir: str | Path, seed: int = 0, *, text: dict[str, Any] | None = N
                           boa_token_id=ids("<|audio>"), eoa_token_index=ids("<audio|>"), tie_word_embeddings=True)
     processor = gemma4_processor(tok, patch=vision_cfg["patch_size"], pool=vision_cfg["pooling_kernel_size"])
     return save_sensitive(out_dir, seed, Gemma4ForConditionalGeneration, config, processor, tok,
-                          stop_tokens=("<eos>", "<turn|>"), never_generate=("<|image|>",))
+                          stop_tokens=("<eos>", "<turn|>"), never_generate=("<|image|>", "<|audio|>", "<|video|>"),
+                          redraw=_learned_positions)
