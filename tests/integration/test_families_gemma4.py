@@ -106,6 +106,67 @@ def test_ablated_logits_equal_eager_reference(ckpt):
     assert "mm_token_type_ids" in inputs  # the bidirectional image blocks were in force
 
 
+@pytest.mark.exact
+def test_small_checkpoint_shape_ablates_exactly(tmp_path):
+    """gemma-4-E2B / E4B's shape: per-layer input embeddings, causal images, no k=v, and the last layers reusing an
+    earlier layer's keys and values (they keep their own queries and o_proj, so their heads are cut like any other):
+    heads in a sharing sliding layer and a sharing global layer ablate as the eager reference."""
+    from oracles.reference_ablation import reference_ablation
+    from support.wrappers import model_inputs, recorded_generate
+
+    from vrh_lmms.base.heads import HeadRef
+    from vrh_lmms.model.tiny.gemma4 import build
+
+    path = build(tmp_path / "e2b", text={"num_hidden_layers": 4, "layer_types": ["sliding_attention",
+                                                                                  "full_attention"] * 2,
+                                         "num_kv_shared_layers": 2, "hidden_size_per_layer_input": 8,
+                                         "attention_k_eq_v": False, "num_global_key_value_heads": None,
+                                         "use_bidirectional_attention": None})
+    lm = _wrapper()(pretrained=str(path), heads="L2H1;L3H0", dtype="float32")
+    model = lm.model
+    text = model.config.text_config
+    assert text.kv_sharing_modes == ["store", "store", "reuse", "reuse"]
+    assert lm.vrh_decoder.geometry.layer_head_dims == (16, 32, 16, 32)
+    with recorded_generate(model) as calls:
+        run(lm, scene_docs(1), max_new_tokens=2)
+    inputs = model_inputs(calls[0])
+    valid = inputs["attention_mask"].bool()
+    with torch.no_grad():
+        got = model(**inputs).logits
+        lm.vrh_ablator.restore()
+        clean = model(**inputs).logits
+        with reference_ablation(model, [HeadRef(2, 1), HeadRef(3, 0)], base="eager"):
+            ref = model(**inputs).logits
+    assert (clean - ref)[valid].abs().max() > 1e-2
+    torch.testing.assert_close(got[valid], ref[valid], rtol=1e-4, atol=1e-4)
+
+
+def test_packed_head_sets_answer_as_each_alone(ckpt):
+    """A packed sweep's head sets (none; a head of each layer kind; one global head) served from shared generate
+    calls answer as each set applied alone."""
+    from vrh_lmms.base.heads import HeadRef
+    from vrh_lmms.base.heads.spec import HeadSet
+
+    lm = _wrapper()(pretrained=ckpt, dtype="float32")
+    assert lm.vrh_pack_unsupported() is None
+    docs = scene_docs(3)
+    sets = [HeadSet(heads=(), spec="none", kind="explicit", k=0),
+            HeadSet(heads=(HeadRef(0, 1), HeadRef(1, 0)), spec="L0H1;L1H0", kind="explicit", k=2),
+            HeadSet(heads=(HeadRef(1, 3),), spec="L1H3", kind="explicit", k=1)]
+    alone = []
+    for hs in sets:
+        lm.vrh_apply(hs)
+        alone.append(run(lm, docs))
+    lm.vrh_apply(sets[0])
+    lm.vrh_pack(sets, ["zero"] * 3)
+    packed = []
+    for i in range(3):
+        lm.vrh_serve(i)
+        packed.append(run(lm, docs))
+    lm.vrh_unpack()
+    assert packed == alone and len({tuple(a) for a in alone}) == 3, alone
+
+
 def test_tiny_answers_depend_on_image_and_heads(ckpt):
     """Six scenes, one prompt: at least four different answers; ablating two heads changes some answer."""
     checks.check_answers_depend_on_image_and_heads(ckpt, max_new_tokens=5, prepare=as_float32)
