@@ -225,6 +225,7 @@ class VRHMixin:
             found = registry.lookup(str(pretrained), heads_task, evaluated=cli_tasks())
             self.vrh_heads_file = load_heads_file(found)
             self.vrh_heads_file.source = "registry"
+        self.vrh_spec_text = spec_text  # what `_vrh_load_context` may check against config.json before the load
         try:
             with load_dtype(torch_dtype), self._vrh_load_context(args, kwargs):
                 super().__init__(*args, **kwargs)

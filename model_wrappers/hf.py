@@ -25,6 +25,8 @@ from lmms_eval.models.chat.huggingface import Huggingface as _Chat
 from transformers import AutoConfig
 
 from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.heads import paper
+from vrh_lmms.base.heads.spec import check_explicit_heads
 from vrh_lmms.model.backbone import Decoder, survey_decoder
 from vrh_lmms.model.generic import Survey, model_class_for, survey, survey_checkpoint
 from vrh_lmms.model_wrappers.base import VRHMixin, with_call
@@ -97,7 +99,10 @@ class VRHHf(VRHMixin, _Chat):
     def _vrh_load_context(self, args: tuple, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
         pretrained = str(kwargs.get("pretrained") or (args[0] if args else DEFAULT_PRETRAINED))
         trust = str(kwargs.get("trust_remote_code", False)).lower() in ("1", "true", "yes")
-        check_cuttable(survey_checkpoint(pretrained, trust_remote_code=trust), pretrained)  # before any weight
+        found = check_cuttable(survey_checkpoint(pretrained, trust_remote_code=trust), pretrained)  # before any weight
+        spec = getattr(self, "vrh_spec_text", None)
+        if not str(spec).startswith(paper.PREFIX):
+            check_explicit_heads(spec, found.geometry)  # e.g. a head in a linear-attention layer, before the load
         return image_text_class()
 
     def _vrh_locate(self, model: Any, family: Any) -> Decoder:

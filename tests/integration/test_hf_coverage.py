@@ -68,7 +68,9 @@ def _logits(model, ids):
 
 
 def _heads(g) -> list[HeadRef]:
-    return [HeadRef(0, 1), HeadRef(g.layers - 1, 0), HeadRef(g.layers - 1, g.heads - 1)]
+    """In the first and last layers that have heads (a hybrid decoder's linear-attention layers have none)."""
+    first, last = g.attention_layers[0], g.attention_layers[-1]
+    return [HeadRef(first, 1), HeadRef(last, 0), HeadRef(last, g.heads - 1)]
 
 
 class _ZeroHeads:
@@ -98,11 +100,15 @@ def test_ablation_exact_on_tiny_checkpoint_or_refused_in_one_line(model_type):
     text = text_config(model.config)
     assert g.heads == text.num_attention_heads
     names = {m: n for n, m in model.named_modules()}
-    projs = [model.get_submodule(f"{found.layers_path}.{i}.{found.attn_attr}.{found.out_attr}")
-             for i in range(g.layers)]
-    assert all(p is q for p, q in zip(projs, dec.out_projs)), "the decoder's projections are the layers' own"
-    assert all("vision" not in names[p] and "visual" not in names[p] for p in projs)
-    assert {int(p.weight.shape[1]) for p in projs} == {g.heads * g.head_dim}
+    projs = {i: model.get_submodule(f"{found.layers_path}.{i}.{found.attn_attr}.{found.out_attr}")
+             for i in g.attention_layers}
+    assert all(p is dec.out_projs[i] for i, p in projs.items()), "the decoder's projections are the layers' own"
+    assert all(dec.out_projs[i] is None for i in range(g.layers) if i not in projs)
+    assert all("vision" not in names[p] and "visual" not in names[p] for p in projs.values())
+    # each layer's head width from its own projection (input width / the config's heads), not from the geometry
+    width = {i: int(p.weight.shape[1]) // g.heads for i, p in projs.items()}
+    assert all(int(p.weight.shape[1]) == g.heads * width[i] for i, p in projs.items())
+    assert width == {i: g.dim(i) for i in projs}
     ids = _ids(model)
     base = _logits(model, ids)
     heads = _heads(g)
@@ -119,7 +125,7 @@ def test_ablation_exact_on_tiny_checkpoint_or_refused_in_one_line(model_type):
     for h in heads:
         by_layer.setdefault(h.layer, []).append(h.head)
     handles = [projs[layer].register_forward_pre_hook(zero_inputs(
-        [c for h in hs for c in range(h * g.head_dim, (h + 1) * g.head_dim)])) for layer, hs in by_layer.items()]
+        [c for h in hs for c in range(h * width[layer], (h + 1) * width[layer])])) for layer, hs in by_layer.items()]
     try:
         reference = _logits(model, ids)
     finally:

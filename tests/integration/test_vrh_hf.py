@@ -93,14 +93,25 @@ def _none(lm):
     return resolve_spec(None, lm.vrh_decoder.geometry)
 
 
-def test_hybrid_decoder_is_refused_in_one_line_before_any_weight_loads(tmp_path):
+def test_head_in_a_hybrid_decoders_linear_layer_is_refused_in_one_line_before_any_weight_loads(tmp_path):
     from transformers import AutoConfig
 
     AutoConfig.for_model("qwen3_5").save_pretrained(tmp_path)  # config.json only: no weights to load
     with pytest.raises(VRHError) as err:
-        _build(tmp_path, heads="L3H0")
+        _build(tmp_path, heads="L3H0;L2H1")  # L3 has heads (full attention), L2 is a Gated-DeltaNet layer
     line = str(err.value)
-    assert "\n" not in line and "hybrid decoder" in line and "L3, L7" in line and "qwen3_5" in line
+    assert "\n" not in line and "L2H1" in line and "layer without attention heads" in line
+    assert "heads exist in L3, L7, L11" in line
+
+
+def test_image_read_through_cross_attention_is_refused_in_one_line_before_any_weight_loads(tmp_path):
+    from transformers import AutoConfig
+
+    AutoConfig.for_model("mllama").save_pretrained(tmp_path)
+    with pytest.raises(VRHError) as err:
+        _build(tmp_path, heads="L0H0")
+    line = str(err.value)
+    assert "\n" not in line and "cross-attention layers (L3, L8" in line and "mllama" in line
 
 
 def _tasks_path() -> str:

@@ -156,20 +156,47 @@ def config_geometry(config: Any, family) -> Geometry | None:
     text = text_config_of(config, family)
 
     def num(obj: Any, key: str) -> int | None:
-        value = getattr(obj, key, None)
+        try:
+            value = getattr(obj, key, None)
+        except Exception:  # noqa: BLE001 - a per-layer config refuses an attribute that differs by layer
+            return None
         return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
     layers, heads = num(text, "num_hidden_layers"), num(text, "num_attention_heads")
     if layers is None or heads is None:
         return None
-    head_dim = num(text, "v_head_dim") or num(text, "head_dim")
+    # deferred: keeps `vrh-lmms demo --help` free of torch
+    from vrh_lmms.model.generic import layer_kinds, linear_kind
+
+    kinds = layer_kinds(text, layers)
+    per_layer = [_layer_config(text, i) for i in range(layers)]
+    first = next((i for i in range(layers) if not linear_kind(kinds[i])), 0)
+    head_dim = num(text, "v_head_dim") or num(text, "head_dim") or num(per_layer[first], "head_dim")
     if head_dim is None:
         hidden = num(text, "hidden_size")
         if hidden is None or hidden % heads:
             return None
         head_dim = hidden // heads
-    kv = num(text, "num_key_value_heads") or heads
-    return Geometry(layers=layers, heads=heads, kv_heads=kv, head_dim=head_dim)
+    kv = num(text, "num_key_value_heads") or num(per_layer[first], "num_key_value_heads") or heads
+    return Geometry(layers=layers, heads=heads, kv_heads=kv, head_dim=head_dim,
+                    head_layers=tuple(i for i in range(layers) if not linear_kind(kinds[i])),
+                    layer_head_dims=tuple(num(c, "head_dim") or head_dim for c in per_layer),
+                    layer_kv_heads=tuple(num(c, "num_key_value_heads") or kv for c in per_layer))
+
+
+def _layer_config(text: Any, layer: int) -> Any:
+    """One layer's overrides of the text config (transformers' `per_layer_config`, Gemma 4's global layers: their
+    head_dim and KV heads), or an empty namespace."""
+    table = getattr(text, "per_layer_config", None)
+    if table is None:
+        return SimpleNamespace()
+    try:
+        found = table[layer]
+    except (TypeError, KeyError, IndexError):
+        found = getattr(table, str(layer), None) if not isinstance(table, dict) else table.get(str(layer))
+    if isinstance(found, dict):
+        return SimpleNamespace(**found)
+    return found if found is not None else SimpleNamespace()
 
 
 @dataclass
@@ -207,6 +234,16 @@ def plan_geometry(plan: ModelPlan) -> ModelPlan:
     check_pretrained(plan.pretrained)
     if plan.pretrained is not None:
         trust = str(plan.args.get("trust_remote_code", "")).lower() in ("1", "true", "yes")
-        config = load_config(plan.pretrained, trust_remote_code=trust)
-        plan.geometry = config_geometry(config, get_family(plan.cls.vrh_family))
+        family = get_family(plan.cls.vrh_family)
+        if not family.layer_paths:  # vrh_hf: the decoder found generically, on the meta device (no weights)
+            # deferred: keeps `vrh-lmms demo --help` free of torch, transformers
+            from vrh_lmms.model.generic import survey_checkpoint
+
+            found = survey_checkpoint(plan.pretrained, trust_remote_code=trust)
+            if not found.ok:
+                raise VRHError(f"{plan.name}: pretrained={plan.pretrained} ({found.model_type}, {found.class_name}): "
+                               f"its heads cannot be cut: {found.refusal}")
+            plan.geometry = found.geometry
+        else:
+            plan.geometry = config_geometry(load_config(plan.pretrained, trust_remote_code=trust), family)
     return plan

@@ -14,6 +14,7 @@ claimed type's ablation exact on its tiny model, and capture's attention functio
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import re
 import warnings
@@ -24,6 +25,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_
 from transformers.utils import logging as hf_logging
 
 from vrh_lmms.base.families import FAMILIES
+from vrh_lmms.base.heads.geometry import Geometry
 from vrh_lmms.model.generic import meta_model, survey
 from vrh_lmms.model.packing import packing_unsupported
 from vrh_lmms.model.tiny.generic import check_size, tiny_config
@@ -119,7 +121,7 @@ def row_for(model_type: str, class_name: str) -> Row:
     if not tiny.ok:
         return refused(f"untested: its tiny config does not keep the decoder ({tiny.refusal})")
     why_not_packed = packing_unsupported(model)
-    interface = bool(getattr(type(model), "_supports_attention_backend", False))
+    interface = bool(getattr(type(model), "_supports_attention_backend", False)) or _calls_interface(found)
     g = found.geometry
     column, why = MEASURED.get(model_type, ("", ""))
     if column == "ablation":
@@ -128,7 +130,27 @@ def row_for(model_type: str, class_name: str) -> Row:
         interface = False
     return Row(model_type, class_name, YES, YES if why_not_packed is None else why_not_packed,
                YES if interface else why or "its attention does not run through transformers' attention interface",
-               discovery, f"{g.layers}x{g.heads} (kv {g.kv_heads}, d {g.head_dim})")
+               discovery, geometry_cell(g))
+
+
+def geometry_cell(g: Geometry) -> str:
+    """"28x28 (kv 4, d 128)"; a hybrid decoder adds the layers that have heads, per-layer values are joined by /."""
+    def values(of) -> str:
+        return "/".join(str(v) for v in sorted({of(layer) for layer in g.attention_layers}))
+
+    hybrid = "" if g.head_layers is None else f"; heads in {len(g.attention_layers)} layers"
+    return f"{g.layers}x{g.heads} (kv {values(g.kv)}, d {values(g.dim)}{hybrid})"
+
+
+def _calls_interface(found) -> bool:
+    """Whether the decoder's attention modules call transformers' attention interface in their own code, where the
+    class does not declare it (Qwen3.5's hybrid classes: their attention layers do; the coverage test checks it)."""
+    attn = next((a for a, _ in found.modules if a is not None), None)
+    try:
+        source = inspect.getsource(type(attn).forward)
+    except (TypeError, OSError):
+        return False
+    return "ALL_ATTENTION_FUNCTIONS" in source
 
 
 def coverage() -> list[Row]:

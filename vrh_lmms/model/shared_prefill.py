@@ -14,7 +14,8 @@ model) and a model's top retrieval heads sit in its middle layers, so the lower 
 once per configuration (on the demo model, whose live heads sit in layers 0-2, this saves little). The rows
 computed are the same numbers the full batch computes (tested bit for bit in float32). An argument the wrappers
 cannot place on the batch axis runs that layer on the full batch; a hook on a layer, an attention or an o_proj (it
-would see the shared rows), or an attention edit, turns sharing off for the call.
+would see the shared rows), or an attention edit, turns sharing off for the call. A hybrid decoder (Qwen3.5's
+linear-attention layers keep a recurrent state in the cache) is never shared: its packed prefill runs whole.
 """
 
 from __future__ import annotations
@@ -189,6 +190,8 @@ class SharedPrefill:
 
     def install(self) -> SharedPrefill:
         self.uninstall()
+        if self.decoder.geometry.head_layers is not None:
+            return self  # a hybrid decoder: never shared (see `arm`)
         for layer, (module, attn) in enumerate(zip(self.decoder.layers, self.decoder.attns)):
             self._undo.append(replace_forward(module, self._layer_forward(layer)))
             self._undo.append(replace_forward(attn, self._attention_forward(layer)))
@@ -202,7 +205,10 @@ class SharedPrefill:
     def arm(self, row_configs: Sequence[int], rows_per_doc: int) -> None:
         """The next prefill (a forward of len(row_configs) rows and more than one position) shares; decoding
         steps after it run on the full batch."""
-        if not self.decoder.layers or installed_rows_hooks() or self._hooked():
+        # a hybrid decoder's linear-attention layers carry a recurrent state in the cache that the shared rows'
+        # cache wrapper does not copy to the other rows: its prefill runs on the full batch (exact, not shared)
+        if not self.decoder.layers or self.decoder.geometry.head_layers is not None or installed_rows_hooks() \
+                or self._hooked():
             self._plan = None
             return
         self._plan = PrefillPlan.build(self.ablator.configs, row_configs, rows_per_doc, len(self.decoder.layers))
@@ -210,7 +216,7 @@ class SharedPrefill:
     def _hooked(self) -> bool:
         """Whether some hook watches a layer, an attention or an o_proj: it would see the shared rows, not the batch
         (our own o_proj edits are forward replacements, not hooks)."""
-        modules = [*self.decoder.layers, *self.decoder.attns, *self.decoder.out_projs]
+        modules = [m for m in (*self.decoder.layers, *self.decoder.attns, *self.decoder.out_projs) if m is not None]
         return any(getattr(m, "_forward_hooks", None) or getattr(m, "_forward_pre_hooks", None) for m in modules)
 
     def disarm(self) -> None:

@@ -129,6 +129,22 @@ class Geometry:
                 f"decoder); heads exist in {layer_ranges(self.attention_layers)}"
             )
 
+    def describe(self) -> str:
+        """"28 layers x 16 heads (kv 4, head_dim 128)", with the layers that have heads of a hybrid decoder and the
+        layers whose KV heads or head width differ from the first's: one line for a console or a table."""
+        where = "" if self.head_layers is None else \
+            f" (heads in {len(self.attention_layers)}: {layer_ranges(self.attention_layers)})"
+        varies = self._per_layer(self.dim, self.head_dim, "head_dim") + self._per_layer(self.kv, self.kv_heads, "kv")
+        shape = f"kv {self.kv_heads}, head_dim {self.head_dim}{varies}"
+        return f"{self.layers} layers{where} x {self.heads} heads ({shape})"
+
+    def _per_layer(self, value, first: int, name: str) -> str:
+        others: dict[int, list[int]] = {}
+        for layer in self.attention_layers:
+            if value(layer) != first:
+                others.setdefault(value(layer), []).append(layer)
+        return "".join(f"; {name} {v} in {layer_ranges(ls)}" for v, ls in sorted(others.items()))
+
     def to_dict(self) -> dict:
         out: dict = {k: getattr(self, k) for k in _BASE_FIELDS}
         for name in ("head_layers", "layer_head_dims", "layer_kv_heads"):

@@ -67,6 +67,15 @@ def check_spec_form(spec: str | None) -> None:
     kinds.parse_spec(spec)
 
 
+def check_explicit_heads(spec: str | None, geometry: Geometry) -> None:
+    """Explicit heads (`L3H0;L7H1`) against a geometry known before the model loads (config.json): a head outside
+    the model, or in a layer without heads (a hybrid decoder's linear-attention layers), refused in one line naming
+    the layers that have heads. Other spec forms are drawn once the model is loaded."""
+    parsed = kinds.parse_spec(spec)
+    for head in parsed.options.get("heads", ()) if parsed.kind.name == "explicit" else ():
+        geometry.check(head, where=f"heads={spec}: head")
+
+
 def resolve_spec(spec: str | None, geometry: Geometry, *, heads_file: HeadsFile | None = None, seed: int = 0,
                  allow_cross_model: bool = False, cell: str | None = None, dead: tuple[HeadRef, ...] = (),
                  pool: str = kinds.DEFAULT_POOL) -> HeadSet:

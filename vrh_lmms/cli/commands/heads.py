@@ -32,8 +32,8 @@ def run(args: argparse.Namespace) -> int:
     shown = primary if not args.cell else hf.cell_name(args.cell)
     if args.cell and args.cell != shown:
         shown = f"{args.cell} (cell {shown})"
-    print(f"model {hf.model.get('id')} ({hf.model.get('family')}): {g.layers} layers x {g.heads} heads "
-          f"(kv {g.kv_heads}, head_dim {g.head_dim}); scoring {shown} on {hf.scoring.get('task')} "
+    print(f"model {hf.model.get('id')} ({hf.model.get('family')}): {g.describe()}; scoring {shown} on "
+          f"{hf.scoring.get('task')} "
           f"(n={hf.scoring.get('n_samples')})")
     ranking = hf.cell_ranking(args.cell) if args.cell else hf.ranking
     scores = np.asarray(hf.cells[hf.cell_name(args.cell)]["scores"]) if args.cell else hf.scores

@@ -121,7 +121,8 @@ def answer_logprob(logits: torch.Tensor, tf: TeacherForced) -> float:
 
 @dataclass
 class Recording:
-    """Every layer's o_proj input on a run's answer rows: (layers, rows, heads * head_dim), and the run's answer
+    """Every layer's o_proj input on a run's answer rows: (layers, rows, heads * widest head), a layer's own
+    heads * dim(layer) entries first (zeros after them, and in a layer without heads), and the run's answer
     log-probability."""
 
     values: torch.Tensor
@@ -131,7 +132,7 @@ class Recording:
 def _head_out_hooks(decoder: Decoder, hook_for) -> list[Hook]:
     """One hook on each layer's per-head output site (`layers.L.head_out`) that `hook_for(L)` gives one for."""
     hooks = []
-    for layer in range(decoder.geometry.layers):
+    for layer in decoder.geometry.attention_layers:
         fn = hook_for(layer)
         if fn is not None:
             hooks.append(Hook(site_name(layer, HEAD_OUT), fn))
@@ -151,7 +152,11 @@ def record(model: nn.Module, decoder: Decoder, tf: TeacherForced) -> Recording:
 
     with decoder.hooks(_head_out_hooks(decoder, hook_for)):
         logits = model(**tf.batch(model, 1), use_cache=False).logits
-    values = torch.stack([got[i].to(got[0].device) for i in range(decoder.geometry.layers)])
+    g = decoder.geometry
+    first = got[g.attention_layers[0]]
+    values = first.new_zeros(g.layers, first.shape[0], g.heads * g.max_head_dim)
+    for layer, x in got.items():
+        values[layer, :, :x.shape[-1]] = x.to(values.device)
     return Recording(values, answer_logprob(logits, tf))
 
 
@@ -162,12 +167,13 @@ def patched_batch_logits(model: nn.Module, decoder: Decoder, tf: TeacherForced,
     rows replaced by `source` (layers, rows, heads * head_dim), recorded on another run with the same answer."""
     if source.shape[1] != tf.answer.numel():
         raise VRHError(f"patch source has {source.shape[1]} answer rows, the run {tf.answer.numel()}")
-    g, d = decoder.geometry, decoder.geometry.head_dim
-    columns = torch.zeros(g.layers, len(groups), g.heads * d, dtype=torch.bool)
+    g = decoder.geometry
+    columns = torch.zeros(g.layers, len(groups), g.heads * g.max_head_dim, dtype=torch.bool)
     for j, heads in enumerate(groups):
         for h in heads:
             g.check(h, where="patched head")
-            per_head(columns, d)[h.layer, j, h.head] = True
+            d = g.dim(h.layer)
+            per_head(columns[h.layer, j, :g.heads * d], d)[h.head] = True
     rows = tf.rows
 
     def hook_for(layer):
@@ -177,8 +183,9 @@ def patched_batch_logits(model: nn.Module, decoder: Decoder, tf: TeacherForced,
         def hook(x):
             x = x.clone()
             r = rows.to(x.device)
-            cols = columns[layer].to(x.device)[:, None, :]  # (B, 1, width)
-            x[:, r] = torch.where(cols, source[layer].to(device=x.device, dtype=x.dtype)[None], x[:, r])
+            width = x.shape[-1]  # heads * dim(layer)
+            cols = columns[layer, :, :width].to(x.device)[:, None, :]  # (B, 1, width)
+            x[:, r] = torch.where(cols, source[layer, :, :width].to(device=x.device, dtype=x.dtype)[None], x[:, r])
             return x
         return hook
 
@@ -251,7 +258,10 @@ def patch_pair(model: nn.Module, decoder: Decoder, clean: Mapping[str, torch.Ten
     lp = {a: patched_logprobs(model, decoder, runs[(dst, a)], groups, rec[(src, a)].values, batch_size)
           for a in ("a", "b")}
     patched = np.asarray(lp["a"]) - np.asarray(lp["b"])
-    grid = patched[:g.total_heads].reshape(g.layers, g.heads) if per_head else None
+    grid = None
+    if per_head:  # (layers, heads); NaN in a layer without heads (a hybrid decoder's linear-attention layers)
+        grid = np.full((g.layers, g.heads), np.nan)
+        grid[list(g.attention_layers)] = patched[:g.total_heads].reshape(len(g.attention_layers), g.heads)
     offset = g.total_heads if per_head else 0
     sets = {n: float(patched[offset + i]) for i, n in enumerate(names)}
     return PairResult(ld["clean"], ld["corrupt"], grid, sets)

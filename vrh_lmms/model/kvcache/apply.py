@@ -42,7 +42,14 @@ from vrh_lmms.model.backbone import locate_decoder, unwrap
 from vrh_lmms.model.capture.attention import install_attention_edits
 from vrh_lmms.model.interventions.rows import is_causal_call, visible
 from vrh_lmms.model.interventions.uniform import image_token_ids
-from vrh_lmms.model.kvcache.policy import KVPolicy, dropped, image_kept_fraction, kv_bytes, shared_drop
+from vrh_lmms.model.kvcache.policy import (
+    KVPolicy,
+    check_kv_geometry,
+    dropped,
+    image_kept_fraction,
+    kv_bytes,
+    shared_drop,
+)
 
 MODES = ("mask", "compress", "compact")
 COMPACT_ROOM = 64  # answer positions a compact layer's buffers grow by at a time
@@ -103,7 +110,7 @@ class KVCompression:
         if mode not in MODES:
             raise VRHError(f"KV mode {mode!r} unknown; use one of {', '.join(MODES)}")
         self.model, self.policy, self.mode = unwrap(model), policy, mode
-        g = locate_decoder(self.model).geometry
+        g = check_kv_geometry(locate_decoder(self.model).geometry)
         if policy.groups.shape != (g.layers, g.kv_heads):
             raise VRHError(f"KV policy for {policy.groups.shape} (layers, KV groups); the model has "
                            f"({g.layers}, {g.kv_heads})")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.heads.geometry import Geometry, HeadRef
+from vrh_lmms.base.heads.geometry import Geometry, HeadRef, layer_ranges
 
 POLICIES = ("retrieval", "random", "uniform", "none")
 SINK, RECENT = 4, 8
@@ -53,6 +53,23 @@ class KVPolicy:
         return {"policy": self.name, "budget": self.budget, "seed": self.seed, "sink": self.sink,
                 "recent": self.recent, "groups_kept": int(self.groups.sum()), "groups": int(self.groups.size),
                 "image_share": self.image_share}
+
+
+def check_kv_geometry(geometry: Geometry) -> Geometry:
+    """The KV policy holds one (layers, KV heads) grid of groups of one width: a decoder whose layers differ is
+    refused in one line naming why (a hybrid decoder's linear-attention layers keep a recurrent state, not keys;
+    per-layer KV-head counts or head widths would need a grid per layer)."""
+    if geometry.head_layers is not None:
+        raise VRHError(f"the KV policy needs a KV cache in every decoder layer; this hybrid decoder caches keys "
+                       f"only in its attention layers {layer_ranges(geometry.attention_layers)} (the others keep a "
+                       "recurrent state), which the policy does not model yet; ablation, sweeps and discovery "
+                       "work on it")
+    if not geometry.uniform:
+        widths = sorted({(geometry.kv(la), geometry.dim(la)) for la in geometry.attention_layers})
+        raise VRHError(f"the KV policy needs one KV-head count and head width in every layer; this decoder's layers "
+                       f"have {', '.join(f'{k} x {d}' for k, d in widths)} (KV heads x head_dim), which the policy "
+                       "does not model yet: ablation, sweeps and discovery work on it")
+    return geometry
 
 
 def check_budget(budget: float) -> float:

@@ -298,7 +298,8 @@ def run_patching(spec: PatchSpec, output: str | Path, force: bool = False, lm=No
         atomic.write_json(runner.job.unit_path(uid), {
             "task": task, "a": a, "b": b, "image_id": index.targets[a].image_id,
             "expressions": [index.targets[a].expression, index.targets[b].expression],
-            "ld_clean": res.ld_clean, "ld_corrupt": res.ld_corrupt, "heads": res.heads.tolist(), "sets": res.sets})
+            "ld_clean": res.ld_clean, "ld_corrupt": res.ld_corrupt,
+            "heads": np.nan_to_num(res.heads, nan=0.0).tolist(), "sets": res.sets})  # 0: a layer without heads
         runner.finish(uid)
     distributed.barrier()  # every rank's pairs are written
     if not distributed.is_main():
@@ -329,8 +330,10 @@ def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: Patc
     mean = per_pair.mean(0)
     se = per_pair.std(0, ddof=1) / np.sqrt(len(used)) if len(used) > 1 else np.full_like(mean, np.nan)
     scores = np.asarray(hf.scores, dtype=float)
-    rho = spearmanr(mean.ravel(), scores.ravel())
-    tau = kendalltau(mean.ravel(), scores.ravel())
+    # only the heads the decoder has (a hybrid decoder's linear-attention layers have none): flat indices into L x H
+    has = np.array([geometry.has_heads(la) for la in range(geometry.layers)]).repeat(geometry.heads)
+    rho = spearmanr(mean.ravel()[has], scores.ravel()[has])
+    tau = kendalltau(mean.ravel()[has], scores.ravel()[has])
     set_rows = []
     for name, s in sets.items():
         values = np.array([results[i].effect(results[i].sets[name], direction) for i in used])
@@ -340,6 +343,7 @@ def aggregate(parts: list[dict], sets: dict[str, dict], hf, geometry, spec: Patc
                          "ci": [low, high], "degenerate": bool(np.all(values == values[0])),
                          "pool": s.get("pool"), "dead_heads": s.get("dead_heads", [])})
     order = np.argsort(-mean.ravel(), kind="stable")
+    order = order[has[order]]
     disc_rank = {str(h): i for i, h in enumerate(hf.ranking)}
     top_heads = [{"head": head_name(*divmod(int(i), geometry.heads)), "effect": float(mean.ravel()[i]),
                   "se": float(se.ravel()[i]),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from vrh_lmms.base import atomic, console, owned
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.model.kvcache.policy import check_budget, topk_budget
+from vrh_lmms.base.heads.inputs import load_heads_input
+from vrh_lmms.model.kvcache.policy import check_budget, check_kv_geometry, topk_budget
 from vrh_lmms.runs.checks import dead_heads_of
 from vrh_lmms.runs.maps.setup import prepare, run_identity
 from vrh_lmms.runs.runner import result_job, result_layout
@@ -49,6 +50,8 @@ def run_kv_cache(args: argparse.Namespace) -> int:
         identity = run_identity("kv-cache", {**vars(args), "budgets": budgets}, IDENTITY, args.heads_file, tasks)
         return result_job(out, LAYOUT, RESULT, identity, "kv-cache run")
 
+    if args.heads_file:  # the heads file's geometry, before any load: a decoder the policy cannot model is refused
+        check_kv_geometry(load_heads_input(str(args.heads_file)).geometry)
     console.step(f"kv-cache: {args.model} on {args.tasks}", line=False)
     run_ = prepare(args.model, args.model_args, args.tasks, args.heads_file, args.allow_cross_model,
                    limit=args.limit, command="kv-cache",

@@ -45,8 +45,7 @@ def rank_sets(heads_file, geometry: Geometry, ks: Sequence[int], seeds: int, dea
             hs = resolve_spec(f"random{k}", geometry, heads_file=heads_file, seed=seed, dead=tuple(dead))
             out.append(RankSet(f"random{k}_s{seed}", "random", k, seed, hs.heads))
     dead_set = set(dead)
-    live = tuple(HeadRef(la, h) for la in range(geometry.layers) for h in range(geometry.heads)
-                 if HeadRef(la, h) not in dead_set)
+    live = tuple(h for h in geometry.all_heads() if h not in dead_set)
     out.append(RankSet("all", "all", len(live), None, live))
     return out
 

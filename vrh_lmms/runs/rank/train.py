@@ -203,10 +203,9 @@ def keep_dead_heads_dead(model, dead) -> list:
     """Zero the o_proj gradient columns of `dead` heads (they stay exactly zero under Adam: no gradient, no
     update); returns the hook handles."""
     dec = locate_decoder(model)
-    d = dec.geometry.head_dim
     handles = []
     for layer in sorted({h.layer for h in dead}):
-        weight = dec.out_projs[layer].weight
+        weight, d = dec.out_projs[layer].weight, dec.geometry.dim(layer)
         mask = torch.ones_like(weight)
         for h in dead:
             if h.layer == layer:

@@ -330,12 +330,13 @@ def rows_limit(lm) -> Callable[[int], int]:
 
 
 def kv_bytes_per_token(geometry, dtype) -> int:
-    """KV cache bytes one row adds per token: keys and values of every layer."""
+    """KV cache bytes one row adds per token: keys and values of every layer with heads, at its own KV-head count
+    and head width (a hybrid decoder's linear-attention layers keep a state of fixed size, not one per token)."""
     # deferred: keeps `vrh-lmms demo --help` free of torch
     import torch
 
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return geometry.layers * 2 * geometry.kv_heads * geometry.head_dim * itemsize
+    return sum(2 * geometry.kv(layer) * geometry.dim(layer) for layer in geometry.attention_layers) * itemsize
 
 
 def _progress(total: int, enabled: bool):
