@@ -13,6 +13,7 @@ from oracles.reference_ablation import reference_ablation
 
 from support.wrappers import model_inputs, recorded_generate, run, scene_docs
 from vrh_lmms.base.heads import HeadRef
+from vrh_lmms.base.heads.geometry import parse_head
 from vrh_lmms.model.capture.verify import check_layout
 from vrh_lmms.model.tiny.inputs import load_tiny, render_prompt, scene_messages
 
@@ -51,10 +52,10 @@ def check_heads_none_answers_like_plain_transformers(wrapper_cls, ckpt: str) -> 
     assert run(wrapper_cls(pretrained=ckpt, heads="none", dtype="float32", batch_size=3), docs) == one
 
 
-def check_ablated_logits_equal_eager_reference(wrapper_cls, ckpt: str) -> dict[str, torch.Tensor]:
+def check_ablated_logits_equal_eager_reference(wrapper_cls, ckpt: str, heads: str = HEADS) -> dict[str, torch.Tensor]:
     """Logits of the wrapper's ablated model on the exact inputs its backend passed to generate equal eager
     attention with the heads' outputs zeroed (at the positions the attention mask keeps); returns those inputs."""
-    lm = wrapper_cls(pretrained=ckpt, heads=HEADS, dtype="float32")
+    lm = wrapper_cls(pretrained=ckpt, heads=heads, dtype="float32")
     model = lm.model
     with recorded_generate(model) as calls:
         run(lm, scene_docs(1), max_new_tokens=2)
@@ -63,7 +64,7 @@ def check_ablated_logits_equal_eager_reference(wrapper_cls, ckpt: str) -> dict[s
         got = model(**inputs).logits
         lm.vrh_ablator.restore()
         clean = model(**inputs).logits
-        with reference_ablation(model, HEAD_REFS, base="eager"):
+        with reference_ablation(model, [parse_head(h) for h in heads.split(";")], base="eager"):
             ref = model(**inputs).logits
     # left-padding positions attend to nothing, and eager and sdpa fill them differently: compare the others (a
     # backend that pads to a multiple of 8, as Gemma's, has some even for one request)
