@@ -62,6 +62,15 @@ def test_wrapper_registered_over_its_backend():
     assert fam.model_types == ("gemma4",) and fam.layout == "gemma4" and fam.box_convention in CONVENTIONS
 
 
+def test_python_api_loads_it_through_vrh_gemma4(ckpt):
+    """`vrh.load(<folder>)` picks the family's wrapper from config.json, with the per-layer head widths."""
+    import vrh_lmms as vrh
+
+    model = vrh.load(ckpt, dtype="float32")
+    assert type(model.lm).__name__ == "VRHGemma4"
+    assert model.geometry.layer_head_dims == (16, 32) and model.geometry.layer_kv_heads == (2, 1)
+
+
 def test_heads_none_answers_like_the_base_backend(ckpt):
     docs = scene_docs(3)
     expected = run(_backend()(pretrained=ckpt, device="cpu", device_map="cpu"), docs)
