@@ -6,8 +6,9 @@ backend cannot answer it. Here each request becomes one user turn of the checkpo
 (model_wrappers/chat_backend.py: its images, then the task's text), which MiniCPMV4_6Processor expands to the source
 view and the slices; batches are left padded, decoding greedy unless the task sets a temperature.
 
-The published checkpoints' text is Qwen3.5, whose linear-attention layers have no heads to cut; such a checkpoint is
-refused from its config, before any weight loads, naming the layers that are full attention.
+The published checkpoints' text is Qwen3.5, a hybrid decoder: its linear-attention layers have no heads, its
+full-attention layers (every fourth) do, and heads keep their decoder layer's index (`L3H0`); a head named in a
+linear-attention layer is refused from the checkpoint's config, before any weight loads.
 """
 
 from __future__ import annotations
@@ -15,26 +16,23 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from transformers import AutoConfig
-
-from vrh_lmms.base.errors import VRHError
+from vrh_lmms.base.families import get_family
+from vrh_lmms.base.heads import paper
+from vrh_lmms.base.heads.spec import check_explicit_heads
+from vrh_lmms.harness.preload import config_geometry, load_config
 from vrh_lmms.model_wrappers.base import VRHMixin
 from vrh_lmms.model_wrappers.chat_backend import ChatTemplateBackend
 
 
-def _spans(layers: list[int]) -> str:
-    return ", ".join(map(str, layers[:8])) + (f", ... ({len(layers)} in all)" if len(layers) > 8 else "")
-
-
-def refuse_hybrid_text(pretrained: str) -> None:
-    """One line, from the config alone, when the text decoder has layers that are not full attention."""
-    types = list(getattr(AutoConfig.from_pretrained(pretrained).get_text_config(), "layer_types", None) or [])
-    other = [i for i, t in enumerate(types) if t != "full_attention"]
-    if other:
-        full = [i for i, t in enumerate(types) if t == "full_attention"]
-        raise VRHError(f"vrh_minicpmv: {pretrained} has a hybrid text decoder ({types[other[0]]} layers "
-                       f"{_spans(other)} have no heads to cut; full-attention layers: {_spans(full)}), which "
-                       "vrh-lmms cannot ablate yet")
+def check_heads_before_load(pretrained: str, spec: str | None) -> None:
+    """Explicit heads against the geometry the checkpoint's config declares, before any weight loads: the
+    published checkpoints' Qwen3.5 text has heads only in its full-attention layers (every fourth), and a head in
+    a linear-attention layer is refused in one line naming the layers that have heads."""
+    if spec is None or str(spec).startswith(paper.PREFIX):
+        return
+    geometry = config_geometry(load_config(pretrained), get_family("minicpmv"))
+    if geometry is not None:
+        check_explicit_heads(spec, geometry)
 
 
 class VRHMiniCPMV(VRHMixin, ChatTemplateBackend):
@@ -42,5 +40,5 @@ class VRHMiniCPMV(VRHMixin, ChatTemplateBackend):
     vrh_family = "minicpmv"
 
     def _vrh_load_context(self, args: tuple, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
-        refuse_hybrid_text(str(kwargs.get("pretrained") or args[0]))
+        check_heads_before_load(str(kwargs.get("pretrained") or args[0]), getattr(self, "vrh_spec_text", None))
         return super()._vrh_load_context(args, kwargs)

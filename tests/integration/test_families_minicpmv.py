@@ -132,12 +132,13 @@ def test_boxes_read_in_minicpmv_convention():
     assert conv.read_points("<box>0 0 500 500</box>", (100, 100)).points == [[25.0, 25.0]]
 
 
-def test_hybrid_text_of_the_published_checkpoints_is_refused_in_one_line():
+def test_hybrid_text_of_the_published_checkpoints_has_heads_in_its_full_attention_layers():
     """MiniCPM-V 4.6 / 4.7 ship Qwen3.5 text (linear-attention layers, a full-attention layer every fourth): the
-    decoder locator names the first layer without heads to cut, before anything runs."""
+    decoder locator finds heads in the full-attention layers only, each keeping its decoder layer's index."""
     from transformers import MiniCPMV4_6Config, MiniCPMV4_6ForConditionalGeneration
 
     from vrh_lmms.base.errors import VRHError
+    from vrh_lmms.base.heads.geometry import HeadRef
     from vrh_lmms.model.backbone import locate_decoder
     from vrh_lmms.model.tiny.minicpmv import TEXT, VISION, minicpmv_tokenizer
 
@@ -148,13 +149,19 @@ def test_hybrid_text_of_the_published_checkpoints_is_refused_in_one_line():
     with torch.device("meta"):
         model = MiniCPMV4_6ForConditionalGeneration(MiniCPMV4_6Config(text_config=text, vision_config=VISION,
                                                                       insert_layer_id=0))
-    with pytest.raises(VRHError, match=r"^minicpmv: decoder layer 0 has no attention module \(self_attn\)$"):
-        locate_decoder(model)
+    dec = locate_decoder(model)
+    g = dec.geometry
+    assert (g.layers, g.head_layers, g.all_heads()[0]) == (4, (3,), HeadRef(3, 0))
+    assert dec.out_projs[:3] == [None] * 3 and dec.out_projs[3] is model.model.language_model.layers[3].self_attn.o_proj
+    with pytest.raises(VRHError, match=r"L0H1 is in a layer without attention heads .*heads exist in L3$"):
+        g.check(HeadRef(0, 1))
 
 
-def test_wrapper_refuses_a_hybrid_checkpoint_from_its_config(tmp_path, monkeypatch):
-    """vrh_minicpmv reads the checkpoint's config and refuses a hybrid text decoder in one line naming its layers,
-    before any weight loads."""
+def test_wrapper_ablates_a_hybrid_checkpoint_and_refuses_a_linear_layers_head_before_the_load(tmp_path,
+                                                                                              monkeypatch):
+    """vrh_minicpmv on a hybrid text decoder: heads in its full-attention layer ablate exactly (an independent
+    pre-hook on the module path), a head in a linear-attention layer is refused from the config in one line naming
+    the layers with heads, before any weight loads."""
     from transformers import AutoModelForImageTextToText
 
     from vrh_lmms.base.errors import VRHError
@@ -163,15 +170,36 @@ def test_wrapper_refuses_a_hybrid_checkpoint_from_its_config(tmp_path, monkeypat
 
     path = build(tmp_path / "hybrid", text={"num_hidden_layers": 2, "layer_types": ["linear_attention",
                                                                                      "full_attention"]})
+    lm = VRHMiniCPMV(pretrained=str(path), heads="L1H0", dtype="float32")
+    g = lm.vrh_decoder.geometry
+    assert g.head_layers == (1,) and lm.vrh_record()["ablation"]["heads"] == ["L1H0"]
+    ids = torch.tensor([[5, 17, 33, 48, 61, 77, 90, 104]])
+    proj = lm.model.get_submodule("model.language_model.layers.1.self_attn.o_proj")
+    width = proj.weight.shape[1] // 4
+    with torch.no_grad():
+        ours = lm.model(input_ids=ids).logits
+        lm.vrh_apply(_none(lm))
+        intact = lm.model(input_ids=ids).logits
+        handle = proj.register_forward_pre_hook(
+            lambda _m, args: (torch.cat([torch.zeros_like(args[0][..., :width]), args[0][..., width:]], -1),))
+        reference = lm.model(input_ids=ids).logits
+        handle.remove()
+    assert torch.equal(ours, reference) and not torch.equal(ours, intact)
 
     def no_load(*args, **kwargs):
         raise AssertionError("weights loaded before the refusal")
 
     monkeypatch.setattr(AutoModelForImageTextToText, "from_pretrained", no_load)
-    with pytest.raises(VRHError, match=r"hybrid text decoder \(linear_attention layers 0 have no heads to cut; "
-                                       r"full-attention layers: 1\)") as err:
-        VRHMiniCPMV(pretrained=str(path), heads="L1H0")
+    with pytest.raises(VRHError, match=r"heads=L0H1: head L0H1 is in a layer without attention heads \(a "
+                                       r"linear-attention layer of this hybrid decoder\); heads exist in L1") as err:
+        VRHMiniCPMV(pretrained=str(path), heads="L0H1")
     assert "\n" not in str(err.value)
+
+
+def _none(lm):
+    from vrh_lmms.base.heads.spec import resolve_spec
+
+    return resolve_spec(None, lm.vrh_decoder.geometry)
 
 
 @pytest.mark.slow
@@ -179,3 +207,23 @@ def test_discovery_end_to_end(ckpt, tmp_path, monkeypatch):
     """vrh_synth_grounding through lmms-eval's evaluator and vrh_minicpmv: a complete heads file, box tokens found
     among the image tokens, mass on the box never above the mass on the image."""
     checks.check_discovery_end_to_end("vrh_minicpmv", FAMILY, ckpt, tmp_path, monkeypatch)
+
+
+@pytest.mark.slow
+def test_discovery_on_a_hybrid_decoder_names_real_layers(tmp_path, monkeypatch):
+    """Discovery end to end on a hybrid text decoder (linear attention in L0 and L2): the heads file's geometry says
+    which layers have heads, and its rankings name only them, by their decoder layer index; the head means (for mean
+    ablation) are zeros in the layers without heads."""
+    from vrh_lmms.model.ablation import load_means, means_path_for
+    from vrh_lmms.model.tiny.minicpmv import build
+
+    path = build(tmp_path / "hybrid", text={"num_hidden_layers": 4, "layer_types": ["linear_attention",
+                                                                                     "full_attention"] * 2})
+    hf = checks.check_discovery_end_to_end("vrh_minicpmv", FAMILY, str(path), tmp_path, monkeypatch)
+    assert hf.geometry.head_layers == (1, 3)
+    assert len(hf.ranking) == 2 * hf.geometry.heads and {h.layer for h in hf.ranking} == {1, 3}
+    for cell in hf.cells.values():
+        assert {int(h[1:].split("H")[0]) for h in cell["ranking"]} == {1, 3}
+    assert not np.asarray(hf.scores)[[0, 2]].any()
+    means = load_means(means_path_for(hf.path))
+    assert not means[[0, 2]].any() and means[[1, 3]].abs().sum() > 0

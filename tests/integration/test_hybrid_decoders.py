@@ -328,3 +328,89 @@ def test_geometry_describe_names_the_layers_that_differ():
     assert Geometry(28, 28, 4, 128).describe() == "28 layers x 28 heads (kv 4, head_dim 128)"
     assert survey(tiny("qwen3_5")).geometry.describe() == "4 layers (heads in 2: L1, L3) x 4 heads (kv 2, head_dim 16)"
     assert survey(tiny("gemma4")).geometry.describe() == "6 layers x 4 heads (kv 2, head_dim 16; head_dim 512 in L5)"
+
+
+def test_comparing_heads_files_of_a_hybrid_decoder_counts_its_heads_only(tmp_path):
+    from vrh_lmms.report.head_compare import compare_pair, from_heads_file
+
+    g = Geometry(layers=4, heads=4, kv_heads=2, head_dim=16, head_layers=(1, 3))
+    rng = np.random.default_rng(0)
+    items = []
+    for i in range(2):
+        scores = np.zeros((4, 4))
+        scores[[1, 3]] = rng.random((2, 4))
+        ranking = [HeadRef(*x) for x in rank(np.where(scores > 0, scores, np.nan), g)]
+        path = save_heads_file(HeadsFile(model={"id": f"m{i}"}, geometry=g, scores=scores, ranking=ranking),
+                               tmp_path / f"h{i}.json")
+        items.append(from_heads_file(load_heads_file(path), str(path)))
+    out = compare_pair(items[0], items[1], 2)
+    assert out["population"] == 8  # the heads of L1 and L3, not 4 x 4 cells
+    live = np.zeros((4, 4), dtype=bool)
+    live[[1, 3]] = True
+    from scipy.stats import spearmanr
+
+    a, b = (np.asarray(i.scores)[live] for i in items)
+    assert out["spearman"] == pytest.approx(spearmanr(a, b).statistic)
+
+
+@pytest.fixture(scope="module", params=list(HYBRID))
+def hybrid_checkpoint(request, tmp_path_factory):
+    """A saved tiny Qwen3.5 (dense or MoE) with a processor: the generic tiny config (attention in L1 and L3), the
+    tokenizer and processor of the tiny Qwen3-VL (Qwen3.5 reads images as Qwen3-VL does)."""
+    from vrh_lmms.model.tiny.qwen3_vl import make_processor, make_tokenizer
+
+    tok = make_tokenizer()
+    config = tiny_config(request.param)
+    text = text_config(config)
+    text.layer_types = ["linear_attention", "full_attention"] * 2
+    text.vocab_size = len(tok)
+    ids = tok.convert_tokens_to_ids
+    config.image_token_id, config.video_token_id = ids("<|image_pad|>"), ids("<|video_pad|>")
+    config.vision_start_token_id, config.vision_end_token_id = ids("<|vision_start|>"), ids("<|vision_end|>")
+    text.eos_token_id = text.pad_token_id = ids("<|im_end|>")
+    with seeded(0):
+        model = model_class_for(config)._from_config(config, dtype=torch.float32)
+    out = tmp_path_factory.mktemp(f"tiny_{request.param}")
+    model.save_pretrained(out)
+    make_processor(tok).save_pretrained(out)
+    return request.param, out
+
+
+def test_vrh_hf_ablates_a_hybrid_checkpoint_exactly_and_names_real_layers(hybrid_checkpoint):
+    """Through lmms-eval's `huggingface` backend (vrh_hf): the heads of L1 and L3 are found, heads=L1H2;L3H0 gives
+    the logits of an independent pre-hook reference on the same loaded model, and the run records the real names."""
+    from vrh_lmms.base.heads.spec import resolve_spec
+    from vrh_lmms.harness.lmms import build_model
+
+    model_type, path = hybrid_checkpoint
+    lm = build_model("vrh_hf", f"pretrained={path},dtype=float32,heads=L1H2;L3H0")
+    g = lm.vrh_decoder.geometry
+    assert type(lm.model).__name__ == model_class_for(lm.model.config).__name__
+    assert g.head_layers == (1, 3) and lm.vrh_record()["ablation"]["heads"] == ["L1H2", "L3H0"]
+    assert lm.vrh_record()["geometry"]["head_layers"] == [1, 3]
+    with torch.no_grad():
+        ours = lm.model(input_ids=IDS).logits
+        lm.vrh_apply(resolve_spec(None, g))
+        intact = lm.model(input_ids=IDS).logits
+    found = survey(lm.model)
+    assert found.layers_path and found.geometry == g
+    handles = []
+    for layer, head in ((1, 2), (3, 0)):
+        proj = lm.model.get_submodule(f"{found.layers_path}.{layer}.self_attn.o_proj")
+        width = proj.weight.shape[1] // 4
+
+        def pre(_m, args, head=head, width=width):
+            x = args[0].clone()
+            x[..., head * width:(head + 1) * width] = 0
+            return (x, *args[1:])
+
+        handles.append(proj.register_forward_pre_hook(pre))
+    try:
+        with torch.no_grad():
+            reference = lm.model(input_ids=IDS).logits
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert torch.equal(ours, reference) and not torch.equal(ours, intact)
+    with pytest.raises(VRHError, match=r"heads=L2H0: head L2H0 is in a layer without attention heads"):
+        build_model("vrh_hf", f"pretrained={path},dtype=float32,heads=L2H0")

@@ -116,7 +116,7 @@ def check_layout_by_perturbation(ckpt: str, family: str, size: tuple[int, int]) 
         assert check.changed == check.predicted, (size, sorted(check.changed ^ check.predicted))
 
 
-def check_discovery_end_to_end(model_id: str, family: str, ckpt: str, tmp_path: Path, monkeypatch) -> None:
+def check_discovery_end_to_end(model_id: str, family: str, ckpt: str, tmp_path: Path, monkeypatch):
     """vrh_synth_grounding through lmms-eval's evaluator and the family's wrapper: a complete heads file, box tokens
     found among the image tokens, mass on the box never above the mass on the image."""
     from vrh_lmms.base.heads.heads_file import load_heads_file
@@ -141,3 +141,4 @@ def check_discovery_end_to_end(model_id: str, family: str, ckpt: str, tmp_path: 
         meta = store.read(key).meta
         assert meta["n_image_tokens"] > 0 and meta["n_box_tokens"] >= 1 and meta["rows"]["in"] >= 1, meta
     assert np.nanmax(np.asarray(hf.cells["out,sum,mean"]["scores"])) <= 1 + 1e-6
+    return hf

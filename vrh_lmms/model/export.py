@@ -165,7 +165,7 @@ def export_masked(pretrained: str, heads: str, output: str | Path, *, heads_file
         raise VRHError(f"head spec {heads!r} selects no heads: there is nothing to fold out")
     means = None
     if ablation == "mean":
-        if any(getattr(p, "bias", None) is None for p in decoder.out_projs):
+        if any(getattr(decoder.out_projs[layer], "bias", None) is None for layer in {h.layer for h in headset.heads}):
             raise VRHError("mean ablation folds into an o_proj bias, which this architecture's o_proj does not have "
                            "(a saved bias would be dropped on loading); export --ablation zero, or run mean "
                            "ablation in memory with the model arg ablation=mean")

@@ -41,10 +41,18 @@ class HeadScores:
     cell: str | None
     dead: frozenset[str] | None = None  # heads that write nothing, where the file records them
     extra_label: str = ""  # what tells two inputs of one label apart (set by load_inputs)
+    head_layers: tuple[int, ...] | None = None  # a hybrid decoder's layers with heads (None: every layer)
 
     @property
     def grid(self) -> tuple[int, int]:
         return self.layers, self.heads
+
+    @property
+    def has_heads(self) -> np.ndarray:
+        """(layers, heads) bool: the cells that are heads (a hybrid decoder's linear-attention layers are not)."""
+        rows = np.ones(self.layers, dtype=bool) if self.head_layers is None else \
+            np.isin(np.arange(self.layers), self.head_layers)
+        return np.repeat(rows[:, None], self.heads, axis=1)
 
 
 def _dead(hf: HeadsFile) -> frozenset[str] | None:
@@ -74,7 +82,7 @@ def from_heads_file(hf: HeadsFile, source: str, cell: str | None = None) -> Head
             raise VRHError(f"{source}: cell {cell!r} has scores of shape {scores.shape}, geometry says "
                            f"{g.layers} x {g.heads}")
     return HeadScores(short(str(hf.model.get("id") or source)), source, g.layers, g.heads,
-                      np.asarray(scores, dtype=float), ranking, used, _dead(hf))
+                      np.asarray(scores, dtype=float), ranking, used, _dead(hf), head_layers=g.head_layers)
 
 
 def load_inputs(sources: list[str], cell: str | list[str] | None = None) -> list[HeadScores]:
@@ -106,9 +114,10 @@ def check_k(items: list[HeadScores], k: int) -> None:
     for item in items:
         if k > len(item.ranking):
             raise VRHError(f"--k {k}: {item.source} ranks only {len(item.ranking)} heads")
-        if 2 * k > item.layers * item.heads:
-            raise VRHError(f"--k {k}: {item.source} has {item.layers * item.heads} heads; k must be at most half of "
-                           f"them for an overlap to mean anything")
+        total = int(item.has_heads.sum())
+        if 2 * k > total:
+            raise VRHError(f"--k {k}: {item.source} has {total} heads; k must be at most half of them for an overlap "
+                           f"to mean anything")
 
 
 def check_geometry(items: list[HeadScores], allow_cross_geometry: bool) -> bool:
@@ -129,12 +138,13 @@ def compare_pair(a: HeadScores, b: HeadScores, k: int) -> dict[str, Any]:
     shared = sorted(set(top_a) & set(top_b), key=top_a.index)
     out: dict[str, Any] = {"a": a.label, "b": b.label, "k": k, "overlap": len(shared), "shared": shared,
                            "jaccard": jaccard(top_a, top_b)}
-    if a.grid != b.grid:
+    if a.grid != b.grid or a.head_layers != b.head_layers:
         out |= {"population": None, "chance": None, "p_value": None, "spearman": None, "spearman_live": None,
                 "note": f"geometries differ ({a.layers} x {a.heads} vs {b.layers} x {b.heads}): heads matched by "
                         f"name only; no chance level, p value or Spearman"}
         return out
-    n = a.layers * a.heads
+    heads = a.has_heads
+    n = int(heads.sum())
     ov = topk_overlap(top_a, top_b, n)
     out |= {"population": n, "chance": ov.chance, "p_value": ov.p_value}
     if a.scores is None or b.scores is None:
@@ -142,11 +152,12 @@ def compare_pair(a: HeadScores, b: HeadScores, k: int) -> dict[str, Any]:
         what = "is a published ranking" if len(which) == 1 else "are published rankings"
         return out | {"spearman": None, "spearman_live": None,
                       "note": f"Spearman not available: {' and '.join(which)} {what} with no scores"}
-    out["spearman"] = _finite(score_spearman(a.scores, b.scores))
+    out["spearman"] = _finite(score_spearman(a.scores, b.scores, mask=None if a.head_layers is None else heads))
     out["spearman_live"] = None
     dead = (a.dead or frozenset()) | (b.dead or frozenset())
     if dead and (a.dead is not None or b.dead is not None):
-        live = np.array([[head_name(layer, head) not in dead for head in range(a.heads)] for layer in range(a.layers)])
+        live = heads & np.array([[head_name(layer, head) not in dead for head in range(a.heads)]
+                                 for layer in range(a.layers)])
         out["spearman_live"] = _finite(score_spearman(a.scores, b.scores, mask=live))
         out["n_live"] = int(live.sum())
         out |= live_overlap(a.ranking, b.ranking, dead, int(live.sum()), k)

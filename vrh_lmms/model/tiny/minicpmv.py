@@ -6,8 +6,8 @@ written by MiniCPMV4_6Processor as `<image_id>0</image_id>` then the source view
 about `scale_resolution`^2 pixels, sides multiples of 4 patches) between `<image>` / `</image>`, then, for a large
 image, the slices of the refined image row by row, each between `<slice>` / `</slice>`, rows separated by a newline.
 The published text model is Qwen3.5 (linear-attention layers with a full-attention layer every fourth); the tiny
-text keeps the Qwen3.5 class with full-attention layers only, because vrh-lmms cannot yet cut heads in a hybrid
-decoder (docs/models.md). Tiny settings: 7 px patches, `scale_resolution` 112 (448 and 14 in the published one).
+text keeps the Qwen3.5 class with full-attention layers only by default (its family tests need heads in every
+layer); `text={"layer_types": [...]}` builds a hybrid one (heads only in its full-attention layers). Tiny settings: 7 px patches, `scale_resolution` 112 (448 and 14 in the published one).
 """
 
 from __future__ import annotations
