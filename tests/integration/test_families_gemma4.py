@@ -35,8 +35,24 @@ torch.set_num_threads(1)
 FAMILY = "gemma4"
 
 
+@pytest.fixture(scope="module", params=["gemma4", "gemma4_unified"])
+def version(request):
+    return request.param
+
+
 @pytest.fixture(scope="module")
-def ckpt(tiny_checkpoints):
+def ckpt(version, tiny_checkpoints, tmp_path_factory):
+    """The registered tiny Gemma 4, and an encoder-free gemma4_unified (gemma-4-12B's architecture)."""
+    if version == "gemma4":
+        return str(tiny_checkpoints(FAMILY))
+    from vrh_lmms.model.tiny.gemma4 import build
+
+    return str(build(tmp_path_factory.mktemp("tiny_gemma4_unified"), seed=0, unified=True))
+
+
+@pytest.fixture(scope="module")
+def ckpt4(tiny_checkpoints):
+    """Gemma 4 alone, for what the unified architecture shares with it (the backend, the text decoder)."""
     return str(tiny_checkpoints(FAMILY))
 
 
@@ -59,14 +75,15 @@ def test_wrapper_registered_over_its_backend():
     assert cls.vrh_model_id() == "vrh_gemma4" and "VRHGemma4" in WRAPPERS["vrh_gemma4"][1:]
     assert issubclass(cls, _backend()) and cls.is_simple == _backend().is_simple
     fam = get_family(FAMILY)
-    assert fam.model_types == ("gemma4",) and fam.layout == "gemma4" and fam.box_convention in CONVENTIONS
+    assert fam.model_types == ("gemma4", "gemma4_unified") and fam.layout == "gemma4"  # both run below (ckpt)
+    assert fam.box_convention in CONVENTIONS
 
 
-def test_python_api_loads_it_through_vrh_gemma4(ckpt):
+def test_python_api_loads_it_through_vrh_gemma4(ckpt4):
     """`vrh.load(<folder>)` picks the family's wrapper from config.json, with the per-layer head widths."""
     import vrh_lmms as vrh
 
-    model = vrh.load(ckpt, dtype="float32")
+    model = vrh.load(ckpt4, dtype="float32")
     assert type(model.lm).__name__ == "VRHGemma4"
     assert model.geometry.layer_head_dims == (16, 32) and model.geometry.layer_kv_heads == (2, 1)
 
@@ -87,18 +104,18 @@ def test_batch_of_two_left_padded_equals_batch_of_one(ckpt):
                                                       batch_size=bs), scene_docs(3))
 
 
-def test_pads_left_whatever_the_tokenizer_says(ckpt, tmp_path):
+def test_pads_left_whatever_the_tokenizer_says(ckpt4, tmp_path):
     """lmms-eval's gemma4 pads each request to a multiple of 8, and loads the processor with padding_side="left"
     (unlike its gemma3, which keeps the tokenizer's side): a right-padding tokenizer changes no answer, with or
     without the wrapper, and the pads are on the left."""
     from support.wrappers import recorded_generate
 
     right = tmp_path / "right"
-    shutil.copytree(ckpt, right)
+    shutil.copytree(ckpt4, right)
     config = json.loads((right / "tokenizer_config.json").read_text())
     (right / "tokenizer_config.json").write_text(json.dumps({**config, "padding_side": "right"}))
     docs = scene_docs(3)
-    expected = run(_wrapper()(pretrained=ckpt), docs)
+    expected = run(_wrapper()(pretrained=ckpt4), docs)
     base = _backend()(pretrained=str(right), device="cpu", device_map="cpu")
     with recorded_generate(base.model) as calls:
         assert run(base, docs) == expected
@@ -135,13 +152,13 @@ def test_small_checkpoint_shape_ablates_exactly(tmp_path):
     checks.check_ablated_logits_equal_eager_reference(_wrapper(), str(path), heads="L2H1;L3H0")
 
 
-def test_packed_head_sets_answer_as_each_alone(ckpt):
+def test_packed_head_sets_answer_as_each_alone(ckpt4):
     """A packed sweep's head sets (none; a head of each layer kind; one global head) served from shared generate
     calls answer as each set applied alone."""
     from vrh_lmms.base.heads import HeadRef
     from vrh_lmms.base.heads.spec import HeadSet
 
-    lm = _wrapper()(pretrained=ckpt, dtype="float32")
+    lm = _wrapper()(pretrained=ckpt4, dtype="float32")
     assert lm.vrh_pack_unsupported() is None
     docs = scene_docs(3)
     sets = [HeadSet(heads=(), spec="none", kind="explicit", k=0),
@@ -166,11 +183,11 @@ def test_tiny_answers_depend_on_image_and_heads(ckpt):
     checks.check_answers_depend_on_image_and_heads(ckpt, max_new_tokens=5, prepare=as_float32)
 
 
-def test_tiny_keeps_the_published_attention_shapes(ckpt):
+def test_tiny_keeps_the_published_attention_shapes(ckpt4):
     """What the ablation, capture and batch checks run through is really there: a sliding layer whose window is
     shorter than a prompt and whose image blocks are bidirectional (dropping mm_token_type_ids changes the logits),
     and a global layer with wider heads and fewer KV heads whose keys are the values."""
-    model, processor = load_tiny(ckpt)
+    model, processor = load_tiny(ckpt4)
     text = model.config.text_config
     batch = processor_inputs(processor, n=1)
     assert text.layer_types == ["sliding_attention", "full_attention"]
@@ -191,22 +208,27 @@ SIZES = [(640, 480), (480, 640), (97, 131), (1000, 250), (250, 1000), (30, 30), 
          (90, 700), (2000, 1500), (6000, 20), (10, 4000)]
 
 
-def _published(ckpt: str, max_soft_tokens: int = 280):
-    """Gemma4Processor at the gemma-4 checkpoints' settings (patch 16, pooling 3) around the tiny tokenizer."""
+def _published(ckpt: str, max_soft_tokens: int = 280, unified: bool = False):
+    """Gemma4Processor (Gemma4UnifiedProcessor) at the gemma-4 checkpoints' settings (patch 16, pooling 3) around
+    the tiny tokenizer."""
     from transformers import AutoTokenizer
 
     from vrh_lmms.model.tiny.gemma4 import gemma4_processor
 
-    return gemma4_processor(AutoTokenizer.from_pretrained(ckpt), max_soft_tokens=max_soft_tokens, patch=16, pool=3)
+    return gemma4_processor(AutoTokenizer.from_pretrained(ckpt), max_soft_tokens=max_soft_tokens, patch=16, pool=3,
+                            unified=unified)
 
 
 @pytest.mark.exact
 @pytest.mark.parametrize("budget", [280, 70, 1120])
-def test_layout_counts_equal_real_processor(ckpt, budget):
+def test_layout_counts_equal_real_processor(ckpt, version, budget):
     """Every size's soft tokens are covered by one rows x cols grid tiling the image, whose shape is the one the
-    processor's patch positions span (cols = (max x + 1) / 3, rows = (max y + 1) / 3); sizes reach both sides
-    rounded to 0 cells (the thin-image branch) and upscaled small images."""
-    processor = _published(ckpt, budget)
+    processor's patch positions span (cols = (max x + 1) / 3, rows = (max y + 1) / 3; the unified processor gives
+    the merged cells' positions); sizes reach both sides rounded to 0 cells (the thin-image branch) and upscaled
+    small images."""
+    unified = version == "gemma4_unified"
+    processor = _published(ckpt, budget, unified)
+    k = 1 if unified else 3
     shapes = set()
     for w, h in SIZES if budget == 280 else SIZES[:8]:
         image = Image.new("RGB", (w, h), (90, 90, 90))
@@ -217,7 +239,7 @@ def test_layout_counts_equal_real_processor(ckpt, budget):
         tmap = image_token_map(FAMILY, batch["input_ids"][0], (w, h), extras)  # raises unless the counts agree
         pos = batch["image_position_ids"][0]
         pos = pos[pos[:, 0] >= 0]
-        cols, rows = (int(pos[:, 0].max()) + 1) // 3, (int(pos[:, 1].max()) + 1) // 3
+        cols, rows = (int(pos[:, 0].max()) + 1) // k, (int(pos[:, 1].max()) + 1) // k
         cells = tmap.cells
         n_soft = processor.image_processor(image)["num_soft_tokens_per_image"][0]
         assert len(tmap.positions) == rows * cols == int(n_soft) <= budget
@@ -229,12 +251,12 @@ def test_layout_counts_equal_real_processor(ckpt, budget):
     assert len(shapes) >= 6 and (budget != 280 or {1} & {r for r, _ in shapes} and {1} & {c for _, c in shapes})
 
 
-def test_layout_follows_the_backends_soft_token_budget(ckpt):
+def test_layout_follows_the_backends_soft_token_budget(ckpt4):
     """lmms-eval's gemma4 passes `max_soft_tokens` (280 unless the model arg says otherwise) with every processor
     call, over the processor's own setting (70 in the tiny checkpoint): the layout reads the backend's."""
     from transformers import AutoProcessor
 
-    processor = AutoProcessor.from_pretrained(ckpt)
+    processor = AutoProcessor.from_pretrained(ckpt4)
     image = Image.new("RGB", (640, 480), (90, 90, 90))
     batch = processor(text=[render_prompt(processor, scene_messages("it", image))], images=[image],
                       return_tensors="pt", images_kwargs={"max_soft_tokens": 280})
@@ -249,10 +271,10 @@ def test_layout_follows_the_backends_soft_token_budget(ckpt):
 
 @pytest.mark.exact
 @pytest.mark.parametrize("size", [(150, 90), (90, 200), (300, 60), (230, 220), (100, 80)])
-def test_layout_by_perturbation(size, ckpt):
+def test_layout_by_perturbation(size, ckpt, version):
     """A rectangle drawn on a flat image changes exactly the predicted tokens' inputs to text layer 0 (vision
-    attention zeroed, so each soft token carries only its own 3 x 3 patches)."""
-    checks.check_layout_by_perturbation(ckpt, FAMILY, size)
+    attention zeroed, so each soft token carries only its own 3 x 3 patches; the unified embedder has none)."""
+    checks.check_layout_by_perturbation(ckpt, FAMILY, size, vision_attention=version == "gemma4")
 
 
 # ------------------------------------------------------------------------------------------- boxes, discovery
