@@ -80,12 +80,17 @@ def test_wrapper_registered_over_its_backend():
 
 
 def test_python_api_loads_it_through_vrh_gemma4(ckpt4):
-    """`vrh.load(<folder>)` picks the family's wrapper from config.json, with the per-layer head widths."""
+    """`vrh.load(<folder>)` picks the family's wrapper from config.json, with the per-layer head widths, which
+    config.json alone gives too."""
     import vrh_lmms as vrh
+
+    from vrh_lmms.harness.preload import config_geometry, load_config
 
     model = vrh.load(ckpt4, dtype="float32")
     assert type(model.lm).__name__ == "VRHGemma4"
     assert model.geometry.layer_head_dims == (16, 32) and model.geometry.layer_kv_heads == (2, 1)
+    # what the checks before any weight loads read from config.json alone
+    assert config_geometry(load_config(ckpt4), get_family(FAMILY)) == model.geometry
 
 
 def test_heads_none_answers_like_the_base_backend(ckpt):
