@@ -83,7 +83,6 @@ def test_python_api_loads_it_through_vrh_gemma4(ckpt4):
     """`vrh.load(<folder>)` picks the family's wrapper from config.json, with the per-layer head widths, which
     config.json alone gives too."""
     import vrh_lmms as vrh
-
     from vrh_lmms.harness.preload import config_geometry, load_config
 
     model = vrh.load(ckpt4, dtype="float32")
