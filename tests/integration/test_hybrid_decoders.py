@@ -414,3 +414,52 @@ def test_vrh_hf_ablates_a_hybrid_checkpoint_exactly_and_names_real_layers(hybrid
     assert torch.equal(ours, reference) and not torch.equal(ours, intact)
     with pytest.raises(VRHError, match=r"heads=L2H0: head L2H0 is in a layer without attention heads"):
         build_model("vrh_hf", f"pretrained={path},dtype=float32,heads=L2H0")
+
+
+@pytest.mark.slow
+def test_packed_sweep_on_a_hybrid_checkpoint_writes_the_unpacked_files(hybrid_checkpoint, vrh_env, tmp_path):
+    """A sweep through vrh_hf on a hybrid decoder, packed three configurations to a generate call (its prefill runs
+    whole: a hybrid is never shared), writes what one configuration at a time writes; its draws name L1 and L3."""
+    from support.packed_sweeps import unpacked_and_packed
+
+    from vrh_lmms.base.heads.plan import plan_configurations
+    from vrh_lmms.harness.lmms import build_model
+
+    _, path = hybrid_checkpoint
+    task = "vrh_synth_grounding"
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 3, "seed": 3}))
+    model_args = f"pretrained={path},dtype=float32"
+    lm = build_model("vrh_hf", model_args)
+    assert lm.vrh_pack_unsupported() is None
+    g = lm.vrh_decoder.geometry
+    scores = np.zeros((g.layers, g.heads))
+    scores[[1, 3]] = np.random.default_rng(2).random((2, g.heads))
+    ranking = [HeadRef(*x) for x in rank(np.where(scores > 0, scores, np.nan), g)]
+    heads = save_heads_file(HeadsFile({"id": str(path), "family": "hf"}, g, scores, ranking), tmp_path / "h.json")
+    configs = [c for c in plan_configurations([2], 1, False, ["zero"]) if c.id in ("baseline", "top2", "random2_s0")]
+
+    one, packed, packs = unpacked_and_packed(lm, "vrh_hf", model_args, task, heads, configs, tmp_path, limit=3,
+                                             max_new_tokens=6)
+    assert packs == 1, "three configurations in one pack"
+    assert sorted(one) == sorted(packed) == sorted(c.id for c in configs)
+    for cid in one:
+        assert one[cid] == packed[cid], cid
+    drawn = [name for cid in one for name in one[cid][1]]
+    assert drawn and {int(name[1:].split("H")[0]) for name in drawn} <= {1, 3}
+
+
+def test_preflight_geometry_of_vrh_hf_comes_from_config_json_alone(tmp_path):
+    """What commands check heads files and head sets against before any load: vrh_hf's geometry from config.json
+    on the meta device (the hybrid layout of the published Qwen3.5), or its refusal in one line."""
+    from transformers import AutoConfig
+
+    from vrh_lmms.harness.preload import ModelPlan, plan_geometry
+
+    AutoConfig.for_model("qwen3_5").save_pretrained(tmp_path / "qwen3_5")
+    plan = plan_geometry(ModelPlan("vrh_hf", {"pretrained": str(tmp_path / "qwen3_5")}))
+    assert plan.geometry.head_layers == tuple(range(3, 32, 4)) and plan.geometry.layers == 32
+    AutoConfig.for_model("mllama").save_pretrained(tmp_path / "mllama")
+    with pytest.raises(VRHError) as err:
+        plan_geometry(ModelPlan("vrh_hf", {"pretrained": str(tmp_path / "mllama")}))
+    assert "\n" not in str(err.value) and "its heads cannot be cut: its image is read through cross-attention" \
+        in str(err.value)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import offline_env
+from support.packed_sweeps import unpacked_and_packed
 
 from vrh_lmms.base.errors import VRHError
 
@@ -149,7 +150,6 @@ def test_packed_sweep_through_vrh_hf_writes_the_unpacked_files(tiny_gemma3, vrh_
 
     from vrh_lmms.base.heads.heads_file import HeadsFile, ranking_from_scores, save_heads_file
     from vrh_lmms.base.heads.plan import plan_configurations
-    from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": 4, "seed": 3}))
     model_args = f"pretrained={tiny_gemma3},dtype=float32"
@@ -163,30 +163,9 @@ def test_packed_sweep_through_vrh_hf_writes_the_unpacked_files(tiny_gemma3, vrh_
     configs = [c for c in plan_configurations([2], 1, False, ["zero"]) if c.id in ("baseline", "top2",
                                                                                       "random2_s0")]
 
-    def files(pack: int) -> dict:
-        out = tmp_path / f"pack{pack}"
-        run_sweep(SweepSpec("vrh_hf", model_args, [TASK], str(heads), configs, limit=4, batch_size=1,
-                            gen_kwargs="max_new_tokens=8", pack=pack), out, lm=lm, progress=False)
-        found = {}
-        for folder in sorted((out / "configs").iterdir()):
-            results = json.loads((folder / "results.json").read_text())
-            lines = [json.loads(line)["filtered_resps"]
-                     for line in (folder / f"samples_{TASK}.jsonl").read_text().splitlines()]
-            found[folder.name] = (results["results"], results["vrh"]["ablation"]["heads"], lines)
-        return found
-
-    one = files(1)
-    calls = {"packs": 0}
-    original_pack = lm.vrh_pack
-
-    def counting_pack(*args, **kwargs):
-        calls["packs"] += 1
-        return original_pack(*args, **kwargs)
-
-    lm.vrh_pack = counting_pack
-    packed = files(3)
-    del lm.vrh_pack
-    assert calls["packs"] == 1, "three configurations in one pack"
+    one, packed, packs = unpacked_and_packed(lm, "vrh_hf", model_args, TASK, heads, configs, tmp_path, limit=4,
+                                             max_new_tokens=8)
+    assert packs == 1, "three configurations in one pack"
     assert len({json.dumps(v[2]) for v in one.values()}) > 1, "the head sets must change some answers"
     assert sorted(one) == sorted(packed) == sorted(c.id for c in configs)
     for cid in one:
