@@ -281,6 +281,24 @@ def test_layout_by_perturbation(size, ckpt, version):
     checks.check_layout_by_perturbation(ckpt, FAMILY, size, vision_attention=version == "gemma4")
 
 
+def test_soft_token_budget_refused_in_one_line_before_loading(ckpt4, monkeypatch):
+    """A `max_soft_tokens` the processor does not offer is one line naming the allowed ones, before any weight loads;
+    an allowed one given as text (as a model_args string gives it) is taken."""
+    from transformers import AutoModelForImageTextToText
+
+    from vrh_lmms.base.errors import VRHError
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("weights loaded before the refusal")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AutoModelForImageTextToText, "from_pretrained", no_load)
+        with pytest.raises(VRHError, match=r"^model arg max_soft_tokens=300: use one of 70, 140, 280, 560, 1120 ") as e:
+            _wrapper()(pretrained=ckpt4, max_soft_tokens=300)
+    assert "\n" not in str(e.value)
+    assert _wrapper()(pretrained=ckpt4, max_soft_tokens="140").max_soft_tokens == 140
+
+
 # ------------------------------------------------------------------------------------------- boxes, discovery
 def test_boxes_asked_and_read_in_the_generic_convention():
     """Gemma 4 documents no box output format: asked for 0-1000 `[x1, y1, x2, y2]` and read so (fractions
