@@ -20,6 +20,7 @@ torch.set_num_threads(1)
 CAPTURE_FAMILIES = ["qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligemma", "glm4v", "idefics3",
                     "qwen2_5_omni", "llava", "llava_onevision", "gemma3", "mistral3",
                     "llama4", "molmo2", "qwen3_5"]
+CAPTURE_FAMILIES.append("gemma4")  # per-layer head widths (global layers twice as wide)
 
 
 def need_tiny(family: str) -> None:

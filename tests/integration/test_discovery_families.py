@@ -73,6 +73,7 @@ TEXT_CASES = CASES + [("vrh_llava", "llava", ""), ("vrh_llava_onevision", "llava
                       ("vrh_gemma3", "gemma3", ""), ("vrh_smolvlm", "idefics3", ""), ("vrh_mistral3", "mistral3", ""),
                       ("vrh_llama4", "llama4", "")]
 TEXT_CASES.append(("vrh_qwen3_5", "qwen3_5", "enable_thinking=False"))  # hybrid: NaN outside the attention layers
+TEXT_CASES.append(("vrh_gemma4", "gemma4", ""))
 # backends that cannot take a prompt without an image: the doc shows a plain one. LLaVA-NeXT's and PaliGemma's
 # processors refuse it; lmms-eval's qwen2_5_omni builds the user turn only from a doc's visuals, so a text-only doc
 # reaches the model without its question (docs/evidence.md)

@@ -68,6 +68,10 @@ OLD_WRAPPERS.update({"vrh_molmo2": ("molmo2", "VRHMolmo2", None),
 OLD_TINY |= {"molmo2", "minicpmv"}
 OLD_BUILDERS.update({"molmo2": "molmo2_views", "minicpmv": "minicpmv_slices"})
 OLD_CONVENTIONS |= {"molmo2", "minicpmv"}
+OLD_WRAPPERS["vrh_gemma4"] = ("gemma4", "VRHGemma4", None)  # Gemma 4, added apart so branches merge
+OLD_TINY.add("gemma4")
+OLD_BUILDERS["gemma4"] = "gemma4_grid"
+OLD_TEMPLATE_LINES["vrh_gemma4"] = "generic"
 OLD_TEMPLATE_LINES.update({"vrh_molmo2": "molmo2", "vrh_minicpmv": "minicpmv"})  # no template lines
 # Qwen3.5 (dense, MoE): Qwen3-VL's layout (no new builder) and box convention (issue 49)
 OLD_WRAPPERS["vrh_qwen3_5"] = ("qwen3_5", "VRHQwen3_5", "VRHQwen3_5Chat")

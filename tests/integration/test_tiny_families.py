@@ -69,6 +69,9 @@ LAYOUT["molmo2"] = ("<im_patch>", [8] * 8 + [11] * 11, [8] * 8 + [18] * 11, "<lo
 LAYOUT["minicpmv"] = ("<|image_pad|>", [16], [18, 16, 16], "<image>", None)  # then </image> / </slice>
 # Qwen3.5: Qwen3-VL's processor and 32 px cells (112 -> 128: 4 x 4; 224 x 128: 7 x 4)
 LAYOUT["qwen3_5"] = LAYOUT["qwen3_vl"]
+# Gemma 4 (16 px patches pooled 3 x 3, at most 70 soft tokens in the tiny processor): 112 x 112 resized to 384 x 384,
+# 8 x 8 tokens; 224 x 112 to 528 x 240, 11 x 5; between <|image> and <image|>
+LAYOUT["gemma4"] = ("<|image|>", [64], [55], "<|image>", "<image|>")
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
     "qwen2_5_vl": ("qwen2_5_vl", "", None),
@@ -85,7 +88,11 @@ BACKENDS.update({family: (backend, "", None) for family, backend in (
 BACKENDS["qwen3_5"] = ("qwen3_5", "", None)
 # tiny text geometry where it is not the shared 2-layer GQA one: Qwen3.5's hybrid decoder has heads in its
 # full-attention layers 1 and 3 only (0 and 2 are Gated DeltaNet)
-GEOMETRY = {"qwen3_5": Geometry(layers=4, heads=4, kv_heads=2, head_dim=16, head_layers=(1, 3))}
+# Gemma 4 keeps its published per-layer shape: the global layer's heads twice as wide, sharing one KV head
+GEOMETRY = {"qwen3_5": Geometry(layers=4, heads=4, kv_heads=2, head_dim=16, head_layers=(1, 3)),
+            "gemma4": Geometry(layers=2, heads=4, kv_heads=2, head_dim=16, layer_head_dims=(16, 32),
+                               layer_kv_heads=(2, 1))}
+BACKENDS["gemma4"] = ("gemma4", "", None)
 TOKEN_ID_KEY = re.compile(r"(token_id|token_ids|token_index)$")
 
 

@@ -72,8 +72,11 @@ def check_ablated_logits_equal_eager_reference(wrapper_cls, ckpt: str, heads: st
         clean = model(**inputs).logits
         with reference_ablation(model, _refs(heads), base="eager"):
             ref = model(**inputs).logits
-    assert (clean - ref).abs().max() > 1e-2, "the ablation must move the logits for the comparison to mean much"
-    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    # left-padding positions attend to nothing, and eager and sdpa fill them differently: compare the others (a
+    # backend that pads to a multiple of 8, as Gemma's, has some even for one request)
+    valid = inputs["attention_mask"].bool() if "attention_mask" in inputs else torch.ones(got.shape[:2], dtype=bool)
+    assert (clean - ref)[valid].abs().max() > 1e-2, "the ablation must move the logits for the comparison to mean much"
+    torch.testing.assert_close(got[valid], ref[valid], rtol=1e-4, atol=1e-4)
     return inputs
 
 
@@ -106,8 +109,10 @@ def check_answers_depend_on_image_and_heads(ckpt: str, max_new_tokens: int = 4, 
     assert answers() != plain
 
 
-def check_layout_by_perturbation(ckpt: str, family: str, size: tuple[int, int]) -> None:
-    """A rectangle drawn on a flat image changes exactly the predicted tokens' inputs to text layer 0."""
+def check_layout_by_perturbation(ckpt: str, family: str, size: tuple[int, int], vision_attention: bool = True) -> None:
+    """A rectangle drawn on a flat image changes exactly the predicted tokens' inputs to text layer 0 (the vision
+    tower's attention zeroed, so each token carries its own cell; `vision_attention=False`: a model without any,
+    as an encoder-free embedder)."""
     model, processor = load_tiny(ckpt)
 
     def batch_of(proc, image):
@@ -116,7 +121,7 @@ def check_layout_by_perturbation(ckpt: str, family: str, size: tuple[int, int]) 
 
     for frac in [(0.2, 0.3, 0.55, 0.7), (0.6, 0.05, 0.95, 0.4)]:
         check = check_layout(model, processor, family, size, batch_of, frac=frac)
-        assert check.hooked > 0 and check.clearance >= 2.0
+        assert (check.hooked > 0) == vision_attention and check.clearance >= 2.0
         assert 0 < len(check.changed) < check.image_tokens
         assert check.changed == check.predicted, (size, sorted(check.changed ^ check.predicted))
 

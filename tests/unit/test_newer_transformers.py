@@ -50,3 +50,19 @@ def test_one_layout_builder_this_transformers_lacks_leaves_the_others_working(mo
         builders["llama4"](336, 336, {})
     assert builders["llava_next"].__name__ == "llava_next_anyres"
     assert builders["qwen2_5_vl"] is tilings.merged_patch_grid
+
+
+def test_gemma4_without_its_transformers_modules_is_refused_in_one_line(monkeypatch):
+    """transformers 5.0 has no Gemma 4: its layout (Gemma 4's own module, which imports Gemma 4 names at its top) is
+    refused in one line when used, and no other family's layout is touched."""
+    import sys
+
+    for name in ("transformers.models.gemma4", "transformers.models.gemma4.image_processing_gemma4"):
+        monkeypatch.setitem(sys.modules, name, None)  # importing it now raises ImportError, as on transformers 5.0
+    monkeypatch.delitem(sys.modules, "vrh_lmms.model.capture.tilings_gemma4", raising=False)
+    builders = dict(tilings.BUILDERS)
+    with pytest.raises(VRHError) as err:
+        builders["gemma4"](640, 480, {})
+    assert "\n" not in str(err.value)
+    assert "vrh_lmms.model.capture.tilings_gemma4 needs a newer transformers than the installed" in str(err.value)
+    assert builders["gemma3"].__name__ == "gemma3_crops" and builders["llama4"].__name__ == "llama4_tiles"

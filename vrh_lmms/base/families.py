@@ -230,6 +230,14 @@ for _fam in (
            layout_builder="vrh_lmms.model.capture.tilings_crops:gemma3_crops",
            wrappers=(Wrapper("vrh_gemma3", "gemma3", "VRHGemma3"),), tiny=_tiny("gemma"),
            hf_class="Gemma3ForConditionalGeneration"),
+    # Gemma 4 (E2B, E4B, 26B-A4B, 31B; gemma4_unified: the encoder-free 12B): no documented box format (asked with
+    # the generic 0-1000 prompt); one variable-resolution grid per image (aspect kept, 3 x 3 pooled or merged 16 px
+    # patches); sliding-window layers (bidirectional inside each image) and global layers with wider heads and fewer
+    # KV heads
+    Family("gemma4", ("gemma4", "gemma4_unified"), ("model.language_model.layers",), convention=conv.GENERIC,
+           layout="gemma4", layout_builder="vrh_lmms.model.capture.tilings_gemma4:gemma4_grid",
+           wrappers=(Wrapper("vrh_gemma4", "gemma4", "VRHGemma4"),), tiny=_tiny("gemma4"),
+           hf_class="Gemma4ForConditionalGeneration"),
     # Mistral 3 (Mistral-Small-3.1, Ministral 3): Pixtral vision, Mistral text; no documented box format
     Family("mistral3", ("mistral3",), ("model.language_model.layers",), convention=conv.GENERIC, layout="mistral3",
            layout_builder="vrh_lmms.model.capture.tilings_crops:pixtral_rows",

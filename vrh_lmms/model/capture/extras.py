@@ -204,6 +204,10 @@ def layout_extras(family: str, processor: Any, batch: Any, index: int = 0, backe
                    candidate_resolutions=[list(c) for c in processor.candidate_resolutions])
     elif name in _POOLED_LAYOUTS:
         out.update(_POOLED_LAYOUTS[name](processor, ip))
+    elif name == "gemma4":  # the soft-token budget the backend passes on every call (lmms-eval's: 280) wins
+        budget = _call_setting(backend, "max_soft_tokens")
+        out.update(patch_size=int(ip.patch_size), pooling_kernel_size=int(ip.pooling_kernel_size),
+                   max_soft_tokens=int(ip.max_soft_tokens) if budget is None else budget)
     return out
 
 

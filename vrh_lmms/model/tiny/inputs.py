@@ -16,7 +16,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2_5Omni
 from vrh_lmms.base.synth.scenes import SceneConfig, generate_scene
 
 # processors that read a flat image list as the images of one sample: they get one list per sample
-NESTED_IMAGES = frozenset({"Gemma3Processor"})
+NESTED_IMAGES = frozenset({"Gemma3Processor", "Gemma4Processor"})
 
 
 def per_sample_images(processor, images: list) -> list:

@@ -10,6 +10,7 @@ images -> different answers; ablating heads moves answers), not these numbers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -28,11 +29,14 @@ def _get(model, path: str):
 def save_sensitive(out_dir: str | Path, seed: int, model_cls, config, processor, tokenizer, *,
                    projector: str | None = None, init_std: float = INIT_STD, projector_gain: float = 1.0,
                    stop_tokens: tuple[str, ...] = (), pad_token: str | None = None,
-                   never_generate: tuple[str, ...] = ()) -> Path:
+                   never_generate: tuple[str, ...] = (),
+                   redraw: Callable[[torch.nn.Module], None] | None = None) -> Path:
     """Random-init `model_cls(config)` under `seed` with image- and head-sensitive weights, save it beside its
     processor and tokenizer. `projector`: dotted path of the multimodal projector, scaled by `projector_gain`.
     `never_generate`: tokens generation suppresses, as a trained model never emits them (an image placeholder in
-    an answer would give a teacher-forced forward more placeholders than image features)."""
+    an answer would give a teacher-forced forward more placeholders than image features). `redraw`: run on the model
+    under the same seed after the draw, for weights the draw does not reach (Gemma 4's vision position table, all ones
+    at init, would hide the image's content from the tower)."""
     with seeded(seed):
         model = model_cls(config).float().eval()  # float(): complex buffers (Llama 4 vision RoPE) stay complex
         with torch.no_grad():
@@ -42,6 +46,8 @@ def save_sensitive(out_dir: str | Path, seed: int, model_cls, config, processor,
             if projector is not None and projector_gain != 1.0:
                 for p in _get(model, projector).parameters():
                     p.mul_(projector_gain)
+            if redraw is not None:
+                redraw(model)
     ids = tokenizer.convert_tokens_to_ids
     if stop_tokens:
         set_generation_eos(model, [ids(t) for t in stop_tokens], pad_id=ids(pad_token) if pad_token else None)
