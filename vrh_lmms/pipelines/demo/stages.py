@@ -18,6 +18,12 @@ from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVE
 from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
 TASK = "vrh_synth_grounding"
+MODEL_LINE = "Model:"  # how demo_summary.md's line naming the model begins (a model other than the shipped one)
+
+
+def model_id(lm) -> str:
+    """The `--model` name of a loaded `vrh_*` model (what the run files record): the demo runs any of them."""
+    return type(lm).vrh_model_id()
 
 
 def demo_model_args(model: Path, spec) -> str:
@@ -83,7 +89,7 @@ def discover_heads(lm, model_args: str, spec, settings: DemoSettings, output: Pa
 
     gen = f"max_new_tokens={settings.max_new_tokens}"
     with scoped_env(VRH_SYNTH_CONFIG=synth_config(spec, settings.n_discovery, DISCOVERY_START)):
-        return Path(run_discovery(DiscoverySpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK],
+        return Path(run_discovery(DiscoverySpec(model=model_id(lm), model_args=model_args, tasks=[TASK],
                                                 output=str(output), limit=None, gen_kwargs=gen), lm=lm))
 
 
@@ -96,7 +102,7 @@ def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, 
     pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
     lm.batch_size_per_gpu = settings.batch_size
     with scoped_env(**(data or {"VRH_SYNTH_CONFIG": synth_config(spec, settings.n_eval, EVAL_START)})):
-        run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[task], heads_file=str(heads),
+        run_sweep(SweepSpec(model=model_id(lm), model_args=model_args, tasks=[task], heads_file=str(heads),
                             configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
                   output, lm=lm, progress=progress)
 
