@@ -112,8 +112,8 @@ class DemoModel:
         """Why the recall step (on by default) does not run on this model; None where it does."""
         if self.trained_for_demo:
             return None
-        return ("the recall step is skipped: it compares the heads with those of the shipped demo backbone, which "
-                "only the demo's own Qwen2.5-VL models share")
+        return ("the recall step (it compares the heads with those of the shipped demo backbone, which only the "
+                "demo's own Qwen2.5-VL models share)")
 
     def refuse_steps(self, transfer: str | None, applications: bool) -> None:
         """The optional steps this model cannot do, refused in one line before any model loads."""

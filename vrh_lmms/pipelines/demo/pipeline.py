@@ -46,6 +46,7 @@ from vrh_lmms.pipelines.demo.stages import (  # noqa: F401  (EVAL_START: the dem
     TARGETS_NOTE,
     TASK,
     DemoSettings,
+    batch_size,
     demo_controls,
     demo_plan,
     discover_heads,
@@ -254,10 +255,10 @@ def model_markdown(chosen: DemoModel, skipped: dict[str, str]) -> str:
     return line + "".join(f" Skipped: {md(why)}." for why in skipped.values())
 
 
-def summary_markdown(acc: Acceptance, total_heads: int, seconds: float, targets: bool = True,
+def summary_markdown(acc: Acceptance, total_heads: int, seconds: float, design_targets: bool = True,
                      model_line: str | None = None) -> str:
     """demo_summary.md: the finding first, then (another model than the shipped one) which model ran, the table per k
-    and, on a model trained for the demo (`targets`), its design targets."""
+    and, on a model trained for the demo (`design_targets`), its design targets."""
     checks = criteria(acc, total_heads)
     dead = acc.dead_heads or []
     live = total_heads - len(dead)
@@ -266,7 +267,7 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float, targets:
              f"Controls are drawn from the model's {live} live heads: {len(dead)} of its {total_heads} heads write "
              "nothing (o_proj columns all zero), and a draw of them costs nothing by construction. The uniform "
              "draws over all heads (the paper's random control) are shown beside them, with how many of their heads "
-             "are dead; the targets are checked against the live draws.", "",
+             "are dead" + ("; the targets are checked against the live draws." if design_targets else "."), "",
              "Drops are in points of Acc@0.5 (percentage points); a control's drop is its mean over R draws ± SE.", "",
              "| k (share of heads) | top-k Acc | top-k drop, points [95% CI] | live random-k mean drop ± SE (R) | "
              "live layer-matched mean drop ± SE (R) | uniform random-k (all heads) mean drop ± SE (R) | "
@@ -280,7 +281,7 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float, targets:
                      f"{pct_ci(r['topk_drop'], lo, hi)} | "
                      f"{_control(r, 'random')} | {_control(r, 'layer_matched')} | {_control(r, 'random_all')} | "
                      f"{_dead_share(r, 'random_all')} | {r['topk_parse_failure']:.1%} / {worst:.1%} |")
-    if not targets:
+    if not design_targets:
         return "\n".join([*lines, "", f"Total time {seconds:.0f} s."]) + "\n"
     lines += ["", targets_note(acc, total_heads, checks), "",
               "Criteria (for some k <= 10% of all heads): baseline >= 80%; top-k drop >= 40 points with a CI",
@@ -459,7 +460,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     if not chosen.shipped:
         say(f"model: {chosen.describe()}")
         for why in skipped.values():
-            say(why)
+            say(f"skipped: {why}")
     with _env(VRH_CACHE_DIR=str(out / "data"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"):
         lm = lmms.build_model(chosen.model_id, model_args, batch_size=1)
         geometry = lm.vrh_decoder.geometry
@@ -509,7 +510,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         summary["transfer_heads"] = heads_agreement(heads, out / TRANSFER_DIR / "heads.json", ks)
     shown = summary | {"model": shown_model(summary["model"])}  # the file names no absolute path; the caller keeps it
     (out / "demo_summary.json").write_text(json.dumps(shown, indent=1))
-    markdown = summary_markdown(acc, geometry.total_heads, seconds, targets=chosen.trained_for_demo,
+    markdown = summary_markdown(acc, geometry.total_heads, seconds, design_targets=chosen.trained_for_demo,
                                 model_line=None if chosen.shipped else model_markdown(chosen, skipped))
     if intervention_summary is not None:
         markdown += interventions_markdown(intervention_summary)
@@ -553,11 +554,12 @@ def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings
     say(f"[+] interventions on {settings.n_intervention_scenes} more scenes (every object named): steering and "
         f"activation patching, k = {k}")
     with _env(VRH_SYNTH_CONFIG=json.dumps(config)):
-        lm.batch_size_per_gpu = settings.batch_size
+        batch = batch_size(lm, settings.batch_size)
+        lm.batch_size_per_gpu = batch
         plan = plan_configurations([k], settings.random_seeds, True, ["zero"])  # top-k and its live controls
         run_steering(SteerSpec(model=model_id(lm), model_args=model_args, tasks=[TASK], heads_file=heads,
                                configurations=plan_steering(plan, [settings.steer_bias]),
-                               gen_kwargs=gen, batch_size=settings.batch_size), out / "steer", lm=lm, progress=False)
+                               gen_kwargs=gen, batch_size=batch), out / "steer", lm=lm, progress=False)
         write_steering_report(out / "steer")
         lm.batch_size_per_gpu = 1
         run_patching(PatchSpec(model=model_id(lm), model_args=model_args, tasks=[TASK], heads_file=heads, ks=[k],

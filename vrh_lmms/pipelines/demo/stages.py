@@ -15,10 +15,17 @@ from pathlib import Path
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL  # noqa: F401  (callers import them)
+from vrh_lmms.harness.preload import batch_limit
 from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
 TASK = "vrh_synth_grounding"
 MODEL_LINE = "Model:"  # how demo_summary.md's line naming the model begins (a model other than the shipped one)
+
+
+def batch_size(lm, wanted: int) -> int:
+    """Docs per generate call: `wanted`, within what the model's backend takes (lmms-eval's llava_hf takes one)."""
+    limit = batch_limit(type(lm))
+    return wanted if limit is None else min(wanted, limit)
 
 
 def model_id(lm) -> str:
@@ -99,11 +106,12 @@ def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, 
     """A packed sweep of `configs` (heads from `heads`) on `task`: by default the demo's evaluation scenes; `data`:
     the task's data-choosing environment instead (e.g. VRH_NEEDLE_CONFIG), `gen_kwargs` its generation settings."""
     gen = gen_kwargs or f"max_new_tokens={settings.max_new_tokens}"
-    pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
-    lm.batch_size_per_gpu = settings.batch_size
+    batch = batch_size(lm, settings.batch_size)
+    pack = choose_pack(None, lm, len(configs), batch)  # configurations side by side in a batch
+    lm.batch_size_per_gpu = batch
     with scoped_env(**(data or {"VRH_SYNTH_CONFIG": synth_config(spec, settings.n_eval, EVAL_START)})):
         run_sweep(SweepSpec(model=model_id(lm), model_args=model_args, tasks=[task], heads_file=str(heads),
-                            configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
+                            configurations=configs, batch_size=batch, gen_kwargs=gen, pack=pack),
                   output, lm=lm, progress=progress)
 
 
