@@ -1,7 +1,9 @@
 """Which model `vrh-lmms demo` runs, and on which scenes: the shipped model, a model written by `vrh-lmms train-tiny`
-(its demo_spec.json), or a folder of any checkpoint the plugin can run (any family's `vrh_*` model, else `vrh_hf`).
+(its demo_spec.json), or a folder of any checkpoint of a registered family (its `vrh_*` model).
 
-The lmms-eval model is chosen as `vrh.load` chooses it (vrh_lmms.harness.preload.model_for_checkpoint). A model
+The lmms-eval model is chosen as `vrh.load` chooses it (vrh_lmms.harness.preload.model_for_checkpoint). A checkpoint
+no family claims would run through `vrh_hf`, which ablates its heads but knows no image-token layout, so the demo's
+discovery cannot run on it: it is refused in one line, from config.json, naming why. A model
 without a demo spec gets the default synthetic scenes at the image size its processor works at. The steps that only
 make sense on the demo's own Qwen2.5-VL models (a second model on the same text backbone, the applications, the
 recall step against the shipped text backbone, the design targets) are refused, or for recall (on by default)
@@ -125,9 +127,10 @@ class DemoModel:
                            f"{SPEC_FILE} (run them on a model written by `vrh-lmms train-tiny`, or leave them out)")
 
 
-def _check_generic(folder: Path, config: Any) -> None:
-    """A checkpoint no family claims runs through `vrh_hf`: refused in one line, from config.json alone, where
-    transformers does not know its type or its heads cannot be cut."""
+def _refuse_generic(folder: Path, config: Any) -> None:
+    """A checkpoint no family claims runs through `vrh_hf`, which has no image-token layout, so no discovery: refused
+    in one line from config.json alone, naming why (transformers does not know the type, its heads cannot be cut, or
+    the layout)."""
     # deferred: keeps `vrh-lmms demo --help` free of torch, transformers
     from vrh_lmms.model.generic import survey_checkpoint
 
@@ -141,6 +144,10 @@ def _check_generic(folder: Path, config: Any) -> None:
     if not found.ok:
         raise VRHError(f"--pretrained {folder} ({found.model_type}, {found.class_name}): no vrh-lmms family claims it "
                        f"and vrh_hf cannot cut its heads: {found.refusal}")
+    raise VRHError(f"--pretrained {folder} ({found.model_type}): the demo starts with discovery, which reads attention "
+                   f"over the image tokens, and no vrh-lmms family records where this model type puts them (its "
+                   f"image-token layout); vrh_hf still ablates its heads in `vrh-lmms sweep` and `vrh.evaluate` "
+                   f"(docs/models.md)")
 
 
 def shipped_model() -> Path:
@@ -163,7 +170,7 @@ def demo_model(model_path: str | Path | None) -> DemoModel:
     config = load_config(str(folder))
     choice = model_for_checkpoint(str(folder))
     if choice.generic:
-        _check_generic(folder, config)
+        _refuse_generic(folder, config)
     has_spec = (folder / SPEC_FILE).is_file()
     spec = DemoSpec.load(folder) if has_spec else default_spec(folder)
     return DemoModel(folder, choice, spec, trained_for_demo=has_spec and choice.family.name == DEMO_FAMILY,
