@@ -26,6 +26,7 @@ from vrh_lmms.harness.preload import ModelChoice, check_pretrained, load_config,
 
 DEFAULT_IMAGE_SIZE = 224  # scenes for a processor that takes any size (Qwen's min/max pixels, tiling)
 IMAGE_SIZES = (112, 896)  # a processor's own size is kept within these (scenes need room for 3-5 objects)
+MAX_SIDE = 4096  # a larger "side" is a pixel count
 PROCESSOR_FILES = ("preprocessor_config.json", "processor_config.json")
 # The image size keys of an image processor, most telling first (a centre crop is what the model sees).
 SIZE_KEYS = (("crop_size", "height"), ("crop_size", None), ("size", "height"), ("size", "shortest_edge"),
@@ -51,11 +52,15 @@ def processor_image_size(folder: str | Path) -> int | None:
     """The square side, in pixels, the checkpoint's image processor resizes or crops to (its crop_size, size, tile
     size); None where it keeps any size (pixel budgets such as Qwen's, which read as areas, not sides)."""
     config = _image_processor_config(Path(folder))
+    size = config.get("size")
+    if "min_pixels" in config or "max_pixels" in config or (isinstance(size, dict) and isinstance(
+            size.get("longest_edge"), int) and size["longest_edge"] > MAX_SIDE):  # pixel budgets (Qwen-VL)
+        return None
     for key, sub in SIZE_KEYS:
         value = config.get(key)
         if sub is not None:
             value = value.get(sub) if isinstance(value, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and 28 <= value <= 4096:
+        if isinstance(value, int) and not isinstance(value, bool) and 28 <= value <= MAX_SIDE:
             return value
     return None
 
