@@ -68,3 +68,20 @@ def test_vrh_load_takes_a_folder_no_family_claims_through_vrh_hf(tiny_vipllava):
     assert model.name == GENERIC_MODEL and type(model.hf).__name__ == "VipLlavaForConditionalGeneration"
     assert (model.geometry.layers, model.geometry.heads) == (2, 4)
     _cuts_exactly_one_head(model, layer=1, head=2)
+
+
+def test_the_documented_example_runs_as_written(tiny_checkpoints, tmp_path, monkeypatch, capsys):
+    """docs/api.md's block loading a tiny LLaVA folder, run in a folder holding `runs/tiny_llava`, prints what its
+    comment says."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "runs/tiny_llava" in b)
+    shutil.copytree(tiny_checkpoints("llava"), tmp_path / "runs" / "tiny_llava")
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    exec(compile(block, "docs/api.md", "exec"), {})  # noqa: S102  (the documented block itself)
+    expected = re.search(r"^# (vrh_llava .*)$", block, re.M).group(1)
+    assert capsys.readouterr().out.strip() == expected
