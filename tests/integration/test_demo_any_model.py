@@ -17,6 +17,7 @@ import re
 import pytest
 from support.demo_runs import run_demo_cli
 
+from vrh_lmms.base.paths import shown_model
 from vrh_lmms.cli import main
 
 
@@ -37,7 +38,8 @@ def test_demo_runs_a_tiny_checkpoint_of_another_family(family, model_id, tiny_ch
     markdown = (out / "demo_summary.md").read_text()
     lines = markdown.splitlines()
     assert lines[0].startswith("**Ablating the discovered top-k heads")  # the verdict first
-    assert lines[2].startswith(f"Model: `{ckpt}` through `{model_id}` (family {family})"), lines[2]
+    shown = shown_model(str(ckpt))  # the files name no absolute path
+    assert lines[2].startswith(f"Model: `{shown}` through `{model_id}` (family {family})"), lines[2]
     assert "| k (share of heads) |" in markdown and "Design targets" not in markdown
     heads = json.loads((out / "heads.json").read_text())
     assert heads["model"]["family"] == family

@@ -245,9 +245,10 @@ def targets_note(acc: Acceptance, total_heads: int, checks: dict[int, dict[str, 
 
 
 def model_markdown(chosen: DemoModel, skipped: dict[str, str]) -> str:
-    """The line under the finding that names what ran (a model other than the shipped one), and what was skipped."""
+    """The line under the finding that names what ran (a model other than the shipped one; its folder never as an
+    absolute path, as the reports show it), and what was skipped."""
     kind = "any image-text-to-text checkpoint" if chosen.choice.generic else f"family {md(chosen.family)}"
-    line = (f"{MODEL_LINE} {md_code(str(chosen.folder))} through {md_code(chosen.model_id)} ({kind}), on "
+    line = (f"{MODEL_LINE} {md_code(shown_model(str(chosen.folder)))} through {md_code(chosen.model_id)} ({kind}), on "
             f"{md(chosen.scenes())}.")
     if not chosen.trained_for_demo:
         line += (" This model was not trained on the demo's scenes: the demo model's design targets do not apply, and "
