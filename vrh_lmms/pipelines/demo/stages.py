@@ -15,7 +15,6 @@ from pathlib import Path
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.base.heads.plan import plan_configurations
 from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVERY, N_EVAL  # noqa: F401  (callers import them)
-from vrh_lmms.harness.preload import batch_limit
 from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
 TASK = "vrh_synth_grounding"
@@ -24,6 +23,9 @@ MODEL_LINE = "Model:"  # how demo_summary.md's line naming the model begins (a m
 
 def batch_size(lm, wanted: int) -> int:
     """Docs per generate call: `wanted`, within what the model's backend takes (lmms-eval's llava_hf takes one)."""
+    # deferred: keeps `vrh-lmms demo --help` free of filelock, transformers
+    from vrh_lmms.harness.preload import batch_limit
+
     limit = batch_limit(type(lm))
     return wanted if limit is None else min(wanted, limit)
 
