@@ -16,17 +16,21 @@ from vrh_lmms.model_wrappers.base import VRHMixin
 
 class VRHLlava(VRHMixin, _Simple):
     vrh_family = "llava"
+    vrh_max_batch_size = 1  # llava_hf asserts batch size 1 in generate_until
 
 
 class VRHLlavaChat(VRHMixin, _Chat):
     vrh_family = "llava"
+    vrh_max_batch_size = 1  # llava_hf asserts batch size 1 in generate_until
     is_simple = False
 
 
 class VRHLlavaOneVision(VRHMixin, _Simple):
     vrh_family = "llava_onevision"
+    vrh_max_batch_size = 1  # llava_hf asserts batch size 1 in generate_until
 
 
 class VRHLlavaOneVisionChat(VRHMixin, _Chat):
     vrh_family = "llava_onevision"
+    vrh_max_batch_size = 1  # llava_hf asserts batch size 1 in generate_until
     is_simple = False

@@ -140,6 +140,9 @@ def thinker_answering(model: Any) -> Any:
 
 class VRHQwen25Omni(VRHMixin, CudaToCpuFallback, _Simple):
     vrh_family = "qwen2_5_omni"
+    # lmms-eval's qwen2_5_omni puts a batch's docs into one conversation and gets one answer for all of them (then
+    # fails an assertion): one doc per call
+    vrh_max_batch_size = 1
 
     @user_errors_exit
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -31,15 +31,14 @@ import torch
 
 from vrh_lmms.base import atomic, console, folder_lock
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.families import family_for_config, get_family
 from vrh_lmms.base.heads.geometry import HeadRef, parse_head
 from vrh_lmms.base.heads.heads_file import HeadsFile, load_heads_file
 from vrh_lmms.base.heads.spec import HeadSet, resolve_spec
-from vrh_lmms.base.pretrained import DEMO_FAMILY, check_pretrained, is_demo_name
+from vrh_lmms.base.pretrained import check_pretrained
 from vrh_lmms.base.runfolder.samples import read_samples
 from vrh_lmms.base.stats import paired_drop
 from vrh_lmms.harness import lmms
-from vrh_lmms.harness.preload import HEAD_ARGS, load_config
+from vrh_lmms.harness.preload import GENERIC_MODEL, HEAD_ARGS, model_for_checkpoint  # noqa: F401  (GENERIC_MODEL: callers)
 from vrh_lmms.model.ablation import ablated
 from vrh_lmms.model_wrappers import results_hook
 from vrh_lmms.report.pairing import align, pair
@@ -75,19 +74,9 @@ class Model:
         return resolve_spec(";".join(names) or "none", self.geometry, dead=self.lm.vrh_dead_heads or ())
 
 
-GENERIC_MODEL = "vrh_hf"  # any image-text-to-text checkpoint (docs/models.md)
-
-
 def _model_name(pretrained: str) -> str:
-    """The `vrh_*` model whose family claims the checkpoint's model_type (config.json, read without weights), else
-    `vrh_hf`, which takes any image-text-to-text checkpoint whose heads can be cut."""
-    if is_demo_name(pretrained):
-        return get_family(DEMO_FAMILY).wrappers[0].model_id
-    try:
-        family = family_for_config(load_config(pretrained))
-    except VRHError:  # no family record for this model type
-        return GENERIC_MODEL
-    return family.wrappers[0].model_id if family.wrappers else GENERIC_MODEL
+    """The `vrh_*` model that runs `pretrained` (vrh_lmms.harness.preload.model_for_checkpoint, as the demo chooses)."""
+    return model_for_checkpoint(pretrained).model_id
 
 
 def load(pretrained: str, model: str | None = None, batch_size: int = 1, **model_args: Any) -> Model:

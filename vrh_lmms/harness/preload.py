@@ -11,13 +11,15 @@ from types import SimpleNamespace
 from typing import Any
 
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.families import get_family
+from vrh_lmms.base.families import Family, family_for_config, get_family
 from vrh_lmms.base.heads.geometry import Geometry
 from vrh_lmms.base.model_args import HEAD_ARGS, check_model_args  # noqa: F401  (HEAD_ARGS: callers)
 from vrh_lmms.base.pretrained import (  # noqa: F401  (check_pretrained: callers)
+    DEMO_FAMILY,
     HUB_EXAMPLE,
     check_pretrained,
     hub_offline,
+    is_demo_name,
     named_model_args,
 )
 from vrh_lmms.base.tables import did_you_mean
@@ -117,6 +119,38 @@ def constructor_default(cls: type, name: str) -> Any:
         if name in params and params[name].default is not inspect.Parameter.empty:
             return params[name].default
     return None
+
+
+# ------------------------------------------------------------------------------------------------ model choice
+GENERIC_MODEL = "vrh_hf"  # any image-text-to-text checkpoint no family claims (docs/models.md)
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """The `vrh_*` lmms-eval model that runs a checkpoint, and the family record it goes by."""
+
+    model_id: str
+    family: Family
+
+    @property
+    def generic(self) -> bool:
+        return self.model_id == GENERIC_MODEL
+
+
+def model_for_checkpoint(pretrained: str) -> ModelChoice:
+    """The `vrh_*` model whose family claims the checkpoint's model_type (config.json, read without weights), else
+    `vrh_hf`, which takes any image-text-to-text checkpoint whose heads can be cut. `vrh.load` and `vrh-lmms demo
+    --pretrained` both choose with this."""
+    if is_demo_name(pretrained):
+        family = get_family(DEMO_FAMILY)
+        return ModelChoice(family.wrappers[0].model_id, family)
+    try:
+        family = family_for_config(load_config(pretrained))
+    except VRHError:  # no family record for this model type
+        family = None
+    if family is None or not family.wrappers:
+        return ModelChoice(GENERIC_MODEL, get_family("hf"))
+    return ModelChoice(family.wrappers[0].model_id, family)
 
 
 # ------------------------------------------------------------------------------------------------- geometry

@@ -23,7 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--k", default=None, help="head counts (default: about 5%%, 10%% and 15%% of all heads)")
     parser.add_argument("--random-seeds", type=int, default=d.random_seeds, help="random draws per k")
     parser.add_argument("--pretrained", default=None, metavar="DIR",
-                        help="another checkpoint folder (default: the shipped model)")
+                        help="a checkpoint folder of any model vrh-lmms runs (a family's, else vrh_hf; without "
+                             "demo_spec.json: the default scenes at its processor's image size, no recall step; "
+                             "default: the shipped model)")
     # `--model` names a vrh_* model in every other command; here it was the checkpoint folder (kept working)
     parser.add_argument("--model", dest="legacy_model", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--interventions", action="store_true",
@@ -56,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
                             interventions=args.interventions, transfer_model=args.transfer,
                             recall=args.recall)
     # deferred: keeps `vrh-lmms demo --help` free of scipy, matplotlib, statsmodels
-    from vrh_lmms.pipelines.demo.pipeline import run_demo
+    from vrh_lmms.pipelines.demo.pipeline import checked_model, run_demo
 
+    if args.applications:  # a model that cannot take them is refused before the demo starts
+        checked_model(args.pretrained, settings, applications=True)
     summary = run_demo(args.output, settings, force=args.force, model_path=args.pretrained)
     if args.applications:
         model = Path(summary["model"])

@@ -16,7 +16,7 @@ from vrh_lmms.base import console
 from vrh_lmms.base.heads import kinds
 from vrh_lmms.pipelines.demo.kcurve import control_series
 from vrh_lmms.pipelines.demo.recall import recall_line
-from vrh_lmms.pipelines.demo.stages import TARGETS_NOTE, demo_controls
+from vrh_lmms.pipelines.demo.stages import MODEL_LINE, TARGETS_NOTE, demo_controls
 from vrh_lmms.report.fmt import pct, pct_ci, pct_opt_ci
 
 
@@ -35,18 +35,22 @@ def targets_cell(checks: dict[str, bool] | None) -> str:
 
 
 def k_table(summary: dict[str, Any]):
-    """Per k: top-k drop [CI] beside the controls' mean drops ± SE (points), and whether the design targets hold."""
+    """Per k: top-k drop [CI] beside the controls' mean drops ± SE (points), and whether the design targets hold (a
+    model trained for the demo's scenes; a model that was not has none)."""
     total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
     criteria = summary["criteria"]
+    targets = summary.get("design_targets", True)
     table = Table(box=None, padding=(0, 1), header_style="bold")
     controls = [kinds.kind(name) for name in demo_controls(targets_only=True)]
     for name, justify in (("k", "left"), ("top-k drop [95% CI]", "right"),
-                          *((f"{c.dashed} ± SE", "right") for c in controls), ("design targets", "left")):
+                          *((f"{c.dashed} ± SE", "right") for c in controls),
+                          *([("design targets", "left")] if targets else [])):
         table.add_column(name, justify=justify, no_wrap=True)
     for r in summary["acceptance"]["rows"]:
         lo, hi = r["topk_drop_ci"]
         table.add_row(f"{r['k']} ({r['k'] / total:.0%})", pct_ci(r["topk_drop"], lo, hi),
-                      *(_control(r, c.name) for c in controls), targets_cell(criteria.get(str(r["k"]))))
+                      *(_control(r, c.name) for c in controls),
+                      *([targets_cell(criteria.get(str(r["k"])))] if targets else []))
     return table
 
 
@@ -86,6 +90,8 @@ def show(summary: dict[str, Any], markdown: str, out: Path) -> None:
     if console.verbose():
         parts.append(Text(markdown.replace("\n![k-curve](kcurve.png)\n", "")))
     parts += [Text(""), Text(finding.replace("**", ""), style="bold"),
+              *([Text(f"{MODEL_LINE} {summary['model']} through {summary['model_id']} (family {summary['family']})")]
+                if summary.get("model_id") else []),  # a model other than the shipped one
               Text(f"Baseline Acc@0.5 {acc['baseline_acc']:.1%} on {acc['n_eval']} held-out scenes; drops in "
                    f"points, controls as mean ± SE over their draws."),
               k_table(summary)]

@@ -15,7 +15,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,12 @@ from scipy.stats import sem
 
 from vrh_lmms.base import console, owned, runfile
 from vrh_lmms.base.errors import VRHError
-from vrh_lmms.base.escape import md
-from vrh_lmms.base.families import get_family
+from vrh_lmms.base.escape import md, md_code
 from vrh_lmms.base.heads import kinds
-from vrh_lmms.base.paths import assets_path, shown_model
+from vrh_lmms.base.paths import shown_model
 from vrh_lmms.base.stats import paired_drop
-from vrh_lmms.base.synth.demo_spec import SPEC_FILE, DemoSpec
-from vrh_lmms.harness.preload import check_pretrained, config_geometry, load_config
+from vrh_lmms.harness.preload import config_geometry, load_config
+from vrh_lmms.pipelines.demo.checkpoint import DemoModel, demo_model, shipped_model
 from vrh_lmms.pipelines.demo.console_summary import show
 from vrh_lmms.pipelines.demo.kcurve import plot_k_curve
 from vrh_lmms.pipelines.demo.recall import (
@@ -43,13 +42,15 @@ from vrh_lmms.pipelines.demo.recall import (
 )
 from vrh_lmms.pipelines.demo.stages import (  # noqa: F401  (EVAL_START: the demo's scene ids, for its callers)
     EVAL_START,
+    MODEL_LINE,
     TARGETS_NOTE,
     TASK,
     DemoSettings,
+    batch_size,
     demo_controls,
-    demo_model_args,
     demo_plan,
     discover_heads,
+    model_id,
     sweep_heads,
 )
 from vrh_lmms.pipelines.demo.stages import scoped_env as _env
@@ -73,11 +74,7 @@ INTERVENTION_START = 200_000  # scenes of the optional steering / patching step,
 
 
 def demo_model_path() -> Path:
-    path = assets_path() / "demo_model"
-    if not (path / "config.json").is_file():
-        raise VRHError(f"the shipped demo model is missing from {path}; reinstall vrh-lmms or train one with "
-                       f"`vrh-lmms train-tiny`")
-    return path
+    return shipped_model()
 
 
 @dataclass
@@ -247,15 +244,31 @@ def targets_note(acc: Acceptance, total_heads: int, checks: dict[int, dict[str, 
     return f"{TARGETS_NOTE} (a note on the model, not a test of its heads): {state}"
 
 
-def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
+def model_markdown(chosen: DemoModel, skipped: dict[str, str]) -> str:
+    """The line under the finding that names what ran (a model other than the shipped one; its folder never as an
+    absolute path, as the reports show it), and what was skipped."""
+    kind = "any image-text-to-text checkpoint" if chosen.choice.generic else f"family {md(chosen.family)}"
+    line = (f"{MODEL_LINE} {md_code(shown_model(str(chosen.folder)))} through {md_code(chosen.model_id)} ({kind}), on "
+            f"{md(chosen.scenes())}.")
+    if not chosen.trained_for_demo:
+        line += (" This model was not trained on the demo's scenes: the demo model's design targets do not apply, and "
+                 "the drops say what its heads do on these scenes.")
+    return line + "".join(f" Skipped: {md(why)}." for why in skipped.values())
+
+
+def summary_markdown(acc: Acceptance, total_heads: int, seconds: float, design_targets: bool = True,
+                     model_line: str | None = None) -> str:
+    """demo_summary.md: the finding first, then (another model than the shipped one) which model ran, the table per k
+    and, on a model trained for the demo (`design_targets`), its design targets."""
     checks = criteria(acc, total_heads)
     dead = acc.dead_heads or []
     live = total_heads - len(dead)
-    lines = [finding(acc), "", f"Baseline Acc@0.5 on {acc.n_eval} held-out scenes: **{acc.baseline_acc:.1%}**", "",
+    lines = [finding(acc), "", *([model_line, ""] if model_line else []),
+             f"Baseline Acc@0.5 on {acc.n_eval} held-out scenes: **{acc.baseline_acc:.1%}**", "",
              f"Controls are drawn from the model's {live} live heads: {len(dead)} of its {total_heads} heads write "
              "nothing (o_proj columns all zero), and a draw of them costs nothing by construction. The uniform "
              "draws over all heads (the paper's random control) are shown beside them, with how many of their heads "
-             "are dead; the targets are checked against the live draws.", "",
+             "are dead" + ("; the targets are checked against the live draws." if design_targets else "."), "",
              "Drops are in points of Acc@0.5 (percentage points); a control's drop is its mean over R draws ± SE.", "",
              "| k (share of heads) | top-k Acc | top-k drop, points [95% CI] | live random-k mean drop ± SE (R) | "
              "live layer-matched mean drop ± SE (R) | uniform random-k (all heads) mean drop ± SE (R) | "
@@ -269,6 +282,8 @@ def summary_markdown(acc: Acceptance, total_heads: int, seconds: float) -> str:
                      f"{pct_ci(r['topk_drop'], lo, hi)} | "
                      f"{_control(r, 'random')} | {_control(r, 'layer_matched')} | {_control(r, 'random_all')} | "
                      f"{_dead_share(r, 'random_all')} | {r['topk_parse_failure']:.1%} / {worst:.1%} |")
+    if not design_targets:
+        return "\n".join([*lines, "", f"Total time {seconds:.0f} s."]) + "\n"
     lines += ["", targets_note(acc, total_heads, checks), "",
               "Criteria (for some k <= 10% of all heads): baseline >= 80%; top-k drop >= 40 points with a CI",
               "above 0 (the report's cluster-aware interval); live random-k and live layer-matched random-k mean drops",
@@ -395,24 +410,29 @@ def _finished_anything(out: Path) -> bool:
         any(out.glob("heads.parts/[!.]*.npz")) or any(out.glob("sweep/configs/*/results.json"))
 
 
-def _checked_inputs(model_path: str | Path | None, settings: DemoSettings):
-    """The model folder, its demo spec and the settings, checked before anything is written or loaded."""
+def _checked_inputs(model_path: str | Path | None, settings: DemoSettings) -> DemoModel:
+    """The model (folder, `vrh_*` model, scenes) and the settings, checked before anything is written or loaded."""
     for name, value, low in (("--n-discovery", settings.n_discovery, 1), ("--n-eval", settings.n_eval, 1),
                              ("--random-seeds", settings.random_seeds, 0)):
         if value < low:
             raise VRHError(f"{name} must be at least {low}, got {value}")
     if any(int(k) < 1 for k in settings.ks):
         raise VRHError(f"--k values must be positive, got {list(settings.ks)}")
-    model = Path(model_path) if model_path else demo_model_path()
-    check_pretrained(str(model), name="--model")
-    if not (model / SPEC_FILE).is_file():
-        raise VRHError(f"--model {model}: no {SPEC_FILE}; the demo runs models written by `vrh-lmms train-tiny`")
-    spec = DemoSpec.load(model)
-    geometry = config_geometry(load_config(str(model)), get_family("qwen2_5_vl"))
+    chosen = demo_model(model_path)
+    chosen.refuse_steps(settings.transfer_model, applications=False)
+    geometry = config_geometry(load_config(str(chosen.folder)), chosen.choice.family)
     if geometry is not None and max(settings.ks, default=0) >= geometry.total_heads:
         raise VRHError(f"--k {max(settings.ks)}: the demo's layer-matched controls need k below the model's "
                        f"{geometry.total_heads} heads")
-    return model, spec
+    return chosen
+
+
+def checked_model(model_path: str | Path | None, settings: DemoSettings, applications: bool = False) -> DemoModel:
+    """What `run_demo` checks first, plus whether the model can take `--applications` (the command line asks before
+    the demo starts)."""
+    chosen = _checked_inputs(model_path, settings)
+    chosen.refuse_steps(settings.transfer_model, applications)
+    return chosen
 
 
 def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bool = False,
@@ -422,7 +442,11 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
     settings = settings or DemoSettings()
     started = time.time()
     out = Path(output)
-    model, spec = _checked_inputs(model_path, settings)
+    chosen = _checked_inputs(model_path, settings)
+    model, spec = chosen.folder, chosen.spec
+    skipped = {"recall": chosen.recall_skipped()} if settings.recall and chosen.recall_skipped() else {}
+    if skipped:
+        settings = replace(settings, recall=False)
     transfer_model = None
     if settings.transfer_model:
         transfer_model = checked_second_model(settings.transfer_model, model, spec)
@@ -432,10 +456,14 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
                          what="an earlier demo run")
     out.mkdir(parents=True, exist_ok=True)
     console.log_to(out / console.LOG_NAME)  # lmms-eval's output, out of the terminal (vrh_lmms.base.console)
-    model_args = demo_model_args(model, spec)
+    model_args = chosen.model_args()
     say = console.step if progress else (lambda *a, **k: None)
+    if not chosen.shipped:
+        say(f"model: {chosen.describe()}")
+        for why in skipped.values():
+            say(f"skipped: {why}")
     with _env(VRH_CACHE_DIR=str(out / "data"), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1"):
-        lm = lmms.build_model("vrh_qwen25", model_args, batch_size=1)
+        lm = lmms.build_model(chosen.model_id, model_args, batch_size=1)
         geometry = lm.vrh_decoder.geometry
         ks = settings.resolved_ks(geometry.total_heads)
         say(f"[1/3] discovery on {settings.n_discovery} held-out scenes "
@@ -469,6 +497,9 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
                "acceptance": acc.to_dict(),
                "criteria": {str(k): v for k, v in checks.items()}, "criteria_met_at": met_at(checks),
                "seconds": seconds}
+    if not chosen.shipped:  # the shipped demo's files stay as they were
+        summary |= {"model_id": chosen.model_id, "family": chosen.family, "scenes": spec.to_dict(),
+                    "design_targets": chosen.trained_for_demo, "skipped": skipped}
     if intervention_summary is not None:
         summary["interventions"] = intervention_summary
     if settings.recall:
@@ -480,7 +511,8 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         summary["transfer_heads"] = heads_agreement(heads, out / TRANSFER_DIR / "heads.json", ks)
     shown = summary | {"model": shown_model(summary["model"])}  # the file names no absolute path; the caller keeps it
     (out / "demo_summary.json").write_text(json.dumps(shown, indent=1))
-    markdown = summary_markdown(acc, geometry.total_heads, seconds)
+    markdown = summary_markdown(acc, geometry.total_heads, seconds, design_targets=chosen.trained_for_demo,
+                                model_line=None if chosen.shipped else model_markdown(chosen, skipped))
     if intervention_summary is not None:
         markdown += interventions_markdown(intervention_summary)
     if settings.transfer_model:
@@ -503,7 +535,7 @@ def capture_doc_views(lm, model: Path, spec, settings: DemoSettings, out: Path) 
     from vrh_lmms.runs.maps import doc_views
 
     with _env(VRH_SYNTH_CONFIG=_synth_config(spec, settings.n_eval, EVAL_START)):
-        tm = lmms.task_manager("vrh_qwen25", tasks=[TASK])
+        tm = lmms.task_manager(model_id(lm), tasks=[TASK])
         return doc_views.capture_doc_views(lm, tm, TASK, range(min(settings.n_map_docs, settings.n_eval)), out,
                                            settings.n_eval, {"model": shown_model(str(model))},
                                            gen_kwargs=f"max_new_tokens={settings.max_new_tokens}")
@@ -523,14 +555,15 @@ def run_interventions(lm, out: Path, spec, model_args: str, heads: str, settings
     say(f"[+] interventions on {settings.n_intervention_scenes} more scenes (every object named): steering and "
         f"activation patching, k = {k}")
     with _env(VRH_SYNTH_CONFIG=json.dumps(config)):
-        lm.batch_size_per_gpu = settings.batch_size
+        batch = batch_size(lm, settings.batch_size)
+        lm.batch_size_per_gpu = batch
         plan = plan_configurations([k], settings.random_seeds, True, ["zero"])  # top-k and its live controls
-        run_steering(SteerSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads,
+        run_steering(SteerSpec(model=model_id(lm), model_args=model_args, tasks=[TASK], heads_file=heads,
                                configurations=plan_steering(plan, [settings.steer_bias]),
-                               gen_kwargs=gen, batch_size=settings.batch_size), out / "steer", lm=lm, progress=False)
+                               gen_kwargs=gen, batch_size=batch), out / "steer", lm=lm, progress=False)
         write_steering_report(out / "steer")
         lm.batch_size_per_gpu = 1
-        run_patching(PatchSpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK], heads_file=heads, ks=[k],
+        run_patching(PatchSpec(model=model_id(lm), model_args=model_args, tasks=[TASK], heads_file=heads, ks=[k],
                                random_seeds=settings.random_seeds, gen_kwargs=gen, max_pairs=settings.patch_pairs,
                                patch_batch=32), out / "patch", lm=lm, progress=False)
         write_patching_report(out / "patch")

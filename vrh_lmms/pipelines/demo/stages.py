@@ -18,6 +18,21 @@ from vrh_lmms.base.synth.demo_spec import DISCOVERY_START, EVAL_START, N_DISCOVE
 from vrh_lmms.runs.sweep.run import SweepSpec, choose_pack, run_sweep
 
 TASK = "vrh_synth_grounding"
+MODEL_LINE = "Model:"  # how demo_summary.md's line naming the model begins (a model other than the shipped one)
+
+
+def batch_size(lm, wanted: int) -> int:
+    """Docs per generate call: `wanted`, within what the model's backend takes (lmms-eval's llava_hf takes one)."""
+    # deferred: keeps `vrh-lmms demo --help` free of filelock, transformers
+    from vrh_lmms.harness.preload import batch_limit
+
+    limit = batch_limit(type(lm))
+    return wanted if limit is None else min(wanted, limit)
+
+
+def model_id(lm) -> str:
+    """The `--model` name of a loaded `vrh_*` model (what the run files record): the demo runs any of them."""
+    return type(lm).vrh_model_id()
 
 
 def demo_model_args(model: Path, spec) -> str:
@@ -83,7 +98,7 @@ def discover_heads(lm, model_args: str, spec, settings: DemoSettings, output: Pa
 
     gen = f"max_new_tokens={settings.max_new_tokens}"
     with scoped_env(VRH_SYNTH_CONFIG=synth_config(spec, settings.n_discovery, DISCOVERY_START)):
-        return Path(run_discovery(DiscoverySpec(model="vrh_qwen25", model_args=model_args, tasks=[TASK],
+        return Path(run_discovery(DiscoverySpec(model=model_id(lm), model_args=model_args, tasks=[TASK],
                                                 output=str(output), limit=None, gen_kwargs=gen), lm=lm))
 
 
@@ -93,11 +108,12 @@ def sweep_heads(lm, model_args: str, spec, settings: DemoSettings, heads: Path, 
     """A packed sweep of `configs` (heads from `heads`) on `task`: by default the demo's evaluation scenes; `data`:
     the task's data-choosing environment instead (e.g. VRH_NEEDLE_CONFIG), `gen_kwargs` its generation settings."""
     gen = gen_kwargs or f"max_new_tokens={settings.max_new_tokens}"
-    pack = choose_pack(None, lm, len(configs), settings.batch_size)  # configurations side by side in a batch
-    lm.batch_size_per_gpu = settings.batch_size
+    batch = batch_size(lm, settings.batch_size)
+    pack = choose_pack(None, lm, len(configs), batch)  # configurations side by side in a batch
+    lm.batch_size_per_gpu = batch
     with scoped_env(**(data or {"VRH_SYNTH_CONFIG": synth_config(spec, settings.n_eval, EVAL_START)})):
-        run_sweep(SweepSpec(model="vrh_qwen25", model_args=model_args, tasks=[task], heads_file=str(heads),
-                            configurations=configs, batch_size=settings.batch_size, gen_kwargs=gen, pack=pack),
+        run_sweep(SweepSpec(model=model_id(lm), model_args=model_args, tasks=[task], heads_file=str(heads),
+                            configurations=configs, batch_size=batch, gen_kwargs=gen, pack=pack),
                   output, lm=lm, progress=progress)
 
 
