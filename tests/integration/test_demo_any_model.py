@@ -52,6 +52,21 @@ def test_demo_runs_a_tiny_checkpoint_of_another_family(family, model_id, tiny_ch
     assert (out / "kcurve.png").stat().st_size > 0 and (out / "report" / "explorer.html").is_file()
 
 
+@pytest.mark.slow
+def test_demo_on_a_hybrid_decoder_counts_its_attention_heads_and_turns_thinking_off(tiny_checkpoints, tmp_path):
+    """Qwen3.5's tiny decoder has heads in 2 of its 4 layers (8 heads): the shares of k are of those 8, the heads file
+    ranks only them, and the backend runs with thinking off (else the answer waits behind a `<think>` block)."""
+    ckpt = tiny_checkpoints("qwen3_5")
+    out = tmp_path / "demo"
+    proc = run_demo_cli(out, "--pretrained", str(ckpt), "--n-discovery", "3", "--n-eval", "6", "--random-seeds", "2")
+    assert re.search(r"^ *1 \(12%\) ", proc.stdout, re.M), proc.stdout  # k = 1 of 8 heads, not of 16
+    heads = json.loads((out / "heads.json").read_text())
+    assert heads["geometry"]["head_layers"] == [1, 3]
+    assert {h[:2] for h in heads["ranking"]} == {"L1", "L3"}
+    assert "enable_thinking=False" in json.loads((out / "sweep" / "sweep.json").read_text())["identity"]["model_args"]
+    assert "| 1 (12%) |" in (out / "demo_summary.md").read_text()
+
+
 def _refused(argv: list[str], capsys) -> str:
     capsys.readouterr()  # what building the checkpoints printed
     assert main(["demo", *argv]) == 2

@@ -94,6 +94,9 @@ class Family:
     # transformers class names, for documentation and tiny factories
     hf_class: str | None = None
     remote_code: bool = False
+    # model args the demo passes to this family's backend for short grounding answers (Qwen3.5: thinking off, else
+    # its answer waits behind a `<think>` block longer than the demo's tokens)
+    demo_model_args: tuple[tuple[str, str], ...] = ()
 
     @property
     def box_convention(self) -> str:
@@ -266,6 +269,7 @@ for _fam in (
     Family("qwen3_5", ("qwen3_5", "qwen3_5_moe"), ("model.language_model.layers",), convention=conv.QWEN3_VL,
            layout="qwen3_vl", layout_builder="vrh_lmms.model.capture.tilings:merged_patch_grid",
            wrappers=(Wrapper("vrh_qwen3_5", "qwen3_5", "VRHQwen3_5", "VRHQwen3_5Chat"),), tiny=_tiny("qwen3_5"),
+           demo_model_args=(("enable_thinking", "False"),),
            hf_class="Qwen3_5ForConditionalGeneration"),
     # Any HF-native image-text-to-text checkpoint through lmms-eval's generic `huggingface` backend: the decoder is
     # found by vrh_lmms.model.generic, not by these paths; no layout or box convention of its own (docs/models.md).

@@ -240,7 +240,7 @@ def build_report(dirs: list[str | Path], output: str | Path, settings: ReportSet
         "overlap": overlap_block(heads, ks),
         "overlap_k": ks,
         "heads_files": [{"path": shown_path(h.path), "model": h.model, "layers": int(h.scores.shape[0]),
-                         "heads": int(h.scores.shape[1])} for h in heads],
+                         "heads": int(h.scores.shape[1]), "total_heads": h.n_heads} for h in heads],
         "multiple_testing": multiple,
         "warnings": warnings,
         "files": {"json": "report.json", "markdown": "report.md", "html": HTML_NAME, "explorer": EXPLORER_NAME,

@@ -27,6 +27,11 @@ class HeadsFile:
     ranking: list[str]
     sha256: str | None = None
     scoring: str | None = None
+    total_heads: int | None = None  # heads the decoder has (a hybrid's attention layers only); None: layers x heads
+
+    @property
+    def n_heads(self) -> int:
+        return self.total_heads if self.total_heads is not None else int(self.scores.size)
 
 
 def _scoring(block: dict) -> str | None:
@@ -43,7 +48,7 @@ def read_heads_file(path: str | Path) -> HeadsFile:
     if not isinstance(model, str) or not model:
         raise VRHError(f"heads file {path}: field 'model.id' is missing")
     return HeadsFile(Path(path), shown_model(model), np.asarray(hf.scores, dtype=float), [str(h) for h in hf.ranking],
-                     hf.sha256, _scoring(hf.scoring or {}))
+                     hf.sha256, _scoring(hf.scoring or {}), hf.geometry.total_heads)
 
 
 def labels_for(files: list[HeadsFile]) -> list[str]:

@@ -21,6 +21,7 @@ import numpy as np
 from vrh_lmms.base import atomic
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.escape import md
+from vrh_lmms.base.heads.geometry import Geometry
 from vrh_lmms.base.heads.heads_file import load_heads_file
 from vrh_lmms.base.heads.kinds import KINDS
 from vrh_lmms.base.paths import shown_path
@@ -162,6 +163,7 @@ def upgrade_patch_result(result: dict[str, Any]) -> dict[str, Any]:
 def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
     result = upgrade_patch_result(result)
     g = result["geometry"]
+    n_heads = Geometry.from_dict(g).total_heads  # a hybrid decoder: its attention layers' heads
     mean = np.asarray(result["effect"]["mean"])
     words = _MEASURE_WORDS[result["measure"]]
     verb = words["verb"]
@@ -176,7 +178,7 @@ def patching_markdown(result: dict[str, Any], figure: str | None = None) -> str:
              f"{pct(float(np.median(mean)))}%. The map of what each head {verb} and discovery's scores "
              f"({md(disc['cell'])}) agree with "
              f"Spearman rho = {disc['spearman']['rho']:.2f} (p = {pval(disc['spearman']['p'])}) and Kendall tau = "
-             f"{disc['kendall']['tau']:.2f} (p = {pval(disc['kendall']['p'])}) over {g['layers'] * g['heads']} "
+             f"{disc['kendall']['tau']:.2f} (p = {pval(disc['kendall']['p'])}) over {n_heads} "
              f"heads (positive: heads discovery ranks higher carry more), on {result['n_pairs_used']} pairs "
              f"({result['n_pairs']} formed; pairs whose clean and corrupted logit differences are less than "
              f"{result['min_gap']:g} apart are left out).", ""]

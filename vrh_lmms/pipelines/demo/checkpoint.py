@@ -97,11 +97,11 @@ class DemoModel:
 
     def model_args(self) -> str:
         """The model args: those the demo spec sets for its Qwen2.5-VL models (dtype, pixels, prompt position), else
-        the checkpoint in float32 (the demo runs on CPU)."""
+        the checkpoint in float32 (the demo runs on CPU) with its family's `demo_model_args`."""
         if self.family == DEMO_FAMILY:
             args = {"pretrained": self.folder, **self.spec.model_args()}
         else:
-            args = {"pretrained": self.folder, "dtype": "float32"}
+            args = {"pretrained": self.folder, "dtype": "float32", **dict(self.choice.family.demo_model_args)}
         return ",".join(f"{k}={v}" for k, v in args.items())
 
     def scenes(self) -> str:

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from vrh_lmms.base import console
 from vrh_lmms.base.heads import kinds
+from vrh_lmms.base.heads.geometry import Geometry
 from vrh_lmms.pipelines.demo.kcurve import control_series
 from vrh_lmms.pipelines.demo.recall import recall_line
 from vrh_lmms.pipelines.demo.stages import MODEL_LINE, TARGETS_NOTE, demo_controls
@@ -37,7 +38,7 @@ def targets_cell(checks: dict[str, bool] | None) -> str:
 def k_table(summary: dict[str, Any]):
     """Per k: top-k drop [CI] beside the controls' mean drops ± SE (points), and whether the design targets hold (a
     model trained for the demo's scenes; a model that was not has none)."""
-    total = summary["geometry"]["layers"] * summary["geometry"]["heads"]
+    total = Geometry.from_dict(summary["geometry"]).total_heads  # a hybrid decoder: its attention layers' heads
     criteria = summary["criteria"]
     targets = summary.get("design_targets", True)
     table = Table(box=None, padding=(0, 1), header_style="bold")

@@ -44,7 +44,7 @@ def plot_k_curve(result: dict, path, title: str, pool: str = "") -> None:
         x = [r["k"] for r in kept]
         ax.plot(x, d.mean(1), "^-", color=colour, label=f"{label} (mean of {d.shape[1]})")
         ax.fill_between(x, d.min(1), d.max(1), color=colour, alpha=0.15)
-    total = result["layers"] * result["heads"]
+    total = result.get("total_heads", result["layers"] * result["heads"])  # a hybrid: only its attention layers
     ax.axvline(0.10 * total, color="grey", lw=0.8, ls=":", label=f"10% of the heads (k = {0.10 * total:g})")
     ax.set_xlabel(f"k (heads ablated, of {total})")
     ax.set_ylabel("accuracy drop (points)")

@@ -156,12 +156,13 @@ def _draw_seed(config_name: str) -> int:
     return int(re.search(r"_s(\d+)", config_name).group(1))
 
 
-def plot_acceptance_curve(acc: Acceptance, layers: int, heads: int, path: Path) -> Path:
+def plot_acceptance_curve(acc: Acceptance, layers: int, heads: int, path: Path,
+                          total_heads: int | None = None) -> Path:
     """The demo's k-curve: top-k, random-k and layer-matched random-k drops against k, from the sweep's samples."""
     rows = [{"k": r["k"], "top_drop": 100 * r["topk_drop"],
              **{f"{kind}_drops": [100 * d for d in r.get(f"{kind}_drops", [])] for kind in demo_controls()}}
             for r in acc.rows if r["random_drops"]]
-    plot_k_curve({"rows": rows, "layers": layers, "heads": heads}, path,
+    plot_k_curve({"rows": rows, "layers": layers, "heads": heads, "total_heads": total_heads or layers * heads}, path,
                  f"demo: Acc@0.5 drops on {acc.n_eval} held-out scenes (baseline {acc.baseline_acc:.1%})",
                  pool=kinds.DEFAULT_POOL)
     return path
@@ -490,7 +491,7 @@ def run_demo(output: str | Path, settings: DemoSettings | None = None, force: bo
         append_to_report(out / "report", out / "steer", out / "patch")
         intervention_summary = intervention_figures(out) | {"seconds": t_interventions}
     acc = acceptance_figures(out / "sweep", ks, settings.n_resamples)
-    plot_acceptance_curve(acc, geometry.layers, geometry.heads, out / "kcurve.png")
+    plot_acceptance_curve(acc, geometry.layers, geometry.heads, out / "kcurve.png", geometry.total_heads)
     seconds = time.time() - started
     checks = criteria(acc, geometry.total_heads)
     summary = {"model": str(model), "geometry": geometry.to_dict(), "settings": asdict(settings) | {"ks": ks},

@@ -138,7 +138,7 @@ def verdicts(spec: ReplicateSpec, report: dict[str, Any], stages: dict[str, Any]
     group = _group(report, task, _model(spec))
     k = None
     if group is not None and _own_rows(group):
-        n_heads = next((h["layers"] * h["heads"] for h in report.get("heads_files", [])), None)
+        n_heads = next((h.get("total_heads", h["layers"] * h["heads"]) for h in report.get("heads_files", [])), None)
         k = telling_k(_own_rows(group))
         out += _grounding_verdicts(task, group, n_heads, k)
         out += scorer_verdicts(report, task, k)
