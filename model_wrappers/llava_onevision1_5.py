@@ -7,7 +7,8 @@ remote-code checkpoints; transformers maps llava_onevision1_5 to no causal-LM cl
 checkpoint (or a local copy without the remote code) fails to load. While the backend loads, that name points at
 `AutoModelForImageTextToText` (the config's model type is checked first). Everything else is the backend's: the
 Qwen2-VL chat template with its system prompt, qwen_vl_utils' resize at 200,704 to 1,605,632 pixels, greedy
-generation. The chat backend turns a failed generate into an empty answer (logging "Error ... in generating"); the
+generation. The simple backend pads a batch on the tokenizer's side, so with a right-padding tokenizer the shorter
+prompts generate after pad tokens; the wrapper pads left (the chat backend does so itself). The chat backend turns a failed generate into an empty answer (logging "Error ... in generating"); the
 wrapper raises it once the batch is done instead, so a broken run never reads as a complete one.
 """
 
@@ -54,6 +55,10 @@ class _ImageTextClass:
 
 class VRHLlavaOneVision15(_ImageTextClass, VRHMixin, _Simple):
     vrh_family = "llava_onevision1_5"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.processor.tokenizer.padding_side = "left"  # the backend pads batches on the tokenizer's side
 
 
 class VRHLlavaOneVision15Chat(_ImageTextClass, VRHMixin, _Chat):

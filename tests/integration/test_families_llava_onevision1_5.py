@@ -226,6 +226,21 @@ def plain_greedy_answers(ckpt: str, docs) -> list[str]:
 
 
 @pytest.mark.exact
+@pytest.mark.parametrize("chat", [False, True], ids=["simple", "chat"])
+def test_batch_of_three_answers_as_one_at_a_time(ckpt, chat):
+    """The simple backend pads on the tokenizer's side (the tiny one, as Qwen2's, pads right), which made the
+    shorter prompts of a batch generate after pad tokens; the wrapper pads left (float32, heads ablated)."""
+    from vrh_lmms.model_wrappers.llava_onevision1_5 import VRHLlavaOneVision15, VRHLlavaOneVision15Chat
+
+    cls = VRHLlavaOneVision15Chat if chat else VRHLlavaOneVision15
+    docs = scene_docs(3)
+    one = run(cls(pretrained=ckpt, heads=checks.HEADS, dtype="float32"), docs)
+    batched = cls(pretrained=ckpt, heads=checks.HEADS, dtype="float32", batch_size=3)
+    assert run(batched, docs) == one
+    assert batched.processor.tokenizer.padding_side == "left"  # the chat backend's own, once it batches
+
+
+@pytest.mark.exact
 def test_ablated_logits_equal_eager_reference(ckpt):
     from vrh_lmms.model_wrappers.llava_onevision1_5 import VRHLlavaOneVision15
 
