@@ -6,19 +6,23 @@ Correction: the backend loads with `AutoModelForCausalLM` and `trust_remote_code
 remote-code checkpoints; transformers maps llava_onevision1_5 to no causal-LM class, so a transformers-format
 checkpoint (or a local copy without the remote code) fails to load. While the backend loads, that name points at
 `AutoModelForImageTextToText` (the config's model type is checked first). Everything else is the backend's: the
-Qwen2-VL chat template with its system prompt, qwen_vl_utils' resize at 200,704 to 1,605,632 pixels, greedy
-generation. The simple backend pads a batch on the tokenizer's side, so with a right-padding tokenizer the shorter
-prompts generate after pad tokens; the wrapper pads left (the chat backend does so itself). The chat backend turns a failed generate into an empty answer (logging "Error ... in generating"); the
-wrapper raises it once the batch is done instead, so a broken run never reads as a complete one.
+checkpoint's chat template with its system prompt, images resized by qwen_vl_utils (its own bounds) and then by the
+processor at 200,704 to 1,605,632 pixels (the backend's min_pixels / max_pixels), greedy generation.
+The simple backend pads a batch on the tokenizer's side, so with a right-padding tokenizer the shorter prompts
+generate after pad tokens: the wrapper pads left (the chat backend does so itself). The chat backend turns a failed
+generate into an empty answer (logging "Error ... in generating"): the wrapper raises it once the batch is done, so
+a broken run never reads as a complete one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Iterator
 from typing import Any
 
 import lmms_eval.models.simple.llava_onevision1_5 as _backend_module
+import transformers
 from lmms_eval.models.chat.llava_onevision1_5 import Llava_OneVision1_5 as _Chat
 from lmms_eval.models.simple.llava_onevision1_5 import Llava_OneVision1_5 as _Simple
 from loguru import logger
@@ -34,7 +38,10 @@ _CHAT_MODULE = _Chat.__module__
 @contextlib.contextmanager
 def image_text_class(pretrained: str) -> Iterator[None]:
     """While the backend loads, its `AutoModelForCausalLM` is `AutoModelForImageTextToText` (checked: the config
-    says llava_onevision1_5)."""
+    says llava_onevision1_5). A transformers without the class is refused in one line before any load."""
+    if importlib.util.find_spec("transformers.models.llava_onevision1_5") is None:
+        raise VRHError(f"vrh_llava_onevision1_5 needs a transformers with LlavaOnevision15ForConditionalGeneration "
+                       f"(5.25 has it); installed: {transformers.__version__}")
     model_type = getattr(AutoConfig.from_pretrained(pretrained), "model_type", None)
     if model_type != MODEL_TYPE:
         raise VRHError(f"vrh_llava_onevision1_5: checkpoint {pretrained} has model_type {model_type!r}; expected "

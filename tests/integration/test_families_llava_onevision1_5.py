@@ -214,9 +214,9 @@ def plain_greedy_answers(ckpt: str, docs) -> list[str]:
     processor = AutoProcessor.from_pretrained(ckpt, **PUBLISHED_PIXELS)
     out = []
     for doc in docs.values():
+        question = {"type": "text", "text": f"Locate {doc['expression']} in the image."}
         messages = [{"role": "system", "content": "You are a helpful assistant."},
-                    {"role": "user", "content": [{"type": "image"},
-                                                 {"type": "text", "text": f"Locate {doc['expression']} in the image."}]}]
+                    {"role": "user", "content": [{"type": "image"}, question]}]
         prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         inputs = processor(text=[prompt], images=[doc["image"]], return_tensors="pt")
         with torch.no_grad():
@@ -262,8 +262,9 @@ def test_chat_backend_generate_failure_is_raised_not_an_empty_answer(ckpt, monke
         run(lm, scene_docs(2))
 
 
-@pytest.mark.slow
 def test_discovery_end_to_end(ckpt, tmp_path, monkeypatch):
+    """vrh_synth_grounding through lmms-eval's evaluator and vrh_llava_onevision1_5 (chat): a complete heads file,
+    box tokens found among the image tokens, mass on the box never above the mass on the image (~2 s)."""
     checks.check_discovery_end_to_end("vrh_llava_onevision1_5", FAMILY, ckpt, tmp_path, monkeypatch)
 
 

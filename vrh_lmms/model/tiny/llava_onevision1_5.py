@@ -14,13 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from transformers import (
-    Exaone4_5_Processor,
-    LlavaOnevision15Config,
-    LlavaOnevision15ForConditionalGeneration,
-    Qwen2VLImageProcessor,
-    Qwen2VLVideoProcessor,
-)
+from transformers import Qwen2VLImageProcessor, Qwen2VLVideoProcessor
+from transformers.models.exaone4_5 import Exaone4_5_Processor
+from transformers.models.llava_onevision1_5 import LlavaOnevision15Config, LlavaOnevision15ForConditionalGeneration
 
 from vrh_lmms.model.tiny.common import DEFAULT_TEXT
 from vrh_lmms.model.tiny.qwen2_5_vl import make_tokenizer
