@@ -68,6 +68,29 @@ def test_tiny_checkpoint_is_the_real_class(ckpt):
     assert processor.image_processor.temporal_patch_size == 1 and processor.image_processor.merge_size == 2
 
 
+@pytest.mark.parametrize("frames", [1, 2])
+def test_the_tower_takes_one_frame_per_patch(ckpt, frames):
+    """Why the published settings say temporal_patch_size=1: the tower's 2-D patch convolution reads each pixel row
+    as 3 x 14 x 14 values, so Qwen2-VL's default of 2 frames per patch gives it twice the patches its grid says."""
+    from transformers import AutoTokenizer
+
+    from vrh_lmms.model.tiny.inputs import load_tiny
+    from vrh_lmms.model.tiny.llava_onevision1_5 import make_processor
+
+    model, _ = load_tiny(ckpt)
+    processor = make_processor(AutoTokenizer.from_pretrained(ckpt))
+    processor.image_processor.temporal_patch_size = frames
+    image = Image.new("RGB", (112, 84), (90, 90, 90))
+    batch = processor(text=[render_prompt(processor, scene_messages("it", image))], images=[image],
+                      return_tensors="pt")
+    with torch.no_grad():
+        if frames == 1:
+            assert model(**batch).logits.shape[1] == batch["input_ids"].shape[1]
+        else:
+            with pytest.raises(RuntimeError, match="split_sizes"):  # 2 x 48 patch rows for a 48-patch grid
+                model(**batch)
+
+
 def test_unwrapped_backend_cannot_load_the_transformers_class(ckpt):
     """The fault the wrapper corrects: the backend's AutoModelForCausalLM has no class for llava_onevision1_5; the
     correction is undone once the wrapper has loaded."""
