@@ -21,6 +21,7 @@ CAPTURE_FAMILIES = ["qwen2_5_vl", "qwen3_vl", "internvl", "llava_next", "paligem
                     "qwen2_5_omni", "llava", "llava_onevision", "gemma3", "mistral3",
                     "llama4", "molmo2", "qwen3_5"]
 CAPTURE_FAMILIES.append("gemma4")  # per-layer head widths (global layers twice as wide)
+CAPTURE_FAMILIES.append("llava_onevision1_5")  # RICE-ViT tower (a class token per image), Qwen3 text
 
 
 def need_tiny(family: str) -> None:

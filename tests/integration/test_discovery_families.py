@@ -74,6 +74,7 @@ TEXT_CASES = CASES + [("vrh_llava", "llava", ""), ("vrh_llava_onevision", "llava
                       ("vrh_llama4", "llama4", "")]
 TEXT_CASES.append(("vrh_qwen3_5", "qwen3_5", "enable_thinking=False"))  # hybrid: NaN outside the attention layers
 TEXT_CASES.append(("vrh_gemma4", "gemma4", ""))
+TEXT_CASES.append(("vrh_llava_onevision1_5", "llava_onevision1_5", ""))
 # backends that cannot take a prompt without an image: the doc shows a plain one. LLaVA-NeXT's and PaliGemma's
 # processors refuse it; lmms-eval's qwen2_5_omni builds the user turn only from a doc's visuals, so a text-only doc
 # reaches the model without its question (docs/evidence.md)

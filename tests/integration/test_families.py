@@ -77,6 +77,10 @@ OLD_TEMPLATE_LINES.update({"vrh_molmo2": "molmo2", "vrh_minicpmv": "minicpmv"}) 
 OLD_WRAPPERS["vrh_qwen3_5"] = ("qwen3_5", "VRHQwen3_5", "VRHQwen3_5Chat")
 OLD_TINY |= {"qwen3_5"}
 OLD_TEMPLATE_LINES["vrh_qwen3_5"] = "qwen3_vl"  # no template line
+# LLaVA-OneVision-1.5: Qwen2.5-VL's layout (no new builder), the generic box prompt
+OLD_WRAPPERS["vrh_llava_onevision1_5"] = ("llava_onevision1_5", "VRHLlavaOneVision15", "VRHLlavaOneVision15Chat")
+OLD_TINY |= {"llava_onevision1_5"}
+OLD_TEMPLATE_LINES["vrh_llava_onevision1_5"] = "generic"  # no template line
 
 
 def test_derived_tables_say_what_the_hand_kept_tables_said():

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.exact
 SIZES = [(640, 480), (97, 131), (1000, 250), (250, 1000), (30, 30), (333, 334), (1200, 90), (90, 700), (56, 57)]
 FAMILIES = ["qwen2_5_vl", "qwen3_vl", "glm4v", "internvl", "llava_next", "paligemma", "idefics3",
             "qwen2_5_omni", "qwen3_5"]
+FAMILIES.append("llava_onevision1_5")  # Qwen2-VL's image processor, temporal_patch_size 1
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -72,6 +72,8 @@ LAYOUT["qwen3_5"] = LAYOUT["qwen3_vl"]
 # Gemma 4 (16 px patches pooled 3 x 3, at most 70 soft tokens in the tiny processor): 112 x 112 resized to 384 x 384,
 # 8 x 8 tokens; 224 x 112 to 528 x 240, 11 x 5; between <|image> and <image|>
 LAYOUT["gemma4"] = ("<|image|>", [64], [55], "<|image>", "<image|>")
+# LLaVA-OneVision-1.5: Qwen2-VL's image processor and 28 px cells, one frame per patch (4 x 4; 8 x 4)
+LAYOUT["llava_onevision1_5"] = LAYOUT["qwen2_5_vl"]
 # Families with an lmms-eval 0.7.3 backend: (model name, extra model args, folder name the backend needs).
 BACKENDS = {
     "qwen2_5_vl": ("qwen2_5_vl", "", None),

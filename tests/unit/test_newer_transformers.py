@@ -66,3 +66,22 @@ def test_gemma4_without_its_transformers_modules_is_refused_in_one_line(monkeypa
     assert "\n" not in str(err.value)
     assert "vrh_lmms.model.capture.tilings_gemma4 needs a newer transformers than the installed" in str(err.value)
     assert builders["gemma3"].__name__ == "gemma3_crops" and builders["llama4"].__name__ == "llama4_tiles"
+
+
+def test_llava_onevision1_5_without_its_transformers_class_is_refused_in_one_line(monkeypatch, tmp_path):
+    """transformers 5.0 may lack LLaVA-OneVision-1.5: its tiny factory (the family's own module, which imports the
+    class at its top) and its wrapper are refused in one line, before any folder is written or any load."""
+    import sys
+
+    from vrh_lmms.model.tiny.registry import build_tiny
+    from vrh_lmms.model_wrappers.llava_onevision1_5 import image_text_class
+
+    monkeypatch.setitem(sys.modules, "transformers.models.llava_onevision1_5", None)  # as on 5.0: no such module
+    monkeypatch.delitem(sys.modules, "vrh_lmms.model.tiny.llava_onevision1_5", raising=False)
+    with pytest.raises(VRHError) as err:
+        build_tiny("llava_onevision1_5", tmp_path / "tiny")
+    assert "\n" not in str(err.value) and not (tmp_path / "tiny").exists()
+    assert "vrh_lmms.model.tiny.llava_onevision1_5 needs a newer transformers than the installed" in str(err.value)
+    with pytest.raises(VRHError, match=r"needs a transformers with LlavaOnevision15ForConditionalGeneration"):
+        with image_text_class(str(tmp_path / "anything")):
+            pass

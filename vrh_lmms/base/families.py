@@ -271,6 +271,14 @@ for _fam in (
            wrappers=(Wrapper("vrh_qwen3_5", "qwen3_5", "VRHQwen3_5", "VRHQwen3_5Chat"),), tiny=_tiny("qwen3_5"),
            demo_model_args=(("enable_thinking", "False"),),
            hf_class="Qwen3_5ForConditionalGeneration"),
+    # LLaVA-OneVision-1.5 (transformers-format `-hf` checkpoints): RICE-ViT vision, Qwen3 text with 1-D RoPE;
+    # Qwen2-VL's image processor (28 px merged cells, one frame per patch), so Qwen2.5-VL's layout; no documented box
+    # format (asked with the generic 0-1000 prompt)
+    Family("llava_onevision1_5", ("llava_onevision1_5",), ("model.language_model.layers",), convention=conv.GENERIC,
+           layout="qwen2_5_vl", layout_builder="vrh_lmms.model.capture.tilings:merged_patch_grid",
+           wrappers=(Wrapper("vrh_llava_onevision1_5", "llava_onevision1_5", "VRHLlavaOneVision15",
+                             "VRHLlavaOneVision15Chat"),),
+           tiny=_tiny("llava_onevision1_5"), hf_class="LlavaOnevision15ForConditionalGeneration"),
     # Any HF-native image-text-to-text checkpoint through lmms-eval's generic `huggingface` backend: the decoder is
     # found by vrh_lmms.model.generic, not by these paths; no layout or box convention of its own (docs/models.md).
     Family("hf", (), (), wrappers=(Wrapper("vrh_hf", "hf", None, "VRHHf"),)),
