@@ -56,7 +56,8 @@ def main() -> int:
     from vrh_lmms.base.heads.plan import plan_configurations
     from vrh_lmms.base.synth.demo_spec import DemoSpec
     from vrh_lmms.harness import lmms
-    from vrh_lmms.pipelines.demo.pipeline import EVAL_START, _synth_config, demo_model_args, demo_model_path
+    from vrh_lmms.pipelines.demo.pipeline import EVAL_START, _synth_config, demo_model_path
+    from vrh_lmms.pipelines.demo.stages import demo_model_args
     from vrh_lmms.runs.sweep.run import SweepSpec, run_sweep
 
     torch.set_num_threads(args.threads)

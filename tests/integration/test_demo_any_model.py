@@ -106,10 +106,10 @@ def test_bad_checkpoints_are_refused_in_one_line(tiny_checkpoints, tmp_path, cap
     unknown = _checkpoint(tmp_path / "unknown", {"model_type": "no_such_vlm"})
     err = _refused(["--pretrained", str(unknown), "--output", str(out)], capsys)
     assert "model_type 'no_such_vlm' is claimed by no vrh-lmms family and transformers cannot build it" in err
-    hybrid = tmp_path / "hybrid"
-    AutoConfig.for_model("qwen3_5").save_pretrained(hybrid)  # linear-attention layers: config.json only
-    err = _refused(["--pretrained", str(hybrid), "--output", str(out)], capsys)
-    assert "(qwen3_5, " in err and "vrh_hf cannot cut its heads" in err and "hybrid decoder" in err
+    cross = tmp_path / "cross"
+    AutoConfig.for_model("mllama").save_pretrained(cross)  # the image read through cross-attention: config.json only
+    err = _refused(["--pretrained", str(cross), "--output", str(out)], capsys)
+    assert "(mllama, " in err and "vrh_hf cannot cut its heads" in err and "cross-attention" in err
     assert not out.exists()
 
 

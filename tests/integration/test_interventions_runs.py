@@ -157,7 +157,7 @@ def test_commands_on_the_demo_model(tmp_path, monkeypatch):
     every object named."""
     from vrh_lmms.base.synth.demo_spec import DemoSpec
     from vrh_lmms.cli import main
-    from vrh_lmms.pipelines.demo.pipeline import demo_model_args
+    from vrh_lmms.pipelines.demo.stages import demo_model_args
 
     spec = DemoSpec.load(MODEL)
     scene = dict(spec.scene, image_size=spec.image_size)

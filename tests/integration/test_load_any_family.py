@@ -31,9 +31,10 @@ def _cuts_exactly_one_head(model, layer: int, head: int) -> None:
     g = model.geometry
     proj = model.lm.vrh_decoder.out_projs[layer]
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 3, g.heads * g.head_dim, generator=generator).to(proj.weight.dtype)
+    d = g.dim(layer)  # this layer's head width (Gemma 4's global layers are wider)
+    x = torch.randn(2, 3, g.heads * d, generator=generator).to(proj.weight.dtype)
     masked = x.clone()
-    masked[..., head * g.head_dim:(head + 1) * g.head_dim] = 0
+    masked[..., head * d:(head + 1) * d] = 0
     with torch.no_grad():
         intact, reference = proj(x), proj(masked)
         with vrh.ablate(model, [f"L{layer}H{head}"]):
@@ -57,7 +58,7 @@ def test_vrh_load_takes_a_folder_of_every_family(family, tiny_checkpoints):
     if record.hf_class:
         assert type(model.hf).__name__ == record.hf_class
     assert model.geometry == config_geometry(load_config(folder), record)
-    _cuts_exactly_one_head(model, layer=model.geometry.layers - 1, head=1)
+    _cuts_exactly_one_head(model, layer=model.geometry.attention_layers[-1], head=1)
 
 
 def test_vrh_load_takes_a_folder_no_family_claims_through_vrh_hf(tiny_vipllava):

@@ -14,7 +14,7 @@ import random
 
 import pytest
 import torch
-from oracles.reference_ablation import reference_ablation
+from oracles.reference_ablation import random_means, reference_ablation
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import HeadRef
@@ -50,7 +50,7 @@ def family(request, tiny_checkpoints):
     model, processor = load_tiny(tiny_checkpoints(request.param))
     decoder = locate_decoder(model)
     g = decoder.geometry
-    means = torch.randn(g.layers, g.heads, g.head_dim, generator=torch.Generator().manual_seed(0))
+    means = random_means(g)
     return request.param, model, scenes_batch(processor), decoder, means, processor
 
 

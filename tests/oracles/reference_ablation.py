@@ -32,7 +32,7 @@ def _reference(module, query, key, value, attention_mask, **kwargs):
         if fill is None:
             out[:, :, h, :] = 0
             continue
-        value = fill[module.layer_idx, h].to(out.dtype)
+        value = fill[module.layer_idx, h, :out.shape[-1]].to(out.dtype)  # padded means: a narrower layer's first part
         gate = _output_gate(module)
         # a gated attention (Qwen3.5: o_proj reads attention * sigmoid(gate)) writes the fill the gate lets through;
         # the head's output, what o_proj reads, is set to the fill
@@ -94,3 +94,12 @@ def reference_ablation(model, heads, fill: torch.Tensor | None = None, base: str
         model.set_attn_implementation({text_key: previous} if text_key else previous)
         AttentionMaskInterface.register("vrh_test_reference", sdpa_mask)
         _STATE.update(heads={}, fill=None, base="sdpa")
+
+
+def random_means(g, seed: int = 0) -> torch.Tensor:
+    """Random per-head means in the means-file layout (vrh_lmms.model.ablation.means_shape): (layers, heads, widest
+    head), zeros past a narrower layer's width and in layers without heads."""
+    means = torch.randn(g.layers, g.heads, g.max_head_dim, generator=torch.Generator().manual_seed(seed))
+    for layer in range(g.layers):
+        means[layer, :, g.dim(layer) if g.has_heads(layer) else 0:] = 0
+    return means

@@ -45,7 +45,7 @@ def test_installed_package_registers_discovers_sweeps_and_reports(tmp_path):
     assert importlib.metadata.version("vrh-lmms")
     from vrh_lmms.base.paths import assets_path, tasks_path
     from vrh_lmms.base.synth.demo_spec import DemoSpec
-    from vrh_lmms.pipelines.demo.pipeline import demo_model_args
+    from vrh_lmms.pipelines.demo.stages import demo_model_args
 
     model = assets_path() / "demo_model"
     assert (model / "config.json").is_file(), "the shipped demo model is missing from the install"
