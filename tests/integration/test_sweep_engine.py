@@ -368,3 +368,40 @@ def test_own_tasks_are_those_of_our_task_folder(tmp_path):
     assert lmms.own_tasks(tm, ["ours"])
     assert not lmms.own_tasks(tm, ["ours", "theirs"])
     assert not lmms.own_tasks(tm, ["python_task"]) and not lmms.own_tasks(tm, ["unknown"])
+
+
+@pytest.mark.parametrize("family,model,attr", [("llava_next", "vrh_llava_next", "_image_processor"),
+                                               ("idefics3", "vrh_idefics3", "_processor")])
+def test_backends_keeping_their_processor_elsewhere_process_each_doc_once(family, model, attr, tiny_or_skip, vrh_env,
+                                                                           tmp_path):
+    """lmms-eval's llava_hf (LLaVA-1.5, -NeXT, -OneVision) keeps its processor as `_image_processor`, idefics2
+    (Idefics3, SmolVLM) as `_processor`: the fast engine reuses their outputs too, so a pack of four configurations
+    runs the processor once per doc (the dry pass), not once per configuration, and writes the reference files."""
+    n = 3
+    vrh_env.setenv("VRH_SYNTH_CONFIG", json.dumps({"n": n, "seed": 3, "scene": {"image_size": 168}}))
+    ckpt = tiny_or_skip(family)
+    model_args = f"pretrained={ckpt},dtype=float32"
+    lm = lmms.build_model(model, model_args)
+    processor = getattr(lm, attr)
+    calls = []
+    original = type(processor).__call__
+    vrh_env.setattr(type(processor), "__call__", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    g = lm.vrh_decoder.geometry
+    scores = np.random.default_rng(2).random((g.layers, g.heads))
+    heads = tmp_path / "heads.json"
+    save_heads_file(HeadsFile({"id": str(ckpt), "family": family}, g, scores, ranking_from_scores(scores)), heads)
+    configs = plan_configurations([2], 2, False, ["zero"])  # baseline, top2, random2_s0, random2_s1: one pack
+
+    def sweep(name: str) -> tuple[Path, int]:
+        before = len(calls)
+        spec = SweepSpec(model, model_args, ["vrh_synth_grounding"], str(heads), configs,
+                         gen_kwargs="max_new_tokens=6", engine=name)
+        return run_sweep(spec, tmp_path / name, lm=lm, progress=False), len(calls) - before
+
+    reference, by_reference = sweep("lmms")
+    fast, by_fast = sweep("fast")
+    assert by_reference == n * len(configs), by_reference  # lmms-eval's engine: every doc in every configuration
+    assert by_fast == n, by_fast
+    assert getattr(lm, attr) is processor, "the backend's own processor is back after the sweep"
+    for cfg in configs:
+        assert run_files(reference / "configs" / cfg.id) == run_files(fast / "configs" / cfg.id), cfg.id

@@ -465,18 +465,34 @@ def rows_once(lm: Any, budget: CacheBudget | None = None) -> Iterator[None]:
         lm.task_dict = original
 
 
+# Where lmms-eval 0.7.3's backends keep their processor: most as `processor`, llava_hf (LLaVA-1.5, -NeXT,
+# -OneVision) as `_image_processor`, idefics2 (Idefics3 / SmolVLM) as `_processor`; the latter two only on the instance.
+PROCESSOR_ATTRS = ("processor", "_image_processor", "_processor")
+
+
+def _processor_attr(lm: Any) -> str | None:
+    for name in PROCESSOR_ATTRS:
+        if name != "processor" and name not in vars(lm):
+            continue
+        found = getattr(lm, name, None)
+        if found is not None and callable(found):
+            return None if isinstance(found, InputsOnce) else name
+    return None
+
+
 @contextmanager
 def inputs_once(lm: Any, budget: CacheBudget | None = None) -> Iterator[InputsOnce | None]:
-    """While active, `lm.processor` (where the backend has one) keeps its outputs for reuse (`InputsOnce`, within
-    `budget`, which gets them back at the end), and each `lm.generate_until` records or replays its processor calls
-    and chat templates by its requests."""
-    processor = getattr(lm, "processor", None)
-    if processor is None or not callable(processor) or isinstance(processor, InputsOnce):
+    """While active, the backend's processor (`lm.processor`, or where lmms-eval's backend keeps it:
+    `PROCESSOR_ATTRS`) keeps its outputs for reuse (`InputsOnce`, within `budget`, which gets them back at the end),
+    and each `lm.generate_until` records or replays its processor calls and chat templates by its requests."""
+    attr = _processor_attr(lm)
+    if attr is None:
         yield None
         return
+    processor = getattr(lm, attr)
     memo = InputsOnce(processor, budget)
-    had = "processor" in vars(lm)
-    lm.processor = memo
+    had = attr in vars(lm)
+    setattr(lm, attr, memo)
     generate_until = getattr(lm, "generate_until", None)
     wrap = callable(generate_until) and "generate_until" not in vars(lm)
     if wrap:
@@ -498,6 +514,6 @@ def inputs_once(lm: Any, budget: CacheBudget | None = None) -> Iterator[InputsOn
         if wrap:
             vars(lm).pop("generate_until", None)
         if had:
-            lm.processor = processor
+            setattr(lm, attr, processor)
         else:
-            vars(lm).pop("processor", None)
+            vars(lm).pop(attr, None)
