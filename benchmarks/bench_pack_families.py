@@ -58,8 +58,10 @@ def bench_family(family: str, work: Path, args) -> dict:
         return {"family": family, "model": model_id, "refused": why}
     g = lm.vrh_decoder.geometry
     scores = np.random.default_rng(0).random((g.layers, g.heads))
+    scores[[layer for layer in range(g.layers) if not g.has_heads(layer)]] = 0  # a hybrid's linear layers: no heads
+    ranking = [h for h in ranking_from_scores(scores) if g.has_heads(h.layer)]
     heads = work / f"heads_{family}.json"
-    save_heads_file(HeadsFile({"id": str(ckpt), "family": family}, g, scores, ranking_from_scores(scores)), heads)
+    save_heads_file(HeadsFile({"id": str(ckpt), "family": family}, g, scores, ranking), heads)
     configs = plan_configurations([1, 2], 1, True, ["zero"])
 
     def sweep(pack: int, out: Path) -> float:
