@@ -52,7 +52,7 @@ def packing_unsupported(model: nn.Module) -> str | None:
     if not isinstance(model, GenerationMixin):
         return f"{type(model).__name__} has no transformers generate"
     if getattr(type(model), "generate", None) is not GenerationMixin.generate:
-        return f"{type(model).__name__} brings its own generate (remote code), which packing cannot expand"
+        return f"{type(model).__name__} overrides transformers' generate with its own, which packing cannot expand"
     if getattr(type(model), "_expand_inputs_for_generation", None) is None:
         return f"{type(model).__name__} cannot expand its inputs"
     supports = getattr(model, "_supports_mm_encoder_outputs", None)
