@@ -25,11 +25,11 @@ import lmms_eval.models.simple.llava_onevision1_5 as _backend_module
 import transformers
 from lmms_eval.models.chat.llava_onevision1_5 import Llava_OneVision1_5 as _Chat
 from lmms_eval.models.simple.llava_onevision1_5 import Llava_OneVision1_5 as _Simple
-from loguru import logger
 from transformers import AutoConfig, AutoModelForImageTextToText
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model_wrappers.base import VRHMixin
+from vrh_lmms.model_wrappers.logged_errors import generate_raising_logged_errors
 
 MODEL_TYPE = "llava_onevision1_5"
 _CHAT_MODULE = _Chat.__module__
@@ -73,19 +73,10 @@ class VRHLlavaOneVision15Chat(_ImageTextClass, VRHMixin, _Chat):
     is_simple = False
 
     def generate_until(self, requests):
-        errors: list[str] = []
+        def error_of(text: str) -> str | None:
+            ok = text.startswith("Error ") and text.endswith(" in generating")
+            return text[len("Error "):-len(" in generating")] if ok else None
 
-        def record(message) -> None:
-            text = message.record["message"]
-            if message.record["name"] == _CHAT_MODULE and text.startswith("Error ") and text.endswith(" in generating"):
-                errors.append(text[len("Error "):-len(" in generating")])
-
-        sink = logger.add(record, level="ERROR", format="{message}")
-        try:
-            out = super().generate_until(requests)
-        finally:
-            logger.remove(sink)
-        if errors:
-            raise VRHError(f"vrh_llava_onevision1_5: generate failed on {len(errors)} of {len(requests)} requests: "
-                           f"{errors[0]}")
-        return out
+        return generate_raising_logged_errors("vrh_llava_onevision1_5", _CHAT_MODULE, error_of,
+                                              lambda: super(VRHLlavaOneVision15Chat, self).generate_until(requests),
+                                              len(requests))

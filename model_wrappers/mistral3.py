@@ -10,10 +10,9 @@ is done instead, so a broken run never reads as a complete one.
 from __future__ import annotations
 
 from lmms_eval.models.simple.mistral3_vl import Mistral3_VL as _Simple
-from loguru import logger
 
-from vrh_lmms.base.errors import VRHError
 from vrh_lmms.model_wrappers.base import VRHMixin
+from vrh_lmms.model_wrappers.logged_errors import generate_raising_logged_errors
 
 _BACKEND_MODULE = _Simple.__module__
 _ERROR_PREFIX = "Error during generation: "
@@ -23,18 +22,7 @@ class VRHMistral3(VRHMixin, _Simple):
     vrh_family = "mistral3"
 
     def generate_until(self, requests):
-        errors: list[str] = []
-
-        def record(message) -> None:
-            text = message.record["message"]
-            if message.record["name"] == _BACKEND_MODULE and text.startswith(_ERROR_PREFIX):
-                errors.append(text[len(_ERROR_PREFIX):])
-
-        sink = logger.add(record, level="ERROR", format="{message}")
-        try:
-            out = super().generate_until(requests)
-        finally:
-            logger.remove(sink)
-        if errors:
-            raise VRHError(f"vrh_mistral3: generate failed on {len(errors)} of {len(requests)} requests: {errors[0]}")
-        return out
+        return generate_raising_logged_errors(
+            "vrh_mistral3", _BACKEND_MODULE,
+            lambda text: text[len(_ERROR_PREFIX):] if text.startswith(_ERROR_PREFIX) else None,
+            lambda: super(VRHMistral3, self).generate_until(requests), len(requests))
