@@ -22,14 +22,16 @@ import numpy as np
 import pytest
 import torch
 from lmms_eval.models.simple.llava_hf import VICUNA_CHAT_TEMPLATE
-from oracles.reference_ablation import reference_ablation
 from PIL import Image
-from support.family_checks import check_answers_depend_on_image_and_heads, check_discovery_end_to_end
-from support.wrappers import model_inputs, recorded_generate, run, scene_docs
+from support.family_checks import (
+    check_ablated_logits_equal_eager_reference,
+    check_answers_depend_on_image_and_heads,
+    check_discovery_end_to_end,
+)
+from support.wrappers import run, scene_docs
 
 from vrh_lmms.base.boxes.known import CONVENTIONS
 from vrh_lmms.base.families import get_family
-from vrh_lmms.base.heads import HeadRef
 from vrh_lmms.model.capture.extras import layout_extras
 from vrh_lmms.model.capture.layouts import image_token_map
 from vrh_lmms.model.capture.verify import check_layout
@@ -181,22 +183,8 @@ def test_mistral3_generate_error_is_raised_not_an_empty_answer(tiny_checkpoints,
 @pytest.mark.exact
 def test_ablated_logits_equal_eager_reference(case, tiny_checkpoints):
     family, wrapper, _, kwargs = case
-    lm = _cls(wrapper)(pretrained=str(tiny_checkpoints(family)), heads=HEADS, dtype="float32", **kwargs)
-    model = lm.model
-    with recorded_generate(model) as calls:
-        run(lm, scene_docs(1), max_new_tokens=2)
-    inputs = model_inputs(calls[0])
-    with torch.no_grad():
-        got = model(**inputs).logits
-        lm.vrh_ablator.restore()
-        clean = model(**inputs).logits
-        with reference_ablation(model, [HeadRef(0, 1), HeadRef(1, 0)], base="eager"):
-            ref = model(**inputs).logits
-    # left-padding positions attend to nothing, and eager and sdpa fill them differently: compare the others (the
-    # Gemma 3 backend pads to a multiple of 8, so even one request has some)
-    valid = inputs["attention_mask"].bool() if "attention_mask" in inputs else torch.ones(got.shape[:2], dtype=bool)
-    assert (clean - ref)[valid].abs().max() > 1e-2, "the ablation must move the logits for the comparison to mean much"
-    torch.testing.assert_close(got[valid], ref[valid], rtol=1e-4, atol=1e-4)
+    # left-padding positions are left out of the comparison (the Gemma 3 backend pads to a multiple of 8)
+    check_ablated_logits_equal_eager_reference(_cls(wrapper), str(tiny_checkpoints(family)), HEADS, **kwargs)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
