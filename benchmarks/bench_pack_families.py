@@ -23,19 +23,11 @@ import tempfile
 import time
 from pathlib import Path
 
-TASK = "vrh_synth_grounding"
+from bench_sweep_pack import TASK, sweep_files  # the same files compared (this folder is on the path)
+
 QWEN_PIXELS = f"min_pixels={28 * 28 * 16},max_pixels={28 * 28 * 16}"
 # family -> extra model args: Qwen-style processors are held to a small image, as the tests do
 EXTRA = {"qwen2_5_vl": QWEN_PIXELS, "qwen3_vl": QWEN_PIXELS}
-
-
-def sweep_files(out: Path) -> dict[str, tuple]:
-    contents = {}
-    for folder in sorted((out / "configs").iterdir()):
-        results = json.loads((folder / "results.json").read_text())
-        lines = (folder / f"samples_{TASK}.jsonl").read_text().splitlines()
-        contents[folder.name] = (results["results"], results["vrh"], [json.loads(line) for line in lines])
-    return contents
 
 
 def bench_family(family: str, work: Path, args) -> dict:
