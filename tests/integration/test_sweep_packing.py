@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.packed_sweeps import counting_packs
 
 from vrh_lmms.base.errors import VRHError
 from vrh_lmms.base.heads import Geometry
@@ -69,16 +70,8 @@ def test_packed_sweep_writes_the_unpacked_files(family, tiny_or_skip, vrh_env, t
     packed.mkdir()
     shutil.copy(unpacked / "sweep.json", packed / "sweep.json")
     shutil.copytree(unpacked / "configs" / "top2", packed / "configs" / "top2")
-    calls = {"packs": 0}
-    original_pack = lm.vrh_pack
-
-    def counting_pack(*args, **kwargs):
-        calls["packs"] += 1
-        return original_pack(*args, **kwargs)
-
-    lm.vrh_pack = counting_pack
-    run_sweep(spec(3), packed, lm=lm, progress=False)
-    del lm.vrh_pack
+    with counting_packs(lm) as calls:
+        run_sweep(spec(3), packed, lm=lm, progress=False)
     assert calls["packs"] == 2, "four configurations to do, in packs of at most three: 2 + 2"
     manifest = json.loads((packed / "sweep.json").read_text())
     assert manifest["pack"] == 3 and all(c["status"] == "done" for c in manifest["configurations"])

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -29,6 +31,14 @@ def unpacked_and_packed(lm, model: str, model_args: str, task: str, heads: Path,
         return sweep_answers(folder, task)
 
     one = answers(1)
+    with counting_packs(lm) as calls:
+        packed = answers(pack)
+    return one, packed, calls["packs"]
+
+
+@contextlib.contextmanager
+def counting_packs(lm) -> Iterator[dict]:
+    """While active, each packed generate the backend starts (`lm.vrh_pack`) counts in the yielded dict's "packs"."""
     calls = {"packs": 0}
     original_pack = lm.vrh_pack
 
@@ -38,7 +48,6 @@ def unpacked_and_packed(lm, model: str, model_args: str, task: str, heads: Path,
 
     lm.vrh_pack = counting_pack
     try:
-        packed = answers(pack)
+        yield calls
     finally:
         del lm.vrh_pack
-    return one, packed, calls["packs"]
